@@ -1,0 +1,1 @@
+//! The ETL container: buffers, records, the logfile header, compression, reading and writing.

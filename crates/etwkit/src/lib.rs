@@ -1,0 +1,18 @@
+//! # etwkit
+//!
+//! Event Tracing for Windows on every OS: one event model ([`EventRecord`]), one decoder, fed by ETL
+//! files (read and written anywhere), live ETW sessions on Windows and the kernel's own tracing on
+//! Linux.
+//!
+//! The data path is the module path:
+//! `etl` (container) → [`event`] (the model) → `schema` (who knows the layout) → `decode` (values) →
+//! `sink` / `analysis`.
+
+pub mod etl;
+pub mod event;
+pub mod guid;
+pub mod schema;
+pub mod time;
+
+pub use event::{EventDescriptor, EventRecord, HeaderType};
+pub use guid::Guid;

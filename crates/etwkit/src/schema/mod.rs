@@ -1,0 +1,102 @@
+//! Where payload layouts come from, and the one model they all become.
+//!
+//! Every source (built-in tables, a user's instrumentation manifest, TRACE_EVENT_INFO blobs embedded
+//! in merged traces, TraceLogging metadata, kernel MOF classes) produces an [`EventSchema`]: a tree of
+//! [`Property`]s whose types are TDH in/out types ([`InType`]/[`OutType`] numbers, see
+//! `types.rs`). The decoder walks a payload against that tree.
+//!
+//! Keys follow what really identifies a layout (see DESIGN.md): manifest events by
+//! (provider, id, version); kernel and classic MOF by (class/group GUID, opcode, version); TraceLogging
+//! by the metadata bytes themselves.
+
+use std::sync::Arc;
+
+use crate::guid::Guid;
+
+/// A TDH in-type (`TDH_INTYPE_*`) number; TraceLogging in-types are mapped onto these.
+pub type InType = u16;
+/// A TDH out-type (`TDH_OUTTYPE_*`) number; TraceLogging out-types are mapped onto these.
+pub type OutType = u16;
+
+/// How many values a property holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Count {
+    /// A scalar.
+    One,
+    /// A fixed-size array.
+    Fixed(u16),
+    /// An array whose length is the value of an earlier property at the same level (index into the
+    /// enclosing property list).
+    FromProperty(usize),
+    /// A TraceLogging variable array: a u16 element count precedes the elements.
+    Prefixed,
+}
+
+/// How many bytes (or characters, for strings) a single value takes, when the type does not say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Length {
+    /// Implied by the in-type (fixed-size scalars, NUL-terminated or counted strings, SIDs...).
+    Natural,
+    Fixed(u16),
+    /// The value of an earlier property at the same level (index into the enclosing property list).
+    FromProperty(usize),
+}
+
+/// A valueMap or bitMap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValueMap {
+    pub name: String,
+    pub is_bitmap: bool,
+    pub entries: Vec<(u64, String)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PropertyKind {
+    Scalar { in_type: InType, out_type: OutType },
+    Struct(Vec<Property>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Property {
+    pub name: String,
+    pub kind: PropertyKind,
+    pub count: Count,
+    pub length: Length,
+    pub map: Option<Arc<ValueMap>>,
+}
+
+impl Property {
+    pub fn scalar(name: impl Into<String>, in_type: InType, out_type: OutType) -> Property {
+        Property {
+            name: name.into(),
+            kind: PropertyKind::Scalar { in_type, out_type },
+            count: Count::One,
+            length: Length::Natural,
+            map: None,
+        }
+    }
+}
+
+/// Where a schema came from (reported by `etwkit dump` and used to prefer one source over another).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum SchemaSource {
+    Builtin,
+    UserManifest,
+    Embedded,
+    EventSourceManifest,
+    TraceLogging,
+    KernelMof,
+}
+
+/// The layout and names of one kind of event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventSchema {
+    pub provider: Guid,
+    pub provider_name: Option<String>,
+    pub event_name: Option<String>,
+    pub task_name: Option<String>,
+    pub opcode_name: Option<String>,
+    pub keywords_name: Option<String>,
+    pub properties: Vec<Property>,
+    pub source: SchemaSource,
+}
