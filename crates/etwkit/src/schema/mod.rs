@@ -100,3 +100,13 @@ pub struct EventSchema {
     pub properties: Vec<Property>,
     pub source: SchemaSource,
 }
+
+/// What identifies a non-TraceLogging layout. TraceLogging schemas are keyed by their metadata bytes
+/// and never appear here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SchemaKey {
+    /// Manifest (and EventSource) events: (provider GUID, event id, version).
+    Manifest { provider: Guid, id: u16, version: u8 },
+    /// Kernel and classic MOF events: (group or event-class GUID, opcode / hook type, version).
+    Mof { class: Guid, opcode: u8, version: u8 },
+}
