@@ -35,7 +35,10 @@ use serde::ser::{SerializeMap, SerializeSeq};
 use crate::event::{flags, EventRecord, HeaderType, Stack};
 use crate::guid::Guid;
 use crate::schema::types::{in_type as it, out_type as ot};
-use crate::schema::{Count, EventSchema, InType, Length, OutType, Property, PropertyKind, Registry, SchemaSource, ValueMap};
+use crate::schema::{
+    Count, EventSchema, InType, Length, OutType, Property, PropertyKind, Registry, SchemaSource,
+    ValueMap,
+};
 
 /// One decoded value.
 #[derive(Clone, Debug, PartialEq)]
@@ -69,7 +72,10 @@ pub enum Value {
     SystemTime([u16; 8]),
     Sid(String),
     /// An integer with a valueMap/bitMap; `name` is the rendering.
-    Mapped { value: u64, name: String },
+    Mapped {
+        value: u64,
+        name: String,
+    },
 }
 
 impl Value {
@@ -227,15 +233,26 @@ pub struct Plan {
 
 impl Plan {
     pub fn new(schema: &EventSchema) -> Plan {
-        Plan { fields: compile(&schema.properties) }
+        Plan {
+            fields: compile(&schema.properties),
+        }
     }
     /// Decodes a payload with this plan.
     pub fn decode(&self, payload: &[u8], pointer_size: u8) -> Result<Properties, DecodeError> {
-        let mut cur = Cursor { d: payload, pos: 0, ptr: if pointer_size == 4 { 4 } else { 8 } };
+        let mut cur = Cursor {
+            d: payload,
+            pos: 0,
+            ptr: if pointer_size == 4 { 4 } else { 8 },
+        };
         let mut out = Properties(Vec::with_capacity(self.fields.len()));
         match decode_level(&self.fields, &mut cur, &mut out) {
             Ok(()) => Ok(out),
-            Err(f) => Err(DecodeError { property: f.path, offset: f.offset, reason: f.reason, partial: out }),
+            Err(f) => Err(DecodeError {
+                property: f.path,
+                offset: f.offset,
+                reason: f.reason,
+                partial: out,
+            }),
         }
     }
 }
@@ -264,7 +281,11 @@ fn compile(props: &[Property]) -> Vec<PlanField> {
 /// Decodes `payload` against `schema` (pointer size per record: 4 or 8). On failure the error names
 /// the property and offset and carries what was decoded before it. Bytes after the last property are
 /// ignored (TDH does the same).
-pub fn decode_properties(schema: &EventSchema, payload: &[u8], pointer_size: u8) -> Result<Properties, DecodeError> {
+pub fn decode_properties(
+    schema: &EventSchema,
+    payload: &[u8],
+    pointer_size: u8,
+) -> Result<Properties, DecodeError> {
     Plan::new(schema).decode(payload, pointer_size)
 }
 
@@ -282,9 +303,16 @@ struct Fail {
 
 impl<'a> Cursor<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.d.len()).ok_or_else(|| {
-            format!("needs {n} bytes but only {} remain", self.d.len().saturating_sub(self.pos))
-        })?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.d.len())
+            .ok_or_else(|| {
+                format!(
+                    "needs {n} bytes but only {} remain",
+                    self.d.len().saturating_sub(self.pos)
+                )
+            })?;
         let s = &self.d[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -298,13 +326,19 @@ impl<'a> Cursor<'a> {
         Ok(self.take(1)?[0])
     }
     fn u16(&mut self) -> Result<u16, String> {
-        Ok(u16::from_le_bytes(self.take(2)?.try_into().unwrap_or_default()))
+        Ok(u16::from_le_bytes(
+            self.take(2)?.try_into().unwrap_or_default(),
+        ))
     }
     fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap_or_default()))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().unwrap_or_default(),
+        ))
     }
     fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap_or_default()))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().unwrap_or_default(),
+        ))
     }
     fn ptr(&mut self) -> Result<u64, String> {
         if self.ptr == 4 {
@@ -315,14 +349,27 @@ impl<'a> Cursor<'a> {
     }
 }
 
-fn decode_level(fields: &[PlanField], cur: &mut Cursor<'_>, out: &mut Properties) -> Result<(), Fail> {
+fn decode_level(
+    fields: &[PlanField],
+    cur: &mut Cursor<'_>,
+    out: &mut Properties,
+) -> Result<(), Fail> {
     // Integer values of this level's properties, for count=/length= references.
     let mut nums: Vec<Option<u64>> = Vec::with_capacity(fields.len());
     for f in fields {
         let start = cur.pos;
-        let fail = |reason: String, at: usize| Fail { path: f.name.to_string(), offset: at, reason };
+        let fail = |reason: String, at: usize| Fail {
+            path: f.name.to_string(),
+            offset: at,
+            reason,
+        };
         let referenced = |j: usize, what: &str| -> Result<u64, Fail> {
-            nums.get(j).copied().flatten().ok_or_else(|| fail(format!("its {what} property (#{j}) has no integer value"), start))
+            nums.get(j).copied().flatten().ok_or_else(|| {
+                fail(
+                    format!("its {what} property (#{j}) has no integer value"),
+                    start,
+                )
+            })
         };
         let len = match f.length {
             Length::Natural => None,
@@ -333,7 +380,10 @@ fn decode_level(fields: &[PlanField], cur: &mut Cursor<'_>, out: &mut Properties
             Count::One => None,
             Count::Fixed(n) => Some(n as u64),
             Count::FromProperty(j) => Some(referenced(j, "count")?),
-            Count::Prefixed => Some(cur.u16().map_err(|r| fail(format!("array count: {r}"), start))? as u64),
+            Count::Prefixed => Some(
+                cur.u16()
+                    .map_err(|r| fail(format!("array count: {r}"), start))? as u64,
+            ),
         };
         match n {
             None => match one(f, cur, len) {
@@ -354,14 +404,23 @@ fn decode_level(fields: &[PlanField], cur: &mut Cursor<'_>, out: &mut Properties
                 let remaining = cur.d.len().saturating_sub(cur.pos) as u64;
                 // Every element takes at least one byte unless the type is empty; refuse absurd counts early.
                 if n > remaining && !(f.in_type == it::NULL && f.members.is_none()) {
-                    return Err(fail(format!("array of {n} elements cannot fit in the {remaining} remaining bytes"), start));
+                    return Err(fail(
+                        format!(
+                            "array of {n} elements cannot fit in the {remaining} remaining bytes"
+                        ),
+                        start,
+                    ));
                 }
                 let mut arr = Vec::with_capacity(n as usize);
                 for i in 0..n {
                     match one(f, cur, len) {
                         Ok(v) => arr.push(v),
                         Err(mut e) => {
-                            e.path = if e.path.is_empty() { format!("{}[{i}]", f.name) } else { format!("{}[{i}].{}", f.name, e.path) };
+                            e.path = if e.path.is_empty() {
+                                format!("{}[{i}]", f.name)
+                            } else {
+                                format!("{}[{i}].{}", f.name, e.path)
+                            };
                             out.0.push((f.name.clone(), Value::Array(arr)));
                             return Err(e);
                         }
@@ -385,12 +444,18 @@ fn one(f: &PlanField, cur: &mut Cursor<'_>, len: Option<u64>) -> Result<Value, F
             Err(e) => Err(e),
         };
     }
-    scalar(f.in_type, f.out_type, f.map.as_deref(), cur, len).map_err(|reason| Fail { path: String::new(), offset: at, reason })
+    scalar(f.in_type, f.out_type, f.map.as_deref(), cur, len).map_err(|reason| Fail {
+        path: String::new(),
+        offset: at,
+        reason,
+    })
 }
 
 fn utf16(b: &[u8]) -> String {
     let units = b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
-    char::decode_utf16(units).map(|r| r.unwrap_or('\u{FFFD}')).collect()
+    char::decode_utf16(units)
+        .map(|r| r.unwrap_or('\u{FFFD}'))
+        .collect()
 }
 
 fn ansi(b: &[u8]) -> String {
@@ -454,9 +519,14 @@ fn sid_string(b: &[u8]) -> String {
 }
 
 fn read_sid(cur: &mut Cursor<'_>) -> Result<Value, String> {
-    let head = cur.d.get(cur.pos..cur.pos + 8).ok_or_else(|| "SID header needs 8 bytes".to_string())?;
+    let head = cur
+        .d
+        .get(cur.pos..cur.pos + 8)
+        .ok_or_else(|| "SID header needs 8 bytes".to_string())?;
     let n = head[1] as usize;
-    let b = cur.take(8 + 4 * n).map_err(|r| format!("SID with {n} sub-authorities: {r}"))?;
+    let b = cur
+        .take(8 + 4 * n)
+        .map_err(|r| format!("SID with {n} sub-authorities: {r}"))?;
     Ok(Value::Sid(sid_string(b)))
 }
 
@@ -478,9 +548,13 @@ fn socket_address(b: &[u8]) -> Option<SocketAddr> {
 
 fn binary_value(b: &[u8], out: OutType) -> Value {
     match out {
-        ot::IPV6 if b.len() == 16 => Value::Ipv6(Ipv6Addr::from(<[u8; 16]>::try_from(b).unwrap_or_default())),
+        ot::IPV6 if b.len() == 16 => {
+            Value::Ipv6(Ipv6Addr::from(<[u8; 16]>::try_from(b).unwrap_or_default()))
+        }
         ot::IPV4 if b.len() == 4 => Value::Ipv4(Ipv4Addr::new(b[0], b[1], b[2], b[3])),
-        ot::SOCKETADDRESS => socket_address(b).map(Value::SocketAddress).unwrap_or_else(|| Value::Binary(b.to_vec())),
+        ot::SOCKETADDRESS => socket_address(b)
+            .map(Value::SocketAddress)
+            .unwrap_or_else(|| Value::Binary(b.to_vec())),
         ot::STRING | ot::UTF8 => Value::String(ansi(trim_nuls(b))),
         _ => Value::Binary(b.to_vec()),
     }
@@ -488,10 +562,18 @@ fn binary_value(b: &[u8], out: OutType) -> Value {
 
 fn map_name(map: &ValueMap, v: u64) -> Option<String> {
     if !map.is_bitmap {
-        return map.entries.iter().find(|(k, _)| *k == v).map(|(_, n)| n.clone());
+        return map
+            .entries
+            .iter()
+            .find(|(k, _)| *k == v)
+            .map(|(_, n)| n.clone());
     }
     if v == 0 {
-        return map.entries.iter().find(|(k, _)| *k == 0).map(|(_, n)| n.clone());
+        return map
+            .entries
+            .iter()
+            .find(|(k, _)| *k == 0)
+            .map(|(_, n)| n.clone());
     }
     let mut names = Vec::new();
     let mut left = v;
@@ -512,7 +594,13 @@ fn map_name(map: &ValueMap, v: u64) -> Option<String> {
 }
 
 /// An integer with its out-type applied. `signed` holds the sign-extended value for signed in-types.
-fn int_value(u: u64, signed: Option<i64>, width: u8, out: OutType, map: Option<&ValueMap>) -> Value {
+fn int_value(
+    u: u64,
+    signed: Option<i64>,
+    width: u8,
+    out: OutType,
+    map: Option<&ValueMap>,
+) -> Value {
     if let Some(m) = map {
         if let Some(name) = map_name(m, u) {
             return Value::Mapped { value: u, name };
@@ -526,10 +614,16 @@ fn int_value(u: u64, signed: Option<i64>, width: u8, out: OutType, map: Option<&
         ot::WIN32ERROR | ot::ERRORCODE if width == 4 => Value::Win32Error(u as u32),
         ot::NTSTATUS if width == 4 => Value::NtStatus(u as u32),
         ot::HRESULT if width == 4 => Value::HResult(u as u32),
-        ot::DATETIME | ot::DATETIME_UTC | ot::CULTURE_INSENSITIVE_DATETIME if width == 8 => Value::FileTime(u as i64),
+        ot::DATETIME | ot::DATETIME_UTC | ot::CULTURE_INSENSITIVE_DATETIME if width == 8 => {
+            Value::FileTime(u as i64)
+        }
         ot::CODE_POINTER => Value::Pointer(u),
         ot::STRING if width <= 2 => {
-            let c = if width == 1 { Some(u as u8 as char) } else { char::from_u32(u as u32) };
+            let c = if width == 1 {
+                Some(u as u8 as char)
+            } else {
+                char::from_u32(u as u32)
+            };
             Value::String(c.map(String::from).unwrap_or_default())
         }
         ot::BYTE | ot::SHORT | ot::INT | ot::LONG => {
@@ -549,9 +643,17 @@ fn int_value(u: u64, signed: Option<i64>, width: u8, out: OutType, map: Option<&
     }
 }
 
-fn scalar(in_t: InType, out: OutType, map: Option<&ValueMap>, cur: &mut Cursor<'_>, len: Option<u64>) -> Result<Value, String> {
+fn scalar(
+    in_t: InType,
+    out: OutType,
+    map: Option<&ValueMap>,
+    cur: &mut Cursor<'_>,
+    len: Option<u64>,
+) -> Result<Value, String> {
     let len_bytes = |n: u64, unit: u64| -> Result<usize, String> {
-        n.checked_mul(unit).and_then(|v| usize::try_from(v).ok()).ok_or_else(|| format!("length {n} is too large"))
+        n.checked_mul(unit)
+            .and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(|| format!("length {n} is too large"))
     };
     Ok(match in_t {
         it::NULL => Value::Null,
@@ -591,7 +693,10 @@ fn scalar(in_t: InType, out: OutType, map: Option<&ValueMap>, cur: &mut Cursor<'
         it::BOOLEAN => {
             let v = cur.u32()?;
             match map.and_then(|m| map_name(m, v as u64)) {
-                Some(name) => Value::Mapped { value: v as u64, name },
+                Some(name) => Value::Mapped {
+                    value: v as u64,
+                    name,
+                },
                 None => Value::Bool(v != 0),
             }
         }
@@ -686,12 +791,16 @@ fn scalar(in_t: InType, out: OutType, map: Option<&ValueMap>, cur: &mut Cursor<'
         it::WBEMSID => {
             // TOKEN_USER: {PSID Sid, DWORD Attributes} padded to two pointers, then the SID itself.
             // A first u32 of 0 means "no SID" and takes 4 bytes.
-            let first = cur.d.get(cur.pos..cur.pos + 4).ok_or_else(|| "WBEMSID needs at least 4 bytes".to_string())?;
+            let first = cur
+                .d
+                .get(cur.pos..cur.pos + 4)
+                .ok_or_else(|| "WBEMSID needs at least 4 bytes".to_string())?;
             if first == [0, 0, 0, 0] {
                 cur.take(4)?;
                 Value::Null
             } else {
-                cur.take(2 * cur.ptr as usize).map_err(|r| format!("WBEMSID TOKEN_USER header: {r}"))?;
+                cur.take(2 * cur.ptr as usize)
+                    .map_err(|r| format!("WBEMSID TOKEN_USER header: {r}"))?;
                 read_sid(cur)?
             }
         }
@@ -738,7 +847,10 @@ pub fn is_eventsource_manifest(rec: &EventRecord<'_>) -> bool {
 
 impl Decoder {
     pub fn new(registry: Registry) -> Decoder {
-        Decoder { registry, plans: RwLock::new(HashMap::new()) }
+        Decoder {
+            registry,
+            plans: RwLock::new(HashMap::new()),
+        }
     }
     pub fn registry(&self) -> &Registry {
         &self.registry
@@ -764,15 +876,23 @@ impl Decoder {
 
     /// Names and values of one record. Never fails: what cannot be decoded is said in `undecoded`.
     pub fn decode(&self, rec: &EventRecord<'_>) -> DecodedEvent {
-        let mut ev = DecodedEvent { provider_name: self.registry.provider_name(rec), ..Default::default() };
+        let mut ev = DecodedEvent {
+            provider_name: self.registry.provider_name(rec),
+            ..Default::default()
+        };
         if rec.header_type == HeaderType::Message {
             ev.properties = wpp_fields(rec);
             ev.undecoded = Some("WPP message: no TMF available, raw fields only".into());
             return ev;
         }
         if rec.header_type.is_event_header() && rec.flags & flags::STRING_ONLY != 0 {
-            let mut cur = Cursor { d: &rec.payload, pos: 0, ptr: rec.pointer_size };
-            ev.properties.push("String", Value::String(utf16(cstr16(&mut cur))));
+            let mut cur = Cursor {
+                d: &rec.payload,
+                pos: 0,
+                ptr: rec.pointer_size,
+            };
+            ev.properties
+                .push("String", Value::String(utf16(cstr16(&mut cur))));
             ev.source = Some(SchemaSource::Builtin);
             return ev;
         }
@@ -784,16 +904,26 @@ impl Decoder {
                 ev.properties.push("MajorVersion", Value::U64(p[1] as u64));
                 ev.properties.push("MinorVersion", Value::U64(p[2] as u64));
                 ev.properties.push("Magic", Value::U64(p[3] as u64));
-                ev.properties.push("TotalChunks", Value::U64(u16::from_le_bytes([p[4], p[5]]) as u64));
-                ev.properties.push("ChunkNumber", Value::U64(u16::from_le_bytes([p[6], p[7]]) as u64));
-                ev.properties.push("DataLength", Value::U64((p.len() - 8) as u64));
+                ev.properties.push(
+                    "TotalChunks",
+                    Value::U64(u16::from_le_bytes([p[4], p[5]]) as u64),
+                );
+                ev.properties.push(
+                    "ChunkNumber",
+                    Value::U64(u16::from_le_bytes([p[6], p[7]]) as u64),
+                );
+                ev.properties
+                    .push("DataLength", Value::U64((p.len() - 8) as u64));
                 ev.source = Some(SchemaSource::EventSourceManifest);
             } else {
-                ev.undecoded = Some(format!("EventSource manifest chunk of {} bytes is shorter than its 8-byte header", p.len()));
+                ev.undecoded = Some(format!(
+                    "EventSource manifest chunk of {} bytes is shorter than its 8-byte header",
+                    p.len()
+                ));
             }
             return ev;
         }
-        let schema = match self.registry.lookup(rec) {
+        let schema = match self.registry.try_lookup(rec) {
             Ok(Some(s)) => s,
             Ok(None) => {
                 ev.undecoded = Some("no schema for this event".into());
@@ -825,7 +955,10 @@ impl Decoder {
 /// A WPP MESSAGE record's raw fields (no TMF: the argument blob cannot be formatted).
 fn wpp_fields(rec: &EventRecord<'_>) -> Properties {
     let mut p = Properties::default();
-    p.push("MessageNumber", Value::U64(rec.hook_id.unwrap_or(rec.descriptor.id) as u64));
+    p.push(
+        "MessageNumber",
+        Value::U64(rec.hook_id.unwrap_or(rec.descriptor.id) as u64),
+    );
     p.push("MessageGuid", Value::Guid(rec.provider));
     p.push("PointerSize", Value::U64(rec.pointer_size as u64));
     p.push("Arguments", Value::Binary(rec.payload.to_vec()));
@@ -857,7 +990,10 @@ mod tests {
 
     #[test]
     fn truncated_payload_names_property_and_offset() {
-        let s = schema(vec![Property::scalar("A", it::UINT32, 0), Property::scalar("B", it::UINT64, 0)]);
+        let s = schema(vec![
+            Property::scalar("A", it::UINT32, 0),
+            Property::scalar("B", it::UINT64, 0),
+        ]);
         let e = decode_properties(&s, &[1, 0, 0, 0, 2, 0], 8).unwrap_err();
         assert_eq!(e.property, "B");
         assert_eq!(e.offset, 4);
@@ -881,7 +1017,9 @@ mod tests {
             Property::scalar("P", it::POINTER, 0),
             Property::scalar("Sid", it::WBEMSID, 0),
         ]);
-        let mut p = vec![3u8, 2, 0, 0xaa, 0xbb, 0xcc, 0x00, 0x50, 0x01, 0xbb, 1, 0, 0, 0, 10, 0, 0, 1];
+        let mut p = vec![
+            3u8, 2, 0, 0xaa, 0xbb, 0xcc, 0x00, 0x50, 0x01, 0xbb, 1, 0, 0, 0, 10, 0, 0, 1,
+        ];
         p.extend_from_slice(&0xdead_beefu32.to_le_bytes());
         p.extend_from_slice(&[0xff; 8]); // TOKEN_USER (32-bit: 2 × 4 bytes)
         p.extend_from_slice(&[1, 1, 0, 0, 0, 0, 0, 5, 18, 0, 0, 0]);

@@ -140,6 +140,10 @@ pub struct SchemaError {
 
 impl SchemaError {
     pub(crate) fn new(what: &'static str, offset: usize, reason: impl Into<String>) -> SchemaError {
-        SchemaError { what, offset, reason: reason.into() }
+        SchemaError {
+            what,
+            offset,
+            reason: reason.into(),
+        }
     }
 }

@@ -11,7 +11,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::types::in_type;
-use super::{Count, EventSchema, Length, Property, PropertyKind, SchemaError, SchemaKey, SchemaSource, ValueMap};
+use super::{
+    Count, EventSchema, Length, Property, PropertyKind, SchemaError, SchemaKey, SchemaSource,
+    ValueMap,
+};
 use crate::guid::Guid;
 
 /// The class GUID of KernelTraceControl's MetaData records.
@@ -46,7 +49,11 @@ fn wstr(d: &[u8], off: u32) -> Option<String> {
         return None;
     }
     let rest = d.get(off as usize..)?;
-    let units: Vec<u16> = rest.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).take_while(|&u| u != 0).collect();
+    let units: Vec<u16> = rest
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .take_while(|&u| u != 0)
+        .collect();
     let s = String::from_utf16_lossy(&units);
     let s = s.trim_end();
     (!s.is_empty()).then(|| s.to_string())
@@ -56,7 +63,11 @@ fn wstr(d: &[u8], off: u32) -> Option<String> {
 /// of their own here (WPP, TraceLogging).
 pub fn parse_event_info(d: &[u8]) -> Result<Option<EventInfo>, SchemaError> {
     if d.len() < 0x70 {
-        return Err(SchemaError::new(TEI, 0, format!("{} bytes, shorter than the 0x70-byte header", d.len())));
+        return Err(SchemaError::new(
+            TEI,
+            0,
+            format!("{} bytes, shorter than the 0x70-byte header", d.len()),
+        ));
     }
     let provider = Guid::from_le_bytes(&d[0..16]).unwrap_or_default();
     let event_guid = Guid::from_le_bytes(&d[16..32]).unwrap_or_default();
@@ -68,37 +79,78 @@ pub fn parse_event_info(d: &[u8]) -> Result<Option<EventInfo>, SchemaError> {
     let prop_count = off(0x64) as usize;
     let top_count = off(0x68) as usize;
     if 0x70 + prop_count * 0x18 > d.len() {
-        return Err(SchemaError::new(TEI, 0x64, format!("{prop_count} properties overrun the {}-byte blob", d.len())));
+        return Err(SchemaError::new(
+            TEI,
+            0x64,
+            format!("{prop_count} properties overrun the {}-byte blob", d.len()),
+        ));
     }
     if top_count > prop_count {
-        return Err(SchemaError::new(TEI, 0x68, format!("{top_count} top-level properties but only {prop_count} in all")));
+        return Err(SchemaError::new(
+            TEI,
+            0x68,
+            format!("{top_count} top-level properties but only {prop_count} in all"),
+        ));
     }
     let key = match source {
-        0 => SchemaKey::Manifest { provider, id, version },
-        1 => SchemaKey::Mof { class: event_guid, opcode, version },
+        0 => SchemaKey::Manifest {
+            provider,
+            id,
+            version,
+        },
+        1 => SchemaKey::Mof {
+            class: event_guid,
+            opcode,
+            version,
+        },
         _ => return Ok(None),
     };
     let props = build_level(d, prop_count, 0, top_count, 0)?;
     let schema = EventSchema {
         provider,
         provider_name: wstr(d, off(0x34)),
-        event_name: if source == 0 { wstr(d, off(0x5C)) } else { None },
+        event_name: if source == 0 {
+            wstr(d, off(0x5C))
+        } else {
+            None
+        },
         task_name: wstr(d, off(0x44)),
         opcode_name: wstr(d, off(0x48)),
         keywords_name: wstr(d, off(0x40)),
         properties: props,
         source: SchemaSource::Embedded,
     };
-    Ok(Some(EventInfo { key, decoding_source: source, schema }))
+    Ok(Some(EventInfo {
+        key,
+        decoding_source: source,
+        schema,
+    }))
 }
 
 /// Properties `[start, start+n)` of the global array, as one level of the tree.
-fn build_level(d: &[u8], total: usize, start: usize, n: usize, depth: u32) -> Result<Vec<Property>, SchemaError> {
+fn build_level(
+    d: &[u8],
+    total: usize,
+    start: usize,
+    n: usize,
+    depth: u32,
+) -> Result<Vec<Property>, SchemaError> {
     if depth > 16 {
-        return Err(SchemaError::new(TEI, 0x70 + start * 0x18, "structs nest deeper than 16 levels"));
+        return Err(SchemaError::new(
+            TEI,
+            0x70 + start * 0x18,
+            "structs nest deeper than 16 levels",
+        ));
     }
     if start + n > total {
-        return Err(SchemaError::new(TEI, 0x70 + start * 0x18, format!("struct members {start}..{} exceed {total} properties", start + n)));
+        return Err(SchemaError::new(
+            TEI,
+            0x70 + start * 0x18,
+            format!(
+                "struct members {start}..{} exceed {total} properties",
+                start + n
+            ),
+        ));
     }
     let mut out = Vec::with_capacity(n);
     for i in start..start + n {
@@ -126,7 +178,11 @@ fn build_level(d: &[u8], total: usize, start: usize, n: usize, depth: u32) -> Re
             Count::One
         };
         let (kind, length, map) = if flags & 0x1 != 0 {
-            (PropertyKind::Struct(build_level(d, total, a as usize, b as usize, depth + 1)?), Length::Natural, None)
+            (
+                PropertyKind::Struct(build_level(d, total, a as usize, b as usize, depth + 1)?),
+                Length::Natural,
+                None,
+            )
         } else {
             let length = if flags & 0x2 != 0 {
                 Length::FromProperty(local(length_f, "length")?)
@@ -135,10 +191,29 @@ fn build_level(d: &[u8], total: usize, start: usize, n: usize, depth: u32) -> Re
             } else {
                 Length::Natural
             };
-            let map = wstr(d, map_off).map(|n| Arc::new(ValueMap { name: n, is_bitmap: false, entries: Vec::new() }));
-            (PropertyKind::Scalar { in_type: a, out_type: b }, length, map)
+            let map = wstr(d, map_off).map(|n| {
+                Arc::new(ValueMap {
+                    name: n,
+                    is_bitmap: false,
+                    entries: Vec::new(),
+                })
+            });
+            (
+                PropertyKind::Scalar {
+                    in_type: a,
+                    out_type: b,
+                },
+                length,
+                map,
+            )
         };
-        out.push(Property { name, kind, count, length, map });
+        out.push(Property {
+            name,
+            kind,
+            count,
+            length,
+            map,
+        });
     }
     Ok(out)
 }
@@ -146,25 +221,43 @@ fn build_level(d: &[u8], total: usize, start: usize, n: usize, depth: u32) -> Re
 /// In-types whose size a `length` changes (fixed-size scalars and pointers ignore it).
 fn takes_length(t: u16) -> bool {
     use in_type::*;
-    matches!(t, UNICODESTRING | ANSISTRING | BINARY | NONNULLTERMINATEDSTRING | NONNULLTERMINATEDANSISTRING | HEXDUMP)
+    matches!(
+        t,
+        UNICODESTRING
+            | ANSISTRING
+            | BINARY
+            | NONNULLTERMINATEDSTRING
+            | NONNULLTERMINATEDANSISTRING
+            | HEXDUMP
+    )
 }
 
 /// Parses an EventMapInfo payload: a provider GUID, then EVENT_MAP_INFO.
 pub fn parse_map_info(payload: &[u8]) -> Result<(Guid, ValueMap), SchemaError> {
-    let provider = Guid::from_le_bytes(payload).ok_or_else(|| SchemaError::new(EMI, 0, "shorter than the 16-byte provider GUID"))?;
+    let provider = Guid::from_le_bytes(payload)
+        .ok_or_else(|| SchemaError::new(EMI, 0, "shorter than the 16-byte provider GUID"))?;
     let d = &payload[16..];
     if d.len() < 16 {
         return Err(SchemaError::new(EMI, 16, "shorter than its 16-byte header"));
     }
-    let name = wstr(d, u32_at(d, 0).unwrap_or(0)).ok_or_else(|| SchemaError::new(EMI, 16, "map has no name"))?;
+    let name = wstr(d, u32_at(d, 0).unwrap_or(0))
+        .ok_or_else(|| SchemaError::new(EMI, 16, "map has no name"))?;
     let flag = u32_at(d, 4).unwrap_or(0);
     let n = u32_at(d, 8).unwrap_or(0) as usize;
     let value_type = u32_at(d, 12).unwrap_or(0);
     if value_type != 0 {
-        return Err(SchemaError::new(EMI, 28, format!("map {name:?} has string input values (ValueType {value_type}); not supported")));
+        return Err(SchemaError::new(
+            EMI,
+            28,
+            format!("map {name:?} has string input values (ValueType {value_type}); not supported"),
+        ));
     }
     if 16 + n * 8 > d.len() {
-        return Err(SchemaError::new(EMI, 24, format!("map {name:?}: {n} entries overrun the blob")));
+        return Err(SchemaError::new(
+            EMI,
+            24,
+            format!("map {name:?}: {n} entries overrun the blob"),
+        ));
     }
     let mut entries = Vec::with_capacity(n);
     for i in 0..n {
@@ -172,11 +265,22 @@ pub fn parse_map_info(payload: &[u8]) -> Result<(Guid, ValueMap), SchemaError> {
         let out = wstr(d, u32_at(d, e).unwrap_or(0)).unwrap_or_default();
         entries.push((u32_at(d, e + 4).unwrap_or(0) as u64, out));
     }
-    Ok((provider, ValueMap { name, is_bitmap: flag & (0x2 | 0x10) != 0, entries }))
+    Ok((
+        provider,
+        ValueMap {
+            name,
+            is_bitmap: flag & (0x2 | 0x10) != 0,
+            entries,
+        },
+    ))
 }
 
 /// Replaces placeholder maps (no entries) in `props` with the real ones from `maps`.
-pub fn resolve_maps(provider: Guid, props: &mut [Property], maps: &HashMap<(Guid, String), Arc<ValueMap>>) {
+pub fn resolve_maps(
+    provider: Guid,
+    props: &mut [Property],
+    maps: &HashMap<(Guid, String), Arc<ValueMap>>,
+) {
     for p in props {
         if let Some(m) = &p.map {
             if m.entries.is_empty() {

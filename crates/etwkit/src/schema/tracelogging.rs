@@ -26,17 +26,32 @@ pub struct ProviderTraits {
 
 /// Parses a PROV_TRAITS item.
 pub fn parse_traits(data: &[u8]) -> Result<ProviderTraits, SchemaError> {
-    let total = u16_at(data, 0).ok_or_else(|| SchemaError::new(TRAITS, 0, "shorter than its 2-byte size"))? as usize;
+    let total = u16_at(data, 0)
+        .ok_or_else(|| SchemaError::new(TRAITS, 0, "shorter than its 2-byte size"))?
+        as usize;
     if total < 3 || total > data.len() {
-        return Err(SchemaError::new(TRAITS, 0, format!("size {total} does not fit the {}-byte item", data.len())));
+        return Err(SchemaError::new(
+            TRAITS,
+            0,
+            format!("size {total} does not fit the {}-byte item", data.len()),
+        ));
     }
     let d = &data[..total];
-    let (name, mut pos) = cstr(d, 2).ok_or_else(|| SchemaError::new(TRAITS, 2, "provider name is not NUL-terminated"))?;
-    let mut t = ProviderTraits { name, group: None, decode_guid: None };
+    let (name, mut pos) = cstr(d, 2)
+        .ok_or_else(|| SchemaError::new(TRAITS, 2, "provider name is not NUL-terminated"))?;
+    let mut t = ProviderTraits {
+        name,
+        group: None,
+        decode_guid: None,
+    };
     while pos + 3 <= d.len() {
         let size = u16_at(d, pos).unwrap_or(0) as usize;
         if size < 3 || pos + size > d.len() {
-            return Err(SchemaError::new(TRAITS, pos, format!("trait size {size} overruns the traits")));
+            return Err(SchemaError::new(
+                TRAITS,
+                pos,
+                format!("trait size {size} overruns the traits"),
+            ));
         }
         let body = &d[pos + 3..pos + size];
         match d[pos + 2] {
@@ -71,24 +86,36 @@ struct RawField {
 
 /// Parses an EVENT_SCHEMA_TL item.
 pub fn parse_event(data: &[u8]) -> Result<TlEvent, SchemaError> {
-    let total = u16_at(data, 0).ok_or_else(|| SchemaError::new(META, 0, "shorter than its 2-byte size"))? as usize;
+    let total = u16_at(data, 0)
+        .ok_or_else(|| SchemaError::new(META, 0, "shorter than its 2-byte size"))?
+        as usize;
     if total < 4 || total > data.len() {
-        return Err(SchemaError::new(META, 0, format!("size {total} does not fit the {}-byte item", data.len())));
+        return Err(SchemaError::new(
+            META,
+            0,
+            format!("size {total} does not fit the {}-byte item", data.len()),
+        ));
     }
     let d = &data[..total];
     let (tags, mut pos) = read_tags(d, 2)?;
-    let (name, p) = cstr(d, pos).ok_or_else(|| SchemaError::new(META, pos, "event name is not NUL-terminated"))?;
+    let (name, p) = cstr(d, pos)
+        .ok_or_else(|| SchemaError::new(META, pos, "event name is not NUL-terminated"))?;
     pos = p;
     let mut raw = Vec::new();
     while pos < d.len() {
         let start = pos;
-        let (fname, p) = cstr(d, pos).ok_or_else(|| SchemaError::new(META, pos, "field name is not NUL-terminated"))?;
+        let (fname, p) = cstr(d, pos)
+            .ok_or_else(|| SchemaError::new(META, pos, "field name is not NUL-terminated"))?;
         pos = p;
-        let in_meta = *d.get(pos).ok_or_else(|| SchemaError::new(META, pos, format!("field {fname:?} has no in-type byte")))?;
+        let in_meta = *d.get(pos).ok_or_else(|| {
+            SchemaError::new(META, pos, format!("field {fname:?} has no in-type byte"))
+        })?;
         pos += 1;
         let mut out_t = 0u8;
         if in_meta & 0x80 != 0 {
-            let out_meta = *d.get(pos).ok_or_else(|| SchemaError::new(META, pos, format!("field {fname:?} has no out-type byte")))?;
+            let out_meta = *d.get(pos).ok_or_else(|| {
+                SchemaError::new(META, pos, format!("field {fname:?} has no out-type byte"))
+            })?;
             pos += 1;
             out_t = out_meta & 0x7F;
             if out_meta & 0x80 != 0 {
@@ -99,27 +126,58 @@ pub fn parse_event(data: &[u8]) -> Result<TlEvent, SchemaError> {
         let mut const_count = 0;
         match arity {
             0x20 => {
-                const_count = u16_at(d, pos).ok_or_else(|| SchemaError::new(META, pos, format!("field {fname:?}: const count missing")))?;
+                const_count = u16_at(d, pos).ok_or_else(|| {
+                    SchemaError::new(META, pos, format!("field {fname:?}: const count missing"))
+                })?;
                 pos += 2;
             }
             0x60 => {
-                let n = u16_at(d, pos).ok_or_else(|| SchemaError::new(META, pos, format!("field {fname:?}: custom schema size missing")))? as usize;
+                let n = u16_at(d, pos).ok_or_else(|| {
+                    SchemaError::new(
+                        META,
+                        pos,
+                        format!("field {fname:?}: custom schema size missing"),
+                    )
+                })? as usize;
                 pos += 2 + n;
                 if pos > d.len() {
-                    return Err(SchemaError::new(META, start, format!("field {fname:?}: custom schema of {n} bytes overruns the metadata")));
+                    return Err(SchemaError::new(
+                        META,
+                        start,
+                        format!(
+                            "field {fname:?}: custom schema of {n} bytes overruns the metadata"
+                        ),
+                    ));
                 }
             }
             _ => {}
         }
-        raw.push(RawField { name: fname, in_type: in_meta & 0x1F, out_type: out_t, arity, const_count, offset: start });
+        raw.push(RawField {
+            name: fname,
+            in_type: in_meta & 0x1F,
+            out_type: out_t,
+            arity,
+            const_count,
+            offset: start,
+        });
     }
     let mut idx = 0;
     let mut custom = 0;
     let properties = build(&raw, &mut idx, usize::MAX, &mut custom)?;
-    Ok(TlEvent { name, tags, properties, custom_fields: custom })
+    Ok(TlEvent {
+        name,
+        tags,
+        properties,
+        custom_fields: custom,
+    })
 }
 
-fn build(raw: &[RawField], idx: &mut usize, n: usize, custom: &mut usize) -> Result<Vec<Property>, SchemaError> {
+fn build(
+    raw: &[RawField],
+    idx: &mut usize,
+    n: usize,
+    custom: &mut usize,
+) -> Result<Vec<Property>, SchemaError> {
     let mut out = Vec::new();
     while out.len() < n && *idx < raw.len() {
         let f = &raw[*idx];
@@ -131,25 +189,57 @@ fn build(raw: &[RawField], idx: &mut usize, n: usize, custom: &mut usize) -> Res
         };
         let prop = if f.arity == 0x60 {
             *custom += 1;
-            Property::scalar(f.name.clone(), in_type::MANIFEST_COUNTEDBINARY, out_type::NULL)
+            Property::scalar(
+                f.name.clone(),
+                in_type::MANIFEST_COUNTEDBINARY,
+                out_type::NULL,
+            )
         } else if f.in_type == tl_in::STRUCT {
             let members = f.out_type as usize;
             if members == 0 {
-                return Err(SchemaError::new(META, f.offset, format!("struct {:?} declares 0 members", f.name)));
+                return Err(SchemaError::new(
+                    META,
+                    f.offset,
+                    format!("struct {:?} declares 0 members", f.name),
+                ));
             }
             let m = build(raw, idx, members, custom)?;
             if m.len() < members {
                 return Err(SchemaError::new(
                     META,
                     f.offset,
-                    format!("struct {:?} declares {members} members but only {} fields follow", f.name, m.len()),
+                    format!(
+                        "struct {:?} declares {members} members but only {} fields follow",
+                        f.name,
+                        m.len()
+                    ),
                 ));
             }
-            Property { name: f.name.clone(), kind: PropertyKind::Struct(m), count, length: Length::Natural, map: None }
+            Property {
+                name: f.name.clone(),
+                kind: PropertyKind::Struct(m),
+                count,
+                length: Length::Natural,
+                map: None,
+            }
         } else {
-            let (it, ot) = tl_to_tdh(f.in_type, f.out_type)
-                .ok_or_else(|| SchemaError::new(META, f.offset, format!("field {:?} has unknown in-type {}", f.name, f.in_type)))?;
-            Property { name: f.name.clone(), kind: PropertyKind::Scalar { in_type: it, out_type: ot }, count, length: Length::Natural, map: None }
+            let (it, ot) = tl_to_tdh(f.in_type, f.out_type).ok_or_else(|| {
+                SchemaError::new(
+                    META,
+                    f.offset,
+                    format!("field {:?} has unknown in-type {}", f.name, f.in_type),
+                )
+            })?;
+            Property {
+                name: f.name.clone(),
+                kind: PropertyKind::Scalar {
+                    in_type: it,
+                    out_type: ot,
+                },
+                count,
+                length: Length::Natural,
+                map: None,
+            }
         };
         out.push(prop);
     }
@@ -157,7 +247,11 @@ fn build(raw: &[RawField], idx: &mut usize, n: usize, custom: &mut usize) -> Res
 }
 
 /// Builds the schema of one TraceLogging event from its extended items.
-pub fn schema_from_items(provider: Guid, traits: Option<&[u8]>, meta: &[u8]) -> Result<EventSchema, SchemaError> {
+pub fn schema_from_items(
+    provider: Guid,
+    traits: Option<&[u8]>,
+    meta: &[u8],
+) -> Result<EventSchema, SchemaError> {
     let ev = parse_event(meta)?;
     let provider_name = match traits {
         Some(t) => Some(parse_traits(t)?.name),
@@ -178,7 +272,9 @@ pub fn schema_from_items(provider: Guid, traits: Option<&[u8]>, meta: &[u8]) -> 
 fn read_tags(d: &[u8], mut pos: usize) -> Result<(u32, usize), SchemaError> {
     let mut tags = 0u32;
     for i in 0..4 {
-        let b = *d.get(pos).ok_or_else(|| SchemaError::new(META, pos, "tags run past the metadata"))?;
+        let b = *d
+            .get(pos)
+            .ok_or_else(|| SchemaError::new(META, pos, "tags run past the metadata"))?;
         pos += 1;
         tags |= ((b & 0x7F) as u32) << (21 - 7 * i);
         if b & 0x80 == 0 {
@@ -196,7 +292,10 @@ fn u16_at(d: &[u8], pos: usize) -> Option<u16> {
 fn cstr(d: &[u8], pos: usize) -> Option<(String, usize)> {
     let rest = d.get(pos..)?;
     let end = rest.iter().position(|&b| b == 0)?;
-    Some((String::from_utf8_lossy(&rest[..end]).into_owned(), pos + end + 1))
+    Some((
+        String::from_utf8_lossy(&rest[..end]).into_owned(),
+        pos + end + 1,
+    ))
 }
 
 #[cfg(test)]
@@ -230,11 +329,25 @@ mod tests {
         let ev = parse_event(&meta(&b)).unwrap();
         assert_eq!(ev.name, "E");
         assert_eq!(ev.properties.len(), 3 + 0 + 0); // a, d, e at top level
-        let PropertyKind::Struct(m) = &ev.properties[0].kind else { panic!("a is not a struct") };
-        assert_eq!(m[0].kind, PropertyKind::Scalar { in_type: 1, out_type: 0 });
+        let PropertyKind::Struct(m) = &ev.properties[0].kind else {
+            panic!("a is not a struct")
+        };
+        assert_eq!(
+            m[0].kind,
+            PropertyKind::Scalar {
+                in_type: 1,
+                out_type: 0
+            }
+        );
         assert_eq!(m[1].count, Count::Prefixed);
         assert_eq!(ev.properties[1].count, Count::Fixed(3));
-        assert_eq!(ev.properties[1].kind, PropertyKind::Scalar { in_type: 4, out_type: out_type::HEXINT8 });
+        assert_eq!(
+            ev.properties[1].kind,
+            PropertyKind::Scalar {
+                in_type: 4,
+                out_type: out_type::HEXINT8
+            }
+        );
         assert_eq!(ev.custom_fields, 1);
         // Truncated: a clear error, no panic.
         let m = meta(&b);

@@ -427,11 +427,26 @@ mod tests {
     #[test]
     fn tl_out_types_are_renumbered() {
         // TL Hex (4) on a U32 is TDH HEXINT32 (18), not TDH 4 (UNSIGNEDBYTE).
-        assert_eq!(tl_to_tdh(tl_in::UINT32, tl_out::HEX), Some((in_type::UINT32, out_type::HEXINT32)));
-        assert_eq!(tl_to_tdh(tl_in::UINT8, tl_out::BOOLEAN), Some((in_type::UINT8, out_type::BOOLEAN)));
-        assert_eq!(tl_to_tdh(tl_in::UINT16, tl_out::PORT), Some((in_type::UINT16, out_type::PORT)));
-        assert_eq!(tl_to_tdh(tl_in::COUNTEDANSISTRING, tl_out::UTF8), Some((23, out_type::UTF8)));
-        assert_eq!(tl_to_tdh(tl_in::BINARY, tl_out::IPV6), Some((25, out_type::IPV6)));
+        assert_eq!(
+            tl_to_tdh(tl_in::UINT32, tl_out::HEX),
+            Some((in_type::UINT32, out_type::HEXINT32))
+        );
+        assert_eq!(
+            tl_to_tdh(tl_in::UINT8, tl_out::BOOLEAN),
+            Some((in_type::UINT8, out_type::BOOLEAN))
+        );
+        assert_eq!(
+            tl_to_tdh(tl_in::UINT16, tl_out::PORT),
+            Some((in_type::UINT16, out_type::PORT))
+        );
+        assert_eq!(
+            tl_to_tdh(tl_in::COUNTEDANSISTRING, tl_out::UTF8),
+            Some((23, out_type::UTF8))
+        );
+        assert_eq!(
+            tl_to_tdh(tl_in::BINARY, tl_out::IPV6),
+            Some((25, out_type::IPV6))
+        );
         assert_eq!(tl_to_tdh(tl_in::STRUCT, 0), None);
         assert_eq!(tl_to_tdh(26, 0), None);
     }
