@@ -17,7 +17,8 @@
 //! * IPv4/IPv6 addresses, socket addresses (`1.2.3.4:80`, `[::1]:443`), SIDs (`S-1-5-18`) are strings.
 //! * FILETIMEs are RFC 3339 UTC strings (100 ns precision); SYSTEMTIMEs `YYYY-MM-DDTHH:MM:SS.mmm`
 //!   (no zone: the struct does not say which).
-//! * valueMap/bitMap values are their names (bitmaps joined with `|`, unnamed bits appended as hex);
+//! * valueMap/bitMap values are their names (bitmaps: set flags in ascending bit order joined with
+//!   `|`, unnamed bits appended as hex);
 //!   a value with no name in its map stays a number.
 //! * Arrays are JSON arrays; structs are objects.
 //!
@@ -575,17 +576,20 @@ fn map_name(map: &ValueMap, v: u64) -> Option<String> {
             .find(|(k, _)| *k == 0)
             .map(|(_, n)| n.clone());
     }
-    let mut names = Vec::new();
+    let mut names: Vec<(u64, &str)> = Vec::new();
     let mut left = v;
     for (k, n) in &map.entries {
         if *k != 0 && v & k == *k {
-            names.push(n.as_str());
+            names.push((*k, n.as_str()));
             left &= !k;
         }
     }
     if names.is_empty() {
         return None;
     }
+    // Ascending bit order, whatever order the map lists its entries in.
+    names.sort_by_key(|e| e.0);
+    let names: Vec<&str> = names.into_iter().map(|e| e.1).collect();
     let mut s = names.join("|");
     if left != 0 {
         let _ = write!(s, "|0x{left:x}");
