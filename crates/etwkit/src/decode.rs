@@ -240,6 +240,15 @@ impl Plan {
     }
     /// Decodes a payload with this plan.
     pub fn decode(&self, payload: &[u8], pointer_size: u8) -> Result<Properties, DecodeError> {
+        self.decode_counted(payload, pointer_size).map(|(p, _)| p)
+    }
+
+    /// As [`Plan::decode`], also returning how many payload bytes the properties took.
+    pub fn decode_counted(
+        &self,
+        payload: &[u8],
+        pointer_size: u8,
+    ) -> Result<(Properties, usize), DecodeError> {
         let mut cur = Cursor {
             d: payload,
             pos: 0,
@@ -247,7 +256,7 @@ impl Plan {
         };
         let mut out = Properties(Vec::with_capacity(self.fields.len()));
         match decode_level(&self.fields, &mut cur, &mut out) {
-            Ok(()) => Ok(out),
+            Ok(()) => Ok((out, cur.pos)),
             Err(f) => Err(DecodeError {
                 property: f.path,
                 offset: f.offset,
@@ -828,6 +837,14 @@ pub struct DecodedEvent {
     pub source: Option<SchemaSource>,
     /// Why the record has no (or only partial) properties; `None` when fully decoded.
     pub undecoded: Option<String>,
+    /// Payload bytes after the last property (0 when the schema consumed the payload exactly).
+    /// TDH ignores them too; they are reported so that nothing is lost silently.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unread_bytes: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl DecodedEvent {
@@ -945,8 +962,14 @@ impl Decoder {
         ev.task_name = schema.task_name.clone();
         ev.opcode_name = schema.opcode_name.clone();
         ev.source = Some(schema.source);
-        match self.plan(&schema).decode(&rec.payload, rec.pointer_size) {
-            Ok(p) => ev.properties = p,
+        match self
+            .plan(&schema)
+            .decode_counted(&rec.payload, rec.pointer_size)
+        {
+            Ok((p, used)) => {
+                ev.properties = p;
+                ev.unread_bytes = rec.payload.len() - used;
+            }
             Err(e) => {
                 ev.undecoded = Some(e.to_string());
                 ev.properties = e.partial;
