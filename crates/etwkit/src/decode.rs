@@ -841,6 +841,10 @@ pub struct DecodedEvent {
     /// TDH ignores them too; they are reported so that nothing is lost silently.
     #[serde(skip_serializing_if = "is_zero")]
     pub unread_bytes: usize,
+    /// The record's stack: its EVENT_HEADER stack item, with kernel StackWalk frames appended when
+    /// the decoder has a [`stacks::StackIndex`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack: Option<Stack>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -854,11 +858,15 @@ impl DecodedEvent {
     }
 }
 
+/// Plans by schema address; the schema is kept alive beside its plan so the address stays unique.
+type PlanCache = HashMap<usize, (Arc<EventSchema>, Arc<Plan>)>;
+
 /// Owns a [`Registry`] and decodes records; plans are cached per schema.
 #[derive(Default)]
 pub struct Decoder {
     registry: Registry,
-    plans: RwLock<HashMap<usize, (Arc<EventSchema>, Arc<Plan>)>>,
+    plans: RwLock<PlanCache>,
+    stacks: Option<stacks::StackIndex>,
 }
 
 /// The on-disk markers of an EventSource manifest chunk (Id/Task 0xFFFE, Opcode 254).
@@ -871,7 +879,35 @@ impl Decoder {
         Decoder {
             registry,
             plans: RwLock::new(HashMap::new()),
+            stacks: None,
         }
+    }
+
+    /// A decoder for one file: a single pre-scan pass feeds `registry` the file's embedded metadata
+    /// (EventInfo/EventMapInfo, EventSource manifests) and indexes its kernel StackWalk events.
+    pub fn for_file(
+        mut registry: Registry,
+        file: &crate::etl::EtlFile,
+    ) -> (Decoder, crate::schema::registry::LearnSummary) {
+        let mut learner = crate::schema::registry::Learner::default();
+        let mut index = stacks::StackIndex::new();
+        file.for_each(crate::etl::Order::File, |r| {
+            if !index.observe(&r.event) {
+                learner.observe(&r.event);
+            }
+            std::ops::ControlFlow::Continue(())
+        });
+        let summary = learner.finish(&mut registry);
+        let mut d = Decoder::new(registry);
+        if index.stackwalk_events() > 0 {
+            d.stacks = Some(index);
+        }
+        (d, summary)
+    }
+
+    /// Uses `index` to attach kernel StackWalk stacks.
+    pub fn set_stack_index(&mut self, index: stacks::StackIndex) {
+        self.stacks = Some(index);
     }
     pub fn registry(&self) -> &Registry {
         &self.registry
@@ -899,6 +935,7 @@ impl Decoder {
     pub fn decode(&self, rec: &EventRecord<'_>) -> DecodedEvent {
         let mut ev = DecodedEvent {
             provider_name: self.registry.provider_name(rec),
+            stack: record_stack(rec, self.stacks.as_ref()),
             ..Default::default()
         };
         if rec.header_type == HeaderType::Message {
@@ -979,6 +1016,28 @@ impl Decoder {
     }
 }
 
+impl Decoder {
+    /// As [`Decoder::decode`], for a record read from an ETL file: WPP MESSAGE records also get the
+    /// optional header items the [`EventRecord`] does not carry (sequence number, component id,
+    /// option flags), read from the raw record.
+    pub fn decode_etl(&self, r: &crate::etl::Record<'_>) -> DecodedEvent {
+        let mut ev = self.decode(&r.event);
+        if r.event.header_type == HeaderType::Message {
+            if let Some(m) = crate::etl::record::message_fields(r.raw) {
+                ev.properties
+                    .push("OptionFlags", Value::Hex(m.option_flags as u64));
+                if let Some(s) = m.sequence {
+                    ev.properties.push("Sequence", Value::U64(s as u64));
+                }
+                if let Some(c) = m.component_id {
+                    ev.properties.push("ComponentId", Value::U64(c as u64));
+                }
+            }
+        }
+        ev
+    }
+}
+
 /// A WPP MESSAGE record's raw fields (no TMF: the argument blob cannot be formatted).
 fn wpp_fields(rec: &EventRecord<'_>) -> Properties {
     let mut p = Properties::default();
@@ -992,9 +1051,17 @@ fn wpp_fields(rec: &EventRecord<'_>) -> Properties {
     p
 }
 
-/// Attaches the kernel stack for `rec`, preferring an EVENT_HEADER stack item.
+/// The stack of `rec`: its EVENT_HEADER stack item, with kernel StackWalk frames from `index`
+/// appended (either alone when only one exists).
 pub fn record_stack(rec: &EventRecord<'_>, index: Option<&stacks::StackIndex>) -> Option<Stack> {
-    rec.stack().or_else(|| index.and_then(|i| i.stack_for(rec)))
+    let walked = index.and_then(|i| i.stack_for(rec));
+    match (rec.stack(), walked) {
+        (Some(mut own), Some(w)) => {
+            own.addresses.extend(w.addresses);
+            Some(own)
+        }
+        (own, w) => own.or(w),
+    }
 }
 
 #[cfg(test)]
