@@ -13,6 +13,7 @@ pub mod event;
 pub mod guid;
 pub mod schema;
 pub mod time;
+pub mod tlg;
 
 pub use event::{EventDescriptor, EventRecord, HeaderType};
 pub use guid::Guid;
