@@ -3,7 +3,11 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "etwkit", version, about = "Event Tracing for Windows, done right, on every OS")]
+#[command(
+    name = "etwkit",
+    version,
+    about = "Event Tracing for Windows, done right, on every OS"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
