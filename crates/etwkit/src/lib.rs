@@ -10,8 +10,10 @@
 
 pub mod etl;
 pub mod event;
+pub mod filter;
 pub mod guid;
 pub mod schema;
+pub mod sink;
 pub mod time;
 pub mod tlg;
 
