@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 use crate::event::EventRecord;
+use crate::filter::EventFilter;
 use crate::guid::Guid;
 use crate::time::{Clock, ClockType};
 use crate::tlg::provider_guid_from_name;
@@ -23,84 +24,55 @@ use super::writer::{WriteError, WriteSummary, Writer, WriterOptions};
 /// KernelTraceControl embed: FULL_HEADER records whose payload starts with the provider GUID.
 pub const EVENT_METADATA_GUID: Guid = Guid::from_str_const("bbccf6c1-6cd1-48c4-80ff-839482e37671");
 
-/// A provider named on the command line: a GUID, or a name (TraceLogging/EventSource providers are
-/// matched by their traits name or by the GUID derived from the name).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ProviderSpec {
-    Guid(Guid),
-    Name { name: String, guid: Guid },
+/// Which records to keep: the shared [`EventFilter`] (time window, provider GUIDs, ids, pids) plus
+/// provider names. A name matches a TraceLogging provider by its traits name and any provider by the
+/// GUID ETW derives from the name (EventSource/TraceLogging). No filter keeps everything.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RelogFilter {
+    /// Provider GUIDs (from `events.providers`) and name-derived GUIDs.
+    providers: Vec<Guid>,
+    names: Vec<String>,
+    /// Time, id and pid conditions (providers handled above).
+    rest: EventFilter,
 }
 
-impl ProviderSpec {
-    pub fn parse(s: &str) -> ProviderSpec {
-        match s.parse::<Guid>() {
-            Ok(g) => ProviderSpec::Guid(g),
-            Err(_) => ProviderSpec::Name {
-                name: s.to_string(),
-                guid: provider_guid_from_name(s),
+impl RelogFilter {
+    pub fn new(events: EventFilter, provider_names: Vec<String>) -> RelogFilter {
+        let mut providers = events.providers.clone();
+        providers.extend(provider_names.iter().map(|n| provider_guid_from_name(n)));
+        RelogFilter {
+            providers,
+            names: provider_names,
+            rest: EventFilter {
+                providers: Vec::new(),
+                ..events
             },
         }
     }
 
-    fn matches_guid(&self, g: &Guid) -> bool {
-        match self {
-            ProviderSpec::Guid(x) => x == g,
-            ProviderSpec::Name { guid, .. } => guid == g,
-        }
-    }
-
-    fn matches(&self, ev: &EventRecord<'_>) -> bool {
-        if self.matches_guid(&ev.provider) {
-            return true;
-        }
-        match self {
-            ProviderSpec::Name { name, .. } => ev
-                .traits_provider_name()
-                .is_some_and(|n| n.eq_ignore_ascii_case(name)),
-            ProviderSpec::Guid(_) => false,
-        }
-    }
-}
-
-/// Which records to keep. Empty lists keep everything; times are UTC FILETIMEs, both inclusive.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RelogFilter {
-    pub providers: Vec<ProviderSpec>,
-    pub ids: Vec<u16>,
-    pub pids: Vec<u32>,
-    pub begin: Option<i64>,
-    pub end: Option<i64>,
-}
-
-impl RelogFilter {
     pub fn is_empty(&self) -> bool {
-        *self == RelogFilter::default()
+        self.providers.is_empty() && self.rest.is_empty()
+    }
+
+    fn provider_ok(&self, ev: &EventRecord<'_>) -> bool {
+        self.providers.is_empty()
+            || self.providers.contains(&ev.provider)
+            || (!self.names.is_empty()
+                && ev
+                    .traits_provider_name()
+                    .is_some_and(|n| self.names.iter().any(|x| x.eq_ignore_ascii_case(n))))
     }
 
     /// Does the record pass? Schema records (EventInfo/EventMapInfo) of a kept provider are kept
-    /// whatever the id, pid and time filters say, so the kept events stay decodable.
+    /// whatever the id, pid and time conditions say, so the kept events stay decodable.
     pub fn matches(&self, ev: &EventRecord<'_>) -> bool {
         if self.is_empty() {
             return true;
         }
         if let Some(p) = metadata_provider(ev) {
-            return self.providers.is_empty() || self.providers.iter().any(|s| s.matches_guid(&p));
+            return self.providers.is_empty() || self.providers.contains(&p);
         }
-        if !self.providers.is_empty() && !self.providers.iter().any(|s| s.matches(ev)) {
-            return false;
-        }
-        if !self.ids.is_empty() && !self.ids.contains(&ev.descriptor.id) {
-            return false;
-        }
-        if !self.pids.is_empty() && !self.pids.contains(&ev.pid) {
-            return false;
-        }
-        if self.begin.is_some_and(|b| ev.timestamp < b)
-            || self.end.is_some_and(|e| ev.timestamp > e)
-        {
-            return false;
-        }
-        true
+        self.provider_ok(ev) && self.rest.matches(ev)
     }
 }
 
@@ -194,6 +166,11 @@ pub fn relog<W: super::writer::Output>(
     mut w: Writer<W>,
 ) -> Result<RelogSummary, WriteError> {
     let mut summaries = Vec::with_capacity(inputs.len());
+    // Losses of the original sessions carry over, so the copy does not look more complete than it is.
+    for f in inputs {
+        w.add_events_lost(f.header().events_lost);
+        w.add_buffers_lost(f.header().buffers_lost);
+    }
     if let [f] = inputs {
         let clock = f.clock();
         let mut err = None;
