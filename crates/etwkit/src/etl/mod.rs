@@ -20,8 +20,10 @@ pub mod kernel;
 pub mod logfile_header;
 mod mmap;
 pub mod reader;
+pub mod relog;
 pub mod record;
 pub mod stats;
+pub mod writer;
 
 pub use buffer::BufferHeader;
 pub use logfile_header::LogfileHeader;
