@@ -26,7 +26,6 @@
 
 pub mod stacks;
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, RwLock};
@@ -859,7 +858,7 @@ impl DecodedEvent {
 }
 
 /// Plans by schema address; the schema is kept alive beside its plan so the address stays unique.
-type PlanCache = HashMap<usize, (Arc<EventSchema>, Arc<Plan>)>;
+type PlanCache = crate::schema::registry::FastMap<usize, (Arc<EventSchema>, Arc<Plan>)>;
 
 /// Owns a [`Registry`] and decodes records; plans are cached per schema.
 #[derive(Default)]
@@ -878,7 +877,7 @@ impl Decoder {
     pub fn new(registry: Registry) -> Decoder {
         Decoder {
             registry,
-            plans: RwLock::new(HashMap::new()),
+            plans: RwLock::new(PlanCache::default()),
             stacks: None,
         }
     }
