@@ -11,6 +11,7 @@
 pub mod etl;
 pub mod event;
 pub mod guid;
+pub mod live;
 pub mod schema;
 pub mod time;
 pub mod tlg;
