@@ -12,9 +12,11 @@
 
 pub mod format;
 pub mod procfd;
+pub mod props;
 pub mod ring;
 pub mod tracefs;
 pub mod tracepoints;
+pub mod workload;
 pub mod winsock;
 
 use std::collections::HashMap;
@@ -187,8 +189,8 @@ pub struct LinuxSession {
     tgids: Tgids,
     exit_id: Option<u16>,
     offset_ns: i128,
-    pid_file: File,
-    on_file: File,
+    pid_file: Option<File>,
+    on_file: Option<File>,
     filtered: bool,
     stop_requested: bool,
     stopped: bool,
@@ -249,6 +251,7 @@ impl LinuxSession {
             std::fs::create_dir(&dir).map_err(|e| LiveError::io(&dir, e))?;
             instances.push(dir);
         }
+        let filtered = !cfg.pids.is_empty() || cfg.armed_for_spawn;
         let r = (|| -> Result<LinuxSession> {
             let buffer_kb = if cfg.buffer_kb > 0 { cfg.buffer_kb } else { 8192 };
             for (i, dir) in instances.iter().enumerate() {
@@ -256,17 +259,10 @@ impl LinuxSession {
                 tracefs::write(&dir.join("trace_clock"), "mono")?;
                 tracefs::write(&dir.join("buffer_size_kb"), &buffer_kb.to_string())?;
                 let _ = tracefs::write(&dir.join("options/record-tgid"), "1");
-                // Own threads never traced (the reader's own reads would feed themselves).
-                let mut own = String::new();
-                for t in tracefs::threads_of(me)? {
-                    own.push_str(&format!("{t} "));
-                }
-                let _ = tracefs::write(&dir.join("set_event_notrace_pid"), &own);
-                if i == 0 {
-                    tracefs::write(&dir.join("options/event-fork"), "1")?;
-                }
+                // event-fork makes pid lists follow forks: wanted for the filter, but it would also
+                // spread our own notrace entry to the commands we spawn.
+                tracefs::write(&dir.join("options/event-fork"), if i == 0 && filtered { "1" } else { "0" })?;
             }
-            let filtered = !cfg.pids.is_empty() || cfg.armed_for_spawn;
             for &pid in &cfg.pids {
                 for t in tracefs::threads_of(pid)? {
                     tracefs::append(&instances[0].join("set_event_pid"), &format!("{t}\n"))?;
@@ -314,6 +310,17 @@ impl LinuxSession {
             let streams = readers.streams.len();
             let pid_file = std::fs::OpenOptions::new().append(true).open(instances[0].join("set_event_pid")).map_err(|e| LiveError::io(&instances[0], e))?;
             let on_file = std::fs::OpenOptions::new().write(true).open(instances[0].join("tracing_on")).map_err(|e| LiveError::io(&instances[0], e))?;
+            // Our own threads (readers included) are never traced where no pid filter applies: the
+            // readers' own reads would feed themselves.
+            let mut own = String::new();
+            for t in tracefs::threads_of(me)? {
+                own.push_str(&format!("{t} "));
+            }
+            for (i, dir) in instances.iter().enumerate() {
+                if i > 0 || !filtered {
+                    tracefs::write(&dir.join("set_event_notrace_pid"), &own)?;
+                }
+            }
             let offset_ns = ring::realtime_now_ns() - ring::mono_now_ns() as i128;
             // Net instance first, so socket ownership is known before the filtered events flow.
             for dir in instances.iter().skip(1) {
@@ -335,8 +342,8 @@ impl LinuxSession {
                 tgids: Tgids { cache: HashMap::new(), root: root.clone(), last: (0, 0) },
                 exit_id,
                 offset_ns,
-                pid_file,
-                on_file,
+                pid_file: Some(pid_file),
+                on_file: Some(on_file),
                 filtered,
                 stop_requested: false,
                 stopped: false,
@@ -390,6 +397,9 @@ impl LinuxSession {
             let s = &streams[raw.stream];
             let filetime = ((raw.ts as i128 + offset_ns) / 100) as i64 + FILETIME_UNIX_EPOCH;
             let h = handlers[s.instance][id as usize];
+            if std::env::var_os("ETWKIT_DEBUG_RAW").is_some() {
+                eprintln!("raw inst={} cpu={} ts={} id={} tid={} len={}", s.instance, s.cpu, raw.ts, id, tid, data.len());
+            }
             let mut go = true;
             if let Handler::Tp(i) | Handler::Both(i) = h {
                 let (ev, spec) = &tp[i];
@@ -464,8 +474,11 @@ impl LiveSession for LinuxSession {
     }
 
     fn spawn(&mut self, cmd: &mut Command) -> Result<Child> {
-        let pid_fd = self.pid_file.as_raw_fd();
-        let on_fd = self.on_file.as_raw_fd();
+        let (Some(pf), Some(of)) = (&self.pid_file, &self.on_file) else {
+            return Err(LiveError::NotStarted(self.name.clone()));
+        };
+        let pid_fd = pf.as_raw_fd();
+        let on_fd = of.as_raw_fd();
         let filtered = self.filtered;
         // SAFETY: the closure runs in the forked child before exec and only calls async-signal-safe
         // functions (getpid, write) on descriptors the parent opened; it allocates nothing.
@@ -536,6 +549,8 @@ impl LiveSession for LinuxSession {
             r.request_stop();
             drop(r);
         }
+        self.pid_file = None;
+        self.on_file = None;
         let mut errors = Vec::new();
         for n in self.instance_names() {
             if let Err(e) = tracefs::remove_instance(&self.root, &n) {
