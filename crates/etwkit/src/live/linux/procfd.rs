@@ -105,3 +105,19 @@ mod tests {
         assert_eq!(p.addr, Some(SockAddr::v4([127, 0, 0, 1], port)));
     }
 }
+
+#[cfg(test)]
+mod tests_v6 {
+    use super::*;
+    #[test]
+    fn peeks_own_v6_socket() {
+        let s = std::net::TcpListener::bind("[::1]:0").unwrap();
+        let port = s.local_addr().unwrap().port();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
+        let p = peek(std::process::id(), fd, false).expect("pidfd_getfd on own process");
+        assert_eq!(p.sock_type, libc::SOCK_STREAM);
+        let mut a = [0u8; 16];
+        a[15] = 1;
+        assert_eq!(p.addr, Some(SockAddr::v6(a, port)));
+    }
+}
