@@ -10,9 +10,11 @@
 
 pub mod etl;
 pub mod event;
+pub mod filter;
 pub mod guid;
 pub mod live;
 pub mod schema;
+pub mod sink;
 pub mod time;
 pub mod tlg;
 
