@@ -262,6 +262,7 @@ impl Etw {
             buffer_kb: 0,
             armed_for_spawn: false,
             session: None,
+            writer: None,
             stop: StopHandle(Arc::new(AtomicBool::new(false))),
             summary: TraceSummary::default(),
         }
@@ -291,6 +292,8 @@ pub struct Trace {
     buffer_kb: u64,
     armed_for_spawn: bool,
     session: Option<Box<dyn LiveSession>>,
+    /// Logfile mode: where the session's events go.
+    writer: Option<crate::etl::writer::Writer<std::fs::File>>,
     stop: StopHandle,
     summary: TraceSummary,
 }
@@ -343,12 +346,6 @@ impl Trace {
         if self.session.is_some() {
             return Err(LiveError::AlreadyStarted(self.name.clone()));
         }
-        if let Some(p) = &self.logfile {
-            return Err(LiveError::Unsupported(format!(
-                "logfile mode ({}) is not yet supported: it needs the ETL writer, which has not landed",
-                p.display()
-            )));
-        }
         let cfg = SessionConfig {
             name: self.name.clone(),
             providers: self.providers.clone(),
@@ -357,7 +354,15 @@ impl Trace {
             armed_for_spawn: self.armed_for_spawn,
         };
         self.stop.0.store(false, Ordering::SeqCst);
-        self.session = Some(self.backend.start(&cfg)?);
+        let session = self.backend.start(&cfg)?;
+        if let Some(p) = &self.logfile {
+            let mut opts = crate::etl::writer::WriterOptions::now();
+            opts.logger_name = self.name.clone();
+            let w = crate::etl::writer::Writer::create(p, opts)
+                .map_err(|e| LiveError::Other(format!("cannot create the logfile {}: {e}", p.display())))?;
+            self.writer = Some(w);
+        }
+        self.session = Some(session);
         Ok(())
     }
 
@@ -378,8 +383,28 @@ impl Trace {
     pub fn stop(&mut self, soft: bool) -> Result<TraceSummary> {
         self.stop.stop();
         if let Some(mut s) = self.session.take() {
+            let mut write_error = None;
+            if let Some(w) = self.writer.as_mut() {
+                // Logfile mode: what is still buffered goes to the file, not away.
+                let mut cb = |ev: &EventRecord<'_>| match w.write_event(ev) {
+                    Ok(()) => ControlFlow::Continue(()),
+                    Err(e) => {
+                        write_error = Some(e.to_string());
+                        ControlFlow::Break(())
+                    }
+                };
+                s.process(&mut cb, &self.stop.0)?;
+            }
             let mut sum = s.stop()?;
             sum.events_delivered += self.summary.events_delivered;
+            if let Some(mut w) = self.writer.take() {
+                w.add_events_lost(sum.events_lost.min(u32::MAX as u64) as u32);
+                let ws = w.finish().map_err(|e| LiveError::Other(format!("finishing the logfile: {e}")))?;
+                sum.issues.push(format!("logfile: {ws:?}"));
+            }
+            if let Some(e) = write_error {
+                return Err(LiveError::Other(format!("writing the logfile: {e}")));
+            }
             self.summary = sum.clone();
             return Ok(sum);
         }
@@ -421,12 +446,9 @@ impl Trace {
     where
         F: FnMut(&EventRecord<'_>) -> ControlFlow<()>,
     {
-        if let Some(p) = &self.logfile {
-            if self.session.is_none() {
-                return Err(LiveError::Unsupported(format!(
-                    "processing the logfile {} needs the ETL reader, which has not landed on this branch",
-                    p.display()
-                )));
+        if let (Some(p), None) = (&self.logfile, &self.session) {
+            if p.exists() {
+                return process_logfile(p, callback, begin, end);
             }
         }
         if self.session.is_none() {
@@ -445,10 +467,46 @@ impl Trace {
             callback(ev)
         };
         let s = self.session.as_mut().ok_or_else(|| LiveError::NotStarted(self.name.clone()))?;
-        let r = s.process(&mut cb, &stop);
+        let r = match self.writer.as_mut() {
+            Some(w) => {
+                let mut write_error = None;
+                let mut both = |ev: &EventRecord<'_>| {
+                    if let Err(e) = w.write_event(ev) {
+                        write_error = Some(e.to_string());
+                        return ControlFlow::Break(());
+                    }
+                    cb(ev)
+                };
+                let r = s.process(&mut both, &stop);
+                match write_error {
+                    Some(e) => Err(LiveError::Other(format!("writing the logfile: {e}"))),
+                    None => r,
+                }
+            }
+            None => s.process(&mut cb, &stop),
+        };
         self.summary.events_delivered += delivered;
         r
     }
+}
+
+/// `process` on a logfile: every event of the file, in time order.
+fn process_logfile<F>(path: &Path, mut callback: F, begin: Option<i64>, end: Option<i64>) -> Result<()>
+where
+    F: FnMut(&EventRecord<'_>) -> ControlFlow<()>,
+{
+    let f = crate::etl::EtlFile::open(path).map_err(|e| LiveError::Other(format!("{}: {e}", path.display())))?;
+    f.for_each(crate::etl::Order::Time, |r| {
+        let ev: &EventRecord<'_> = &r.event;
+        if begin.is_some_and(|b| ev.timestamp < b) {
+            return ControlFlow::Continue(());
+        }
+        if end.is_some_and(|e| ev.timestamp > e) {
+            return ControlFlow::Break(());
+        }
+        callback(ev)
+    });
+    Ok(())
 }
 
 impl Drop for Trace {
