@@ -4,7 +4,8 @@ use std::ops::ControlFlow;
 fn main() {
     let etw = Etw::new();
     let mut t = etw.open_trace("smoke", None, None);
-    t.enable("Microsoft-Windows-Winsock-AFD", 0, Level::VERBOSE).unwrap();
+    t.enable("Microsoft-Windows-Winsock-AFD", 0, Level::VERBOSE)
+        .unwrap();
     let exe = std::env::args().nth(1).expect("usage: live_smoke PROGRAM");
     let mut child = t.spawn(&mut std::process::Command::new(exe)).unwrap();
     let stop = t.stop_handle();
@@ -16,7 +17,16 @@ fn main() {
     t.process(
         |ev| {
             let (name, p) = etwkit::live::linux::props::properties(ev).unwrap_or_default();
-            println!("{} {} pid={} tid={} cpu={} {} {}", ev.timestamp, ev.descriptor.id, ev.pid, ev.tid, ev.cpu, name, serde_json::Value::Object(p));
+            println!(
+                "{} {} pid={} tid={} cpu={} {} {}",
+                ev.timestamp,
+                ev.descriptor.id,
+                ev.pid,
+                ev.tid,
+                ev.cpu,
+                name,
+                serde_json::Value::Object(p)
+            );
             ControlFlow::Continue(())
         },
         None,

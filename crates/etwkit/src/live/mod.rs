@@ -35,7 +35,10 @@ pub enum LiveError {
     #[error("tracefs is not available: {0}")]
     NoTracefs(String),
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: unreadable tracepoint format: {reason}")]
     BadFormat { path: PathBuf, reason: String },
     #[error("no provider named or with GUID {0:?} (list them with `etwkit providers`)")]
@@ -58,7 +61,10 @@ pub enum LiveError {
 
 impl LiveError {
     pub fn io(path: &Path, source: std::io::Error) -> LiveError {
-        LiveError::Io { path: path.to_path_buf(), source }
+        LiveError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
 }
 
@@ -230,11 +236,15 @@ impl Etw {
     /// The platform's backend.
     #[cfg(target_os = "linux")]
     pub fn new() -> Etw {
-        Etw { backend: Arc::new(linux::LinuxBackend::new()) }
+        Etw {
+            backend: Arc::new(linux::LinuxBackend::new()),
+        }
     }
     #[cfg(not(target_os = "linux"))]
     pub fn new() -> Etw {
-        Etw { backend: Arc::new(Unavailable) }
+        Etw {
+            backend: Arc::new(Unavailable),
+        }
     }
 
     pub fn with_backend(backend: Arc<dyn Backend>) -> Etw {
@@ -310,12 +320,30 @@ impl Trace {
     }
 
     /// Enables a provider (GUID or name) at `level` with all keywords.
-    pub fn enable(&mut self, provider: impl Into<ProviderRef>, flags: u32, level: u8) -> Result<()> {
+    pub fn enable(
+        &mut self,
+        provider: impl Into<ProviderRef>,
+        flags: u32,
+        level: u8,
+    ) -> Result<()> {
         self.enable_ex(provider, flags, level, 0, 0)
     }
 
-    pub fn enable_ex(&mut self, provider: impl Into<ProviderRef>, flags: u32, level: u8, any_keyword: u64, all_keyword: u64) -> Result<()> {
-        let spec = EnableSpec { provider: provider.into(), flags, level, any_keyword, all_keyword };
+    pub fn enable_ex(
+        &mut self,
+        provider: impl Into<ProviderRef>,
+        flags: u32,
+        level: u8,
+        any_keyword: u64,
+        all_keyword: u64,
+    ) -> Result<()> {
+        let spec = EnableSpec {
+            provider: provider.into(),
+            flags,
+            level,
+            any_keyword,
+            all_keyword,
+        };
         if self.session.is_some() {
             return Err(LiveError::Unsupported(format!(
                 "enabling {} on the running session {:?}: enable providers before start()",
@@ -358,8 +386,9 @@ impl Trace {
         if let Some(p) = &self.logfile {
             let mut opts = crate::etl::writer::WriterOptions::now();
             opts.logger_name = self.name.clone();
-            let w = crate::etl::writer::Writer::create(p, opts)
-                .map_err(|e| LiveError::Other(format!("cannot create the logfile {}: {e}", p.display())))?;
+            let w = crate::etl::writer::Writer::create(p, opts).map_err(|e| {
+                LiveError::Other(format!("cannot create the logfile {}: {e}", p.display()))
+            })?;
             self.writer = Some(w);
         }
         self.session = Some(session);
@@ -399,7 +428,9 @@ impl Trace {
             sum.events_delivered += self.summary.events_delivered;
             if let Some(mut w) = self.writer.take() {
                 w.add_events_lost(sum.events_lost.min(u32::MAX as u64) as u32);
-                let ws = w.finish().map_err(|e| LiveError::Other(format!("finishing the logfile: {e}")))?;
+                let ws = w
+                    .finish()
+                    .map_err(|e| LiveError::Other(format!("finishing the logfile: {e}")))?;
                 sum.issues.push(format!("logfile: {ws:?}"));
             }
             if let Some(e) = write_error {
@@ -442,7 +473,12 @@ impl Trace {
     /// Delivers events to `callback` until the stop handle fires or the callback breaks. On a realtime
     /// trace the session is started if needed; on a logfile trace the file is read. `begin`/`end`
     /// (UTC FILETIME) bound the events delivered.
-    pub fn process<F>(&mut self, mut callback: F, begin: Option<i64>, end: Option<i64>) -> Result<()>
+    pub fn process<F>(
+        &mut self,
+        mut callback: F,
+        begin: Option<i64>,
+        end: Option<i64>,
+    ) -> Result<()>
     where
         F: FnMut(&EventRecord<'_>) -> ControlFlow<()>,
     {
@@ -466,7 +502,10 @@ impl Trace {
             delivered += 1;
             callback(ev)
         };
-        let s = self.session.as_mut().ok_or_else(|| LiveError::NotStarted(self.name.clone()))?;
+        let s = self
+            .session
+            .as_mut()
+            .ok_or_else(|| LiveError::NotStarted(self.name.clone()))?;
         let r = match self.writer.as_mut() {
             Some(w) => {
                 let mut write_error = None;
@@ -491,11 +530,17 @@ impl Trace {
 }
 
 /// `process` on a logfile: every event of the file, in time order.
-fn process_logfile<F>(path: &Path, mut callback: F, begin: Option<i64>, end: Option<i64>) -> Result<()>
+fn process_logfile<F>(
+    path: &Path,
+    mut callback: F,
+    begin: Option<i64>,
+    end: Option<i64>,
+) -> Result<()>
 where
     F: FnMut(&EventRecord<'_>) -> ControlFlow<()>,
 {
-    let f = crate::etl::EtlFile::open(path).map_err(|e| LiveError::Other(format!("{}: {e}", path.display())))?;
+    let f = crate::etl::EtlFile::open(path)
+        .map_err(|e| LiveError::Other(format!("{}: {e}", path.display())))?;
     f.for_each(crate::etl::Order::Time, |r| {
         let ev: &EventRecord<'_> = &r.event;
         if begin.is_some_and(|b| ev.timestamp < b) {
@@ -523,13 +568,17 @@ struct Unavailable;
 #[cfg(not(target_os = "linux"))]
 impl Backend for Unavailable {
     fn sessions(&self) -> Result<Vec<SessionInfo>> {
-        Err(LiveError::Unsupported("live tracing is not implemented on this OS yet".into()))
+        Err(LiveError::Unsupported(
+            "live tracing is not implemented on this OS yet".into(),
+        ))
     }
     fn providers(&self) -> Result<Vec<ProviderInfo>> {
         self.sessions().map(|_| Vec::new())
     }
     fn start(&self, _: &SessionConfig) -> Result<Box<dyn LiveSession>> {
-        Err(LiveError::Unsupported("live tracing is not implemented on this OS yet".into()))
+        Err(LiveError::Unsupported(
+            "live tracing is not implemented on this OS yet".into(),
+        ))
     }
     fn stop_by_name(&self, _: &str) -> Result<bool> {
         self.sessions().map(|_| false)
@@ -544,15 +593,31 @@ mod tests {
     use super::*;
     #[test]
     fn level_and_keyword_filter() {
-        let s = EnableSpec { provider: "x".into(), flags: 0, level: 4, any_keyword: 0x2, all_keyword: 0 };
+        let s = EnableSpec {
+            provider: "x".into(),
+            flags: 0,
+            level: 4,
+            any_keyword: 0x2,
+            all_keyword: 0,
+        };
         assert!(s.accepts(4, 0x2));
         assert!(!s.accepts(5, 0x2));
         assert!(!s.accepts(4, 0x1));
         assert!(s.accepts(4, 0)); // keyword-less events pass any filter
-        let all = EnableSpec { all_keyword: 0x3, any_keyword: 0, ..s };
+        let all = EnableSpec {
+            all_keyword: 0x3,
+            any_keyword: 0,
+            ..s
+        };
         assert!(!all.accepts(4, 0x1));
         assert!(all.accepts(4, 0x3));
-        assert_eq!(ProviderRef::from("e53c6823-7bb8-44bb-90dc-3f86090d48a6"), ProviderRef::Guid(Guid::from_str_const("e53c6823-7bb8-44bb-90dc-3f86090d48a6")));
-        assert_eq!(ProviderRef::from("sched"), ProviderRef::Name("sched".into()));
+        assert_eq!(
+            ProviderRef::from("e53c6823-7bb8-44bb-90dc-3f86090d48a6"),
+            ProviderRef::Guid(Guid::from_str_const("e53c6823-7bb8-44bb-90dc-3f86090d48a6"))
+        );
+        assert_eq!(
+            ProviderRef::from("sched"),
+            ProviderRef::Name("sched".into())
+        );
     }
 }

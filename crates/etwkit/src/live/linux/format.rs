@@ -57,7 +57,11 @@ impl EventFormat {
             if let Some(v) = l.strip_prefix("name:") {
                 name = Some(v.trim().to_string());
             } else if let Some(v) = l.strip_prefix("ID:") {
-                id = Some(v.trim().parse::<u16>().map_err(|_| format!("bad ID line {l:?}"))?);
+                id = Some(
+                    v.trim()
+                        .parse::<u16>()
+                        .map_err(|_| format!("bad ID line {l:?}"))?,
+                );
             } else if l.starts_with("field:") {
                 let f = parse_field(l)?;
                 if !f.name.starts_with("common_") {
@@ -104,14 +108,27 @@ fn parse_field(l: &str) -> Result<Field, String> {
         name = &name[..b];
         if !is_loc {
             let n = n.filter(|&n| n > 0).unwrap_or(size.max(1));
-            kind = FieldKind::Array { elem: (size / n).max(1) as u8 };
+            kind = FieldKind::Array {
+                elem: (size / n).max(1) as u8,
+            };
         }
     }
     if is_loc {
-        kind = FieldKind::DataLoc { relative: ty.contains("__rel_loc"), string: ty.contains("char") };
+        kind = FieldKind::DataLoc {
+            relative: ty.contains("__rel_loc"),
+            string: ty.contains("char"),
+        };
     }
     let is_pointer = ty.ends_with('*');
-    Ok(Field { name: name.to_string(), type_name: ty.to_string(), offset, size, signed, kind, is_pointer })
+    Ok(Field {
+        name: name.to_string(),
+        type_name: ty.to_string(),
+        offset,
+        size,
+        signed,
+        kind,
+        is_pointer,
+    })
 }
 
 /// Reads an integer field from a raw record (the record starts with the common fields).
@@ -165,7 +182,13 @@ mod tests {
         assert_eq!(f.field("fd").unwrap().size, 8);
         assert!(f.field("uservaddr").unwrap().is_pointer);
         assert_eq!(f.field("saddr").unwrap().kind, FieldKind::Array { elem: 1 });
-        assert_eq!(f.field("comm").unwrap().kind, FieldKind::DataLoc { relative: false, string: true });
+        assert_eq!(
+            f.field("comm").unwrap().kind,
+            FieldKind::DataLoc {
+                relative: false,
+                string: true
+            }
+        );
         assert!(EventFormat::parse("x", "name: a\n").is_err());
     }
 }

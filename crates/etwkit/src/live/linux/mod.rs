@@ -16,8 +16,8 @@ pub mod props;
 pub mod ring;
 pub mod tracefs;
 pub mod tracepoints;
-pub mod workload;
 pub mod winsock;
+pub mod workload;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -29,7 +29,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Backend, Callback, EnableSpec, LiveError, LiveSession, ProviderInfo, ProviderRef, Result, SessionConfig, SessionInfo, TraceSummary};
+use super::{
+    Backend, Callback, EnableSpec, LiveError, LiveSession, ProviderInfo, ProviderRef, Result,
+    SessionConfig, SessionInfo, TraceSummary,
+};
 use crate::event::EventRecord;
 use crate::time::FILETIME_UNIX_EPOCH;
 use crate::tlg::{self, TlInstance};
@@ -47,7 +50,11 @@ impl LinuxBackend {
 }
 
 fn valid_name(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 64 && name.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
 /// Instances (any owner) that belong to the etwkit session `name`.
@@ -65,14 +72,23 @@ impl Backend for LinuxBackend {
         for inst in tracefs::instances(&root)? {
             let dir = root.join("instances").join(&inst);
             let parsed = tracefs::parse_instance_name(&inst);
-            let enabled = tracefs::read(&dir.join("set_event")).map(|s| s.lines().filter(|l| !l.trim().is_empty()).count()).unwrap_or(0);
+            let enabled = tracefs::read(&dir.join("set_event"))
+                .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count())
+                .unwrap_or(0);
             v.push(SessionInfo {
-                name: parsed.map(|(_, r)| r.to_string()).unwrap_or_else(|| inst.clone()),
+                name: parsed
+                    .map(|(_, r)| r.to_string())
+                    .unwrap_or_else(|| inst.clone()),
                 owner_pid: parsed.map(|(p, _)| p),
                 etwkit: parsed.is_some(),
-                tracing_on: tracefs::read(&dir.join("tracing_on")).map(|s| s.trim() == "1").unwrap_or(false),
+                tracing_on: tracefs::read(&dir.join("tracing_on"))
+                    .map(|s| s.trim() == "1")
+                    .unwrap_or(false),
                 enabled_events: enabled,
-                buffer_size_kb: tracefs::read(&dir.join("buffer_size_kb")).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0),
+                buffer_size_kb: tracefs::read(&dir.join("buffer_size_kb"))
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                    .unwrap_or(0),
                 instance: inst,
             });
         }
@@ -147,7 +163,11 @@ impl Tgids {
             return 0;
         }
         if let Ok(s) = std::fs::read_to_string(format!("/proc/{tid}/status")) {
-            if let Some(v) = s.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok()) {
+            if let Some(v) = s
+                .lines()
+                .find_map(|l| l.strip_prefix("Tgid:"))
+                .and_then(|v| v.trim().parse().ok())
+            {
                 return v;
             }
         }
@@ -210,7 +230,10 @@ impl LinuxSession {
         }
         let events_dir = root.join("events");
         // Resolve providers first: a typo fails before anything is created.
-        let systems: Vec<String> = tracepoints::systems(&events_dir)?.into_iter().map(|(n, _)| n).collect();
+        let systems: Vec<String> = tracepoints::systems(&events_dir)?
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
         let mut tp_specs: Vec<(String, EnableSpec)> = Vec::new();
         let mut ws_spec = None;
         for spec in &cfg.providers {
@@ -228,7 +251,9 @@ impl LinuxSession {
             }
         }
         if tp_specs.is_empty() && ws_spec.is_none() {
-            return Err(LiveError::Other("no provider enabled: call enable() before start()".into()));
+            return Err(LiveError::Other(
+                "no provider enabled: call enable() before start()".into(),
+            ));
         }
         let me = std::process::id();
         let seq = SESSION_SEQ.fetch_add(1, Ordering::SeqCst);
@@ -253,7 +278,11 @@ impl LinuxSession {
         }
         let filtered = !cfg.pids.is_empty() || cfg.armed_for_spawn;
         let r = (|| -> Result<LinuxSession> {
-            let buffer_kb = if cfg.buffer_kb > 0 { cfg.buffer_kb } else { 8192 };
+            let buffer_kb = if cfg.buffer_kb > 0 {
+                cfg.buffer_kb
+            } else {
+                8192
+            };
             for (i, dir) in instances.iter().enumerate() {
                 tracefs::write(&dir.join("tracing_on"), "0")?;
                 tracefs::write(&dir.join("trace_clock"), "mono")?;
@@ -261,7 +290,10 @@ impl LinuxSession {
                 let _ = tracefs::write(&dir.join("options/record-tgid"), "1");
                 // event-fork makes pid lists follow forks: wanted for the filter, but it would also
                 // spread our own notrace entry to the commands we spawn.
-                tracefs::write(&dir.join("options/event-fork"), if i == 0 && filtered { "1" } else { "0" })?;
+                tracefs::write(
+                    &dir.join("options/event-fork"),
+                    if i == 0 && filtered { "1" } else { "0" },
+                )?;
             }
             for &pid in &cfg.pids {
                 for t in tracefs::threads_of(pid)? {
@@ -292,12 +324,20 @@ impl LinuxSession {
                         Handler::Tp(i) => Handler::Both(i),
                         _ => Handler::Ws,
                     };
-                    tracefs::write(&instances[inst].join("events").join(sys).join(ev).join("enable"), "1")?;
+                    tracefs::write(
+                        &instances[inst]
+                            .join("events")
+                            .join(sys)
+                            .join(ev)
+                            .join("enable"),
+                        "1",
+                    )?;
                 }
                 ws = Some(c);
             }
             // Thread exits keep the tid → tgid cache honest.
-            let exit_fmt = format::EventFormat::load(&events_dir, "sched", "sched_process_exit").ok();
+            let exit_fmt =
+                format::EventFormat::load(&events_dir, "sched", "sched_process_exit").ok();
             let exit_id = exit_fmt.as_ref().map(|f| f.id);
             if let Some(id) = exit_id {
                 if matches!(handlers[0][id as usize], Handler::None) {
@@ -308,8 +348,14 @@ impl LinuxSession {
             let page = ring::page_size(&instances[0]);
             let readers = Readers::start(&instances, &cpus, page)?;
             let streams = readers.streams.len();
-            let pid_file = std::fs::OpenOptions::new().append(true).open(instances[0].join("set_event_pid")).map_err(|e| LiveError::io(&instances[0], e))?;
-            let on_file = std::fs::OpenOptions::new().write(true).open(instances[0].join("tracing_on")).map_err(|e| LiveError::io(&instances[0], e))?;
+            let pid_file = std::fs::OpenOptions::new()
+                .append(true)
+                .open(instances[0].join("set_event_pid"))
+                .map_err(|e| LiveError::io(&instances[0], e))?;
+            let on_file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(instances[0].join("tracing_on"))
+                .map_err(|e| LiveError::io(&instances[0], e))?;
             // Our own threads (readers included) are never traced where no pid filter applies: the
             // readers' own reads would feed themselves.
             let mut own = String::new();
@@ -339,7 +385,11 @@ impl LinuxSession {
                 handlers,
                 tp,
                 winsock: ws,
-                tgids: Tgids { cache: HashMap::new(), root: root.clone(), last: (0, 0) },
+                tgids: Tgids {
+                    cache: HashMap::new(),
+                    root: root.clone(),
+                    last: (0, 0),
+                },
                 exit_id,
                 offset_ns,
                 pid_file: Some(pid_file),
@@ -358,7 +408,10 @@ impl LinuxSession {
     }
 
     pub fn instance_names(&self) -> Vec<String> {
-        self.instances.iter().filter_map(|p| p.file_name()?.to_str().map(String::from)).collect()
+        self.instances
+            .iter()
+            .filter_map(|p| p.file_name()?.to_str().map(String::from))
+            .collect()
     }
 
     fn request_stop(&mut self) {
@@ -375,7 +428,9 @@ impl LinuxSession {
     }
 
     fn pump(&mut self, cb: &mut Callback<'_>, wait: Duration) -> bool {
-        let Some(readers) = &self.readers else { return true };
+        let Some(readers) = &self.readers else {
+            return true;
+        };
         match readers.rx.recv_timeout(wait) {
             Ok(m) => self.merger.accept(m),
             Err(_) => return true,
@@ -383,7 +438,18 @@ impl LinuxSession {
         while let Ok(m) = readers.rx.try_recv() {
             self.merger.accept(m);
         }
-        let Self { merger, handlers, tp, winsock, tgids, exit_id, offset_ns, payload, readers, .. } = self;
+        let Self {
+            merger,
+            handlers,
+            tp,
+            winsock,
+            tgids,
+            exit_id,
+            offset_ns,
+            payload,
+            readers,
+            ..
+        } = self;
         let streams = &readers.as_ref().unwrap().streams;
         let exit_id = *exit_id;
         let offset_ns = *offset_ns;
@@ -398,28 +464,53 @@ impl LinuxSession {
             let filetime = ((raw.ts as i128 + offset_ns) / 100) as i64 + FILETIME_UNIX_EPOCH;
             let h = handlers[s.instance][id as usize];
             if std::env::var_os("ETWKIT_DEBUG_RAW").is_some() {
-                eprintln!("raw inst={} cpu={} ts={} id={} tid={} len={}", s.instance, s.cpu, raw.ts, id, tid, data.len());
+                eprintln!(
+                    "raw inst={} cpu={} ts={} id={} tid={} len={}",
+                    s.instance,
+                    s.cpu,
+                    raw.ts,
+                    id,
+                    tid,
+                    data.len()
+                );
             }
             let mut go = true;
             if let Handler::Tp(i) | Handler::Both(i) = h {
                 let (ev, spec) = &tp[i];
                 if spec.accepts(4, 0) {
                     ev.pack(data, payload);
-                    let inst = TlInstance { pid: tgids.get(tid), tid, cpu: s.cpu, timestamp: filetime, activity_id: crate::Guid::ZERO };
+                    let inst = TlInstance {
+                        pid: tgids.get(tid),
+                        tid,
+                        cpu: s.cpu,
+                        timestamp: filetime,
+                        activity_id: crate::Guid::ZERO,
+                    };
                     let rec: EventRecord<'_> = tlg::event_record(&ev.schema, &inst, &payload[..]);
                     go = cb(&rec).is_continue();
                 }
             }
             if let (Handler::Ws | Handler::Both(_), Some(ws)) = (h, winsock.as_mut()) {
                 let tgid = tgids.get(tid);
-                if !ws.on_raw(s.instance, id, tid, tgid, s.cpu, filetime, data, &mut |rec| cb(rec).is_continue()) {
+                if !ws.on_raw(
+                    s.instance,
+                    id,
+                    tid,
+                    tgid,
+                    s.cpu,
+                    filetime,
+                    data,
+                    &mut |rec| cb(rec).is_continue(),
+                ) {
                     go = false;
                 }
             }
             if Some(id) == exit_id && s.instance == 0 {
                 if let Some(ws) = winsock.as_mut() {
                     let tgid = tgids.get(tid);
-                    ws.on_thread_exit(tid, tgid, s.cpu, filetime, data, &mut |rec| cb(rec).is_continue());
+                    ws.on_thread_exit(tid, tgid, s.cpu, filetime, data, &mut |rec| {
+                        cb(rec).is_continue()
+                    });
                 }
                 tgids.forget(tid);
             }
@@ -508,7 +599,8 @@ impl LiveSession for LinuxSession {
                 Ok(())
             });
         }
-        cmd.spawn().map_err(|e| LiveError::Other(format!("cannot start {:?}: {e}", cmd.get_program())))
+        cmd.spawn()
+            .map_err(|e| LiveError::Other(format!("cannot start {:?}: {e}", cmd.get_program())))
     }
 
     fn process(&mut self, cb: &mut Callback<'_>, stop: &AtomicBool) -> Result<()> {
@@ -560,7 +652,10 @@ impl LiveSession for LinuxSession {
         self.stopped = true;
         self.summary = sum.clone();
         if !errors.is_empty() {
-            return Err(LiveError::Other(format!("could not remove the session's instances: {}", errors.join("; "))));
+            return Err(LiveError::Other(format!(
+                "could not remove the session's instances: {}",
+                errors.join("; ")
+            )));
         }
         Ok(sum)
     }

@@ -5,7 +5,7 @@
 //! the addresses of `bind` (all of UDP) and UDP `connect` come from `getsockname`/`getpeername` on a
 //! duplicate of the traced descriptor, taken when the correlator handles the syscall's exit.
 
-use std::os::fd::{FromRawFd, OwnedFd, AsRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// A socket address: IPv4 addresses are kept in the first 4 bytes of `addr`; the port in host order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -24,11 +24,19 @@ impl SockAddr {
         match family as i32 {
             libc::AF_INET => {
                 addr[..4].copy_from_slice(b.get(4..8)?);
-                Some(SockAddr { v6: false, addr, port })
+                Some(SockAddr {
+                    v6: false,
+                    addr,
+                    port,
+                })
             }
             libc::AF_INET6 => {
                 addr.copy_from_slice(b.get(8..24)?);
-                Some(SockAddr { v6: true, addr, port })
+                Some(SockAddr {
+                    v6: true,
+                    addr,
+                    port,
+                })
             }
             _ => None,
         }
@@ -37,11 +45,19 @@ impl SockAddr {
     pub fn v4(a: [u8; 4], port: u16) -> SockAddr {
         let mut addr = [0u8; 16];
         addr[..4].copy_from_slice(&a);
-        SockAddr { v6: false, addr, port }
+        SockAddr {
+            v6: false,
+            addr,
+            port,
+        }
     }
 
     pub fn v6(a: [u8; 16], port: u16) -> SockAddr {
-        SockAddr { v6: true, addr: a, port }
+        SockAddr {
+            v6: true,
+            addr: a,
+            port,
+        }
     }
 }
 
@@ -55,14 +71,22 @@ pub struct Peek {
 /// `getsockname` (or `getpeername` when `peer`) of descriptor `fd` of process `pid`.
 pub fn peek(pid: u32, fd: i32, peer: bool) -> Option<Peek> {
     // SAFETY: plain syscalls with integer arguments; a returned descriptor is owned right away.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0 as libc::c_uint) };
+    let pidfd =
+        unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0 as libc::c_uint) };
     if pidfd < 0 {
         return None;
     }
     // SAFETY: pidfd is a fresh descriptor we own.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
     // SAFETY: as above.
-    let dup = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd as libc::c_int, 0 as libc::c_uint) };
+    let dup = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_getfd,
+            pidfd.as_raw_fd(),
+            fd as libc::c_int,
+            0 as libc::c_uint,
+        )
+    };
     if dup < 0 {
         return None;
     }
@@ -71,7 +95,15 @@ pub fn peek(pid: u32, fd: i32, peer: bool) -> Option<Peek> {
     let mut sock_type: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: sock_type/len are valid for writes of the sizes given.
-    let rc = unsafe { libc::getsockopt(dup.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TYPE, (&mut sock_type as *mut libc::c_int).cast(), &mut len) };
+    let rc = unsafe {
+        libc::getsockopt(
+            dup.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&mut sock_type as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
     if rc != 0 {
         return None; // not a socket (any more)
     }
@@ -80,10 +112,21 @@ pub fn peek(pid: u32, fd: i32, peer: bool) -> Option<Peek> {
     let mut sl = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     let p = (&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr>();
     // SAFETY: p points to a sockaddr_storage of sl bytes.
-    let rc = unsafe { if peer { libc::getpeername(dup.as_raw_fd(), p, &mut sl) } else { libc::getsockname(dup.as_raw_fd(), p, &mut sl) } };
+    let rc = unsafe {
+        if peer {
+            libc::getpeername(dup.as_raw_fd(), p, &mut sl)
+        } else {
+            libc::getsockname(dup.as_raw_fd(), p, &mut sl)
+        }
+    };
     let addr = if rc == 0 {
         // SAFETY: ss is sl (<= its size) initialised bytes.
-        let bytes = unsafe { std::slice::from_raw_parts((&ss as *const libc::sockaddr_storage).cast::<u8>(), sl as usize) };
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&ss as *const libc::sockaddr_storage).cast::<u8>(),
+                sl as usize,
+            )
+        };
         SockAddr::from_sockaddr(bytes)
     } else {
         None

@@ -99,8 +99,14 @@ pub fn properties(rec: &EventRecord<'_>) -> Option<(String, Map<String, Value>)>
                 9 => Value::from(i64::from_le_bytes(take(&mut p, 8)?.try_into().ok()?)),
                 10 => Value::from(u64::from_le_bytes(take(&mut p, 8)?.try_into().ok()?)),
                 13 => Value::from(u32::from_le_bytes(take(&mut p, 4)?.try_into().ok()?) != 0),
-                20 => Value::from(format!("{:#x}", u32::from_le_bytes(take(&mut p, 4)?.try_into().ok()?))),
-                21 => Value::from(format!("{:#x}", u64::from_le_bytes(take(&mut p, 8)?.try_into().ok()?))),
+                20 => Value::from(format!(
+                    "{:#x}",
+                    u32::from_le_bytes(take(&mut p, 4)?.try_into().ok()?)
+                )),
+                21 => Value::from(format!(
+                    "{:#x}",
+                    u64::from_le_bytes(take(&mut p, 8)?.try_into().ok()?)
+                )),
                 2 => {
                     let rest = d.get(p..)?;
                     let end = rest.iter().position(|&c| c == 0)?;
@@ -120,7 +126,14 @@ pub fn properties(rec: &EventRecord<'_>) -> Option<(String, Map<String, Value>)>
             };
             vals.push(v);
         }
-        m.insert(fname, if count.is_some() { Value::Array(vals) } else { vals.pop()? });
+        m.insert(
+            fname,
+            if count.is_some() {
+                Value::Array(vals)
+            } else {
+                vals.pop()?
+            },
+        );
     }
     Some((name, m))
 }
@@ -129,7 +142,9 @@ pub fn properties(rec: &EventRecord<'_>) -> Option<(String, Map<String, Value>)>
 pub fn as_u64(v: &Value) -> Option<u64> {
     match v {
         Value::Number(n) => n.as_u64().or_else(|| n.as_i64().map(|x| x as u64)),
-        Value::String(s) => s.strip_prefix("0x").and_then(|h| u64::from_str_radix(h, 16).ok()),
+        Value::String(s) => s
+            .strip_prefix("0x")
+            .and_then(|h| u64::from_str_radix(h, 16).ok()),
         Value::Bool(b) => Some(*b as u64),
         _ => None,
     }

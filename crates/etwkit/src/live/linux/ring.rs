@@ -43,7 +43,10 @@ pub fn parse_page(page: &[u8], out: &mut ParsedPage) {
     out.flagged_missed = false;
     out.malformed = None;
     if page.len() < 16 {
-        out.malformed = Some(format!("page of {} bytes is shorter than its 16-byte header", page.len()));
+        out.malformed = Some(format!(
+            "page of {} bytes is shorter than its 16-byte header",
+            page.len()
+        ));
         return;
     }
     let mut ts = u64::from_le_bytes(page[0..8].try_into().unwrap());
@@ -51,13 +54,18 @@ pub fn parse_page(page: &[u8], out: &mut ParsedPage) {
     let size = (commit & COMMIT_MASK) as usize;
     let data = &page[16..];
     if size > data.len() {
-        out.malformed = Some(format!("commit size {size} exceeds page data {}", data.len()));
+        out.malformed = Some(format!(
+            "commit size {size} exceeds page data {}",
+            data.len()
+        ));
         return;
     }
     if commit & MISSED_EVENTS != 0 {
         out.flagged_missed = true;
         if commit & MISSED_STORED != 0 {
-            out.missed = data.get(size..size + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+            out.missed = data
+                .get(size..size + 8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap()));
         }
     }
     let data = &data[..size];
@@ -66,7 +74,10 @@ pub fn parse_page(page: &[u8], out: &mut ParsedPage) {
         let h = u32::from_le_bytes(data[p..p + 4].try_into().unwrap());
         let type_len = h & 0x1f;
         let delta = (h >> 5) as u64;
-        let arr0 = || data.get(p + 4..p + 8).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+        let arr0 = || {
+            data.get(p + 4..p + 8)
+                .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+        };
         match type_len {
             29 => {
                 if delta == 0 {
@@ -99,17 +110,24 @@ pub fn parse_page(page: &[u8], out: &mut ParsedPage) {
                 };
                 let len = len as usize;
                 if len < 4 || p + 4 + len > data.len() {
-                    out.malformed = Some(format!("event length {len} at page offset {} overruns the page", p + 16));
+                    out.malformed = Some(format!(
+                        "event length {len} at page offset {} overruns the page",
+                        p + 16
+                    ));
                     break;
                 }
                 ts = ts.wrapping_add(delta);
-                out.entries.push((ts, (16 + p + 8) as u32, (len - 4) as u32));
+                out.entries
+                    .push((ts, (16 + p + 8) as u32, (len - 4) as u32));
                 p += 4 + len;
             }
             n => {
                 let len = 4 * n as usize;
                 if p + 4 + len > data.len() {
-                    out.malformed = Some(format!("event length {len} at page offset {} overruns the page", p + 16));
+                    out.malformed = Some(format!(
+                        "event length {len} at page offset {} overruns the page",
+                        p + 16
+                    ));
                     break;
                 }
                 ts = ts.wrapping_add(delta);
@@ -122,21 +140,36 @@ pub fn parse_page(page: &[u8], out: &mut ParsedPage) {
 
 /// What a reader thread tells the merger.
 pub enum Msg {
-    Page { stream: usize, page: Vec<u8> },
+    Page {
+        stream: usize,
+        page: Vec<u8>,
+    },
     /// The stream's ring was empty at monotonic time `mono_ns` (taken before the read).
-    Idle { stream: usize, mono_ns: u64 },
-    Done { stream: usize, error: Option<String> },
+    Idle {
+        stream: usize,
+        mono_ns: u64,
+    },
+    Done {
+        stream: usize,
+        error: Option<String>,
+    },
 }
 
 pub fn mono_now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid, writable timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 pub fn realtime_now_ns() -> i128 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid, writable timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
@@ -161,7 +194,11 @@ pub struct Readers {
 impl Readers {
     /// Opens every `trace_pipe_raw` (failing early with the path that could not be opened) and starts
     /// one thread per stream.
-    pub fn start(instances: &[PathBuf], cpus: &[usize], page_size: usize) -> Result<Readers, LiveError> {
+    pub fn start(
+        instances: &[PathBuf],
+        cpus: &[usize],
+        page_size: usize,
+    ) -> Result<Readers, LiveError> {
         let (tx, rx) = mpsc::sync_channel::<Msg>(4096);
         let stop = Arc::new(AtomicBool::new(false));
         let mut streams = Vec::new();
@@ -174,7 +211,11 @@ impl Readers {
                     .custom_flags(libc::O_NONBLOCK)
                     .open(&path)
                     .map_err(|e| LiveError::io(&path, e))?;
-                streams.push(StreamInfo { instance: ii, cpu: cpu as u16, path });
+                streams.push(StreamInfo {
+                    instance: ii,
+                    cpu: cpu as u16,
+                    path,
+                });
                 files.push(f);
             }
         }
@@ -189,7 +230,12 @@ impl Readers {
                 .map_err(|e| LiveError::Other(format!("cannot start reader thread: {e}")))?;
             handles.push(h);
         }
-        Ok(Readers { streams, stop, handles, rx })
+        Ok(Readers {
+            streams,
+            stop,
+            handles,
+            rx,
+        })
     }
 
     /// Asks the threads to drain what is left and finish.
@@ -219,7 +265,13 @@ impl Drop for Readers {
     }
 }
 
-fn read_loop(stream: usize, mut f: File, page_size: usize, stop: &AtomicBool, tx: &mpsc::SyncSender<Msg>) {
+fn read_loop(
+    stream: usize,
+    mut f: File,
+    page_size: usize,
+    stop: &AtomicBool,
+    tx: &mpsc::SyncSender<Msg>,
+) {
     let mut error = None;
     loop {
         // Read the stop flag before draining: after it is seen, one more full drain happens.
@@ -300,7 +352,13 @@ pub struct Merger {
 impl Merger {
     pub fn new(streams: usize, slack_ns: u64) -> Merger {
         Merger {
-            queues: (0..streams).map(|_| StreamQueue { pages: VecDeque::new(), complete_until: 0, done: false }).collect(),
+            queues: (0..streams)
+                .map(|_| StreamQueue {
+                    pages: VecDeque::new(),
+                    complete_until: 0,
+                    done: false,
+                })
+                .collect(),
             slack_ns,
             counters: ReadCounters::default(),
         }
@@ -328,7 +386,9 @@ impl Merger {
                         self.counters.issues.push(format!("stream {stream}: {m}"));
                     }
                 }
-                let Some(q) = self.queues.get_mut(stream) else { return };
+                let Some(q) = self.queues.get_mut(stream) else {
+                    return;
+                };
                 if let Some(&(ts, _, _)) = parsed.entries.last() {
                     q.complete_until = q.complete_until.max(ts);
                 }
@@ -357,7 +417,12 @@ impl Merger {
     pub fn drain(&mut self, mut f: impl FnMut(RawEvent<'_>) -> bool) -> bool {
         loop {
             // A stream with queued events is complete up to its newest one (complete_until >= it).
-            let horizon = self.queues.iter().map(|q| q.complete_until).min().unwrap_or(u64::MAX);
+            let horizon = self
+                .queues
+                .iter()
+                .map(|q| q.complete_until)
+                .min()
+                .unwrap_or(u64::MAX);
             let mut best: Option<(usize, u64)> = None;
             for (si, q) in self.queues.iter().enumerate() {
                 if let Some((_, p, i)) = q.pages.front() {
@@ -375,7 +440,11 @@ impl Merger {
             let (page, parsed, i) = q.pages.front_mut().unwrap();
             let (ts, off, len) = parsed.entries[*i];
             self.counters.events += 1;
-            let keep = f(RawEvent { ts, stream: si, data: &page[off as usize..(off + len) as usize] });
+            let keep = f(RawEvent {
+                ts,
+                stream: si,
+                data: &page[off as usize..(off + len) as usize],
+            });
             *i += 1;
             if *i >= parsed.entries.len() {
                 q.pages.pop_front();
@@ -425,7 +494,12 @@ mod tests {
     #[test]
     fn parses_events_and_loss() {
         let big = [7u8; 200];
-        let p = page(1000, &[(5, &[1, 2, 3, 4]), (10, &big)], MISSED_EVENTS | MISSED_STORED, Some(42));
+        let p = page(
+            1000,
+            &[(5, &[1, 2, 3, 4]), (10, &big)],
+            MISSED_EVENTS | MISSED_STORED,
+            Some(42),
+        );
         let mut out = ParsedPage::default();
         parse_page(&p, &mut out);
         assert_eq!(out.missed, Some(42));
@@ -442,8 +516,14 @@ mod tests {
     #[test]
     fn merges_in_time_order() {
         let mut m = Merger::new(2, 0);
-        m.accept(Msg::Page { stream: 0, page: page(100, &[(0, &[0, 0, 0, 1]), (20, &[0, 0, 0, 3])], 0, None) });
-        m.accept(Msg::Page { stream: 1, page: page(110, &[(0, &[0, 0, 0, 2])], 0, None) });
+        m.accept(Msg::Page {
+            stream: 0,
+            page: page(100, &[(0, &[0, 0, 0, 1]), (20, &[0, 0, 0, 3])], 0, None),
+        });
+        m.accept(Msg::Page {
+            stream: 1,
+            page: page(110, &[(0, &[0, 0, 0, 2])], 0, None),
+        });
         let mut seen = Vec::new();
         m.drain(|e| {
             seen.push(e.data[3]);
@@ -451,7 +531,10 @@ mod tests {
         });
         // Stream 1 is complete only up to 110, so event 3 (t=120) waits.
         assert_eq!(seen, [1, 2]);
-        m.accept(Msg::Done { stream: 1, error: None });
+        m.accept(Msg::Done {
+            stream: 1,
+            error: None,
+        });
         m.drain(|e| {
             seen.push(e.data[3]);
             true

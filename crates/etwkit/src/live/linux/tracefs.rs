@@ -26,34 +26,58 @@ pub fn root() -> Result<PathBuf, LiveError> {
     }
     let target = Path::new(CANDIDATES[0]);
     if !target.is_dir() {
-        return Err(LiveError::NoTracefs(format!("{} does not exist (kernel without CONFIG_TRACING?)", target.display())));
+        return Err(LiveError::NoTracefs(format!(
+            "{} does not exist (kernel without CONFIG_TRACING?)",
+            target.display()
+        )));
     }
     let src = c"nodev";
     let tgt = c"/sys/kernel/tracing";
     let fstype = c"tracefs";
     // SAFETY: all pointers are valid NUL-terminated strings; data is null (no options).
-    let rc = unsafe { libc::mount(src.as_ptr(), tgt.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            tgt.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
     if rc != 0 {
         let e = io::Error::last_os_error();
-        return Err(LiveError::NoTracefs(format!("mount -t tracefs nodev /sys/kernel/tracing failed: {e}")));
+        return Err(LiveError::NoTracefs(format!(
+            "mount -t tracefs nodev /sys/kernel/tracing failed: {e}"
+        )));
     }
     if target.join("events").is_dir() {
         Ok(target.to_path_buf())
     } else {
-        Err(LiveError::NoTracefs("tracefs mounted but has no events/ directory".into()))
+        Err(LiveError::NoTracefs(
+            "tracefs mounted but has no events/ directory".into(),
+        ))
     }
 }
 
 /// Writes `value` to a tracefs control file (one write call, as the kernel expects).
 pub fn write(path: &Path, value: &str) -> Result<(), LiveError> {
-    let mut f = fs::OpenOptions::new().write(true).truncate(false).open(path).map_err(|e| LiveError::io(path, e))?;
-    f.write_all(value.as_bytes()).map_err(|e| LiveError::io(path, e))
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| LiveError::io(path, e))?;
+    f.write_all(value.as_bytes())
+        .map_err(|e| LiveError::io(path, e))
 }
 
 /// Appends to a shared control file (`set_event_pid`, `uprobe_events`): never truncates what others wrote.
 pub fn append(path: &Path, value: &str) -> Result<(), LiveError> {
-    let mut f = fs::OpenOptions::new().append(true).open(path).map_err(|e| LiveError::io(path, e))?;
-    f.write_all(value.as_bytes()).map_err(|e| LiveError::io(path, e))
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(|e| LiveError::io(path, e))?;
+    f.write_all(value.as_bytes())
+        .map_err(|e| LiveError::io(path, e))
 }
 
 pub fn read(path: &Path) -> Result<String, LiveError> {
@@ -89,7 +113,9 @@ pub fn instances(root: &Path) -> Result<Vec<String>, LiveError> {
 pub fn cleanup_orphans(root: &Path) -> Result<Vec<String>, LiveError> {
     let mut removed = Vec::new();
     for name in instances(root)? {
-        let Some((pid, _)) = parse_instance_name(&name) else { continue };
+        let Some((pid, _)) = parse_instance_name(&name) else {
+            continue;
+        };
         if pid_alive(pid) {
             continue;
         }
@@ -110,7 +136,9 @@ pub fn remove_instance(root: &Path, name: &str) -> Result<(), LiveError> {
 pub fn threads_of(pid: u32) -> Result<Vec<u32>, LiveError> {
     let dir = PathBuf::from(format!("/proc/{pid}/task"));
     let rd = fs::read_dir(&dir).map_err(|_| LiveError::NoSuchProcess(pid))?;
-    let mut v: Vec<u32> = rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+    let mut v: Vec<u32> = rd
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
     v.sort();
     Ok(v)
 }
@@ -129,7 +157,9 @@ pub fn cpu_stats(instance: &Path, cpu: usize) -> Result<CpuStats, LiveError> {
     let text = read(&p)?;
     let mut s = CpuStats::default();
     for line in text.lines() {
-        let Some((k, v)) = line.split_once(':') else { continue };
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
         let v: u64 = v.trim().parse().unwrap_or(0);
         match k.trim() {
             "entries" => s.entries = v,
@@ -147,7 +177,14 @@ pub fn cpus(instance: &Path) -> Result<Vec<usize>, LiveError> {
     let dir = instance.join("per_cpu");
     let mut v: Vec<usize> = fs::read_dir(&dir)
         .map_err(|e| LiveError::io(&dir, e))?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
+        .filter_map(|e| {
+            e.ok()?
+                .file_name()
+                .to_str()?
+                .strip_prefix("cpu")?
+                .parse()
+                .ok()
+        })
         .collect();
     v.sort();
     Ok(v)
@@ -159,7 +196,10 @@ mod tests {
     #[test]
     fn instance_names() {
         assert_eq!(parse_instance_name("etwkit-123-4"), Some((123, "4")));
-        assert_eq!(parse_instance_name("etwkit-123-4-net"), Some((123, "4-net")));
+        assert_eq!(
+            parse_instance_name("etwkit-123-4-net"),
+            Some((123, "4-net"))
+        );
         assert_eq!(parse_instance_name("etwkit-x-4"), None);
         assert_eq!(parse_instance_name("lp_afd"), None);
     }

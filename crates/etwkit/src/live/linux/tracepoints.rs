@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use super::format::{self, EventFormat, FieldKind};
 use super::super::{LiveError, ProviderInfo};
+use super::format::{self, EventFormat, FieldKind};
 use crate::guid::Guid;
 use crate::tlg::{self, Arity, InType, OutType, TlSchema, TlSchemaBuilder};
 
@@ -23,7 +23,11 @@ pub fn systems(events_dir: &Path) -> Result<Vec<(String, usize)>, LiveError> {
         }
         let name = e.file_name().to_string_lossy().into_owned();
         let n = std::fs::read_dir(e.path())
-            .map(|rd| rd.filter_map(|x| x.ok()).filter(|x| x.file_type().map(|t| t.is_dir()).unwrap_or(false)).count())
+            .map(|rd| {
+                rd.filter_map(|x| x.ok())
+                    .filter(|x| x.file_type().map(|t| t.is_dir()).unwrap_or(false))
+                    .count()
+            })
             .unwrap_or(0);
         v.push((name, n));
     }
@@ -34,7 +38,12 @@ pub fn systems(events_dir: &Path) -> Result<Vec<(String, usize)>, LiveError> {
 pub fn provider_infos(events_dir: &Path) -> Result<Vec<ProviderInfo>, LiveError> {
     Ok(systems(events_dir)?
         .into_iter()
-        .map(|(name, n)| ProviderInfo { guid: system_guid(&name), name, kind: "tracepoints".into(), events: n })
+        .map(|(name, n)| ProviderInfo {
+            guid: system_guid(&name),
+            name,
+            kind: "tracepoints".into(),
+            events: n,
+        })
         .collect())
 }
 
@@ -54,7 +63,10 @@ pub fn events_of(events_dir: &Path, system: &str) -> Result<Vec<String>, LiveErr
 #[derive(Clone, Copy, Debug)]
 enum Copy_ {
     /// Raw little-endian bytes of a fixed field.
-    Raw { offset: usize, size: usize },
+    Raw {
+        offset: usize,
+        size: usize,
+    },
     CStr(usize),
     Bytes(usize),
 }
@@ -88,13 +100,25 @@ impl TpEvent {
                         (8, false, _) => (InType::U64, OutType::Default),
                         _ => {
                             // Odd-sized scalar: keep its bytes.
-                            b = b.field_ex(&f.name, InType::U8, OutType::Hex, Arity::ConstCount(f.size.max(1) as u16), 0);
-                            plan.push(Copy_::Raw { offset: f.offset, size: f.size });
+                            b = b.field_ex(
+                                &f.name,
+                                InType::U8,
+                                OutType::Hex,
+                                Arity::ConstCount(f.size.max(1) as u16),
+                                0,
+                            );
+                            plan.push(Copy_::Raw {
+                                offset: f.offset,
+                                size: f.size,
+                            });
                             continue;
                         }
                     };
                     b = b.field(&f.name, it, ot);
-                    plan.push(Copy_::Raw { offset: f.offset, size: f.size });
+                    plan.push(Copy_::Raw {
+                        offset: f.offset,
+                        size: f.size,
+                    });
                 }
                 FieldKind::Array { elem } => {
                     let it = match elem {
@@ -110,9 +134,16 @@ impl TpEvent {
                         _ => 1,
                     };
                     let n = (f.size / elem).max(1) as u16;
-                    let ot = if f.type_name.contains("char") && elem == 1 { OutType::Default } else { OutType::Hex };
+                    let ot = if f.type_name.contains("char") && elem == 1 {
+                        OutType::Default
+                    } else {
+                        OutType::Hex
+                    };
                     b = b.field_ex(&f.name, it, ot, Arity::ConstCount(n), 0);
-                    plan.push(Copy_::Raw { offset: f.offset, size: n as usize * elem });
+                    plan.push(Copy_::Raw {
+                        offset: f.offset,
+                        size: n as usize * elem,
+                    });
                 }
                 FieldKind::DataLoc { string: true, .. } => {
                     b = b.field(&f.name, InType::CStr8, OutType::Utf8);
@@ -124,8 +155,14 @@ impl TpEvent {
                 }
             }
         }
-        let schema = b.build().map_err(|e| LiveError::Other(format!("tracepoint {}:{}: {e}", format.system, format.name)))?;
-        Ok(TpEvent { format, schema, plan })
+        let schema = b.build().map_err(|e| {
+            LiveError::Other(format!("tracepoint {}:{}: {e}", format.system, format.name))
+        })?;
+        Ok(TpEvent {
+            format,
+            schema,
+            plan,
+        })
     }
 
     /// Packs the TraceLogging payload of one raw record into `out`. Fields cut off by a short record

@@ -14,9 +14,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 
+use super::super::{EnableSpec, LiveError, ProviderRef};
 use super::format::{read_int, read_uint, EventFormat};
 use super::procfd::{self, SockAddr};
-use super::super::{EnableSpec, LiveError, ProviderRef};
 use crate::event::EventRecord;
 use crate::guid::Guid;
 use crate::tlg::{self, Arity, InType, OutType, TlInstance, TlSchema, TlSchemaBuilder};
@@ -27,13 +27,20 @@ pub const PROVIDER_GUID: Guid = Guid::from_str_const("e53c6823-7bb8-44bb-90dc-3f
 pub const KW_DROPPED: u64 = 0x100_0000_0000;
 
 /// Every AFD id this provider can report on Linux.
-pub const EVENT_IDS: &[u16] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 40, 41];
+pub const EVENT_IDS: &[u16] = &[
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
+    27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 40, 41,
+];
 
 /// Whether a provider reference names this provider (by GUID, full name, or `winsock`).
 pub fn matches(p: &ProviderRef) -> bool {
     match p {
         ProviderRef::Guid(g) => *g == PROVIDER_GUID,
-        ProviderRef::Name(n) => n.eq_ignore_ascii_case(PROVIDER_NAME) || n.eq_ignore_ascii_case("winsock") || n.eq_ignore_ascii_case("winsock-afd"),
+        ProviderRef::Name(n) => {
+            n.eq_ignore_ascii_case(PROVIDER_NAME)
+                || n.eq_ignore_ascii_case("winsock")
+                || n.eq_ignore_ascii_case("winsock-afd")
+        }
     }
 }
 
@@ -62,27 +69,137 @@ const PE: [(&str, T); 2] = [("Process", T::Ptr), ("Endpoint", T::Ptr)];
 pub fn fields(id: u16) -> &'static [(&'static str, T)] {
     use T::*;
     match id {
-        1 => &[("Process", Ptr), ("Endpoint", Ptr), ("AddressFamily", U32), ("SocketType", U32), ("Protocol", U32), ("UserModePid", Ptr)],
-        2 | 15 => &[("Process", Ptr), ("Endpoint", Ptr), ("Address", V4), ("Port", Port), ("Status", Err)],
-        3 | 16 => &[("Process", Ptr), ("Endpoint", Ptr), ("Address", V6), ("Port", Port), ("Status", Err)],
-        4 => &[("Process", Ptr), ("Endpoint", Ptr), ("Address", V4), ("Port", Port)],
-        5 => &[("Process", Ptr), ("Endpoint", Ptr), ("Address", V6), ("Port", Port)],
-        6 | 9 | 10 | 11 | 12 | 13 | 14 | 17 | 31 | 40 => &[("Process", Ptr), ("Endpoint", Ptr), ("Error", Err)],
+        1 => &[
+            ("Process", Ptr),
+            ("Endpoint", Ptr),
+            ("AddressFamily", U32),
+            ("SocketType", U32),
+            ("Protocol", U32),
+            ("UserModePid", Ptr),
+        ],
+        2 | 15 => &[
+            ("Process", Ptr),
+            ("Endpoint", Ptr),
+            ("Address", V4),
+            ("Port", Port),
+            ("Status", Err),
+        ],
+        3 | 16 => &[
+            ("Process", Ptr),
+            ("Endpoint", Ptr),
+            ("Address", V6),
+            ("Port", Port),
+            ("Status", Err),
+        ],
+        4 => &[
+            ("Process", Ptr),
+            ("Endpoint", Ptr),
+            ("Address", V4),
+            ("Port", Port),
+        ],
+        5 => &[
+            ("Process", Ptr),
+            ("Endpoint", Ptr),
+            ("Address", V6),
+            ("Port", Port),
+        ],
+        6 | 9 | 10 | 11 | 12 | 13 | 14 | 17 | 31 | 40 => {
+            &[("Process", Ptr), ("Endpoint", Ptr), ("Error", Err)]
+        }
         7 | 8 => &[("Process", Ptr), ("Endpoint", Ptr), ("Reason", I32)],
-        18..=20 => &[("Process", Ptr), ("Endpoint", Ptr), ("FastPath", Bool), ("BufferCount", I32), ("Buffer", Ptr), ("BufferLength", Hex32)],
-        21 => &[("Process", Ptr), ("Endpoint", Ptr), ("FastPath", Bool), ("BufferCount", I32), ("Buffer", Ptr), ("BufferLength", Hex32), ("Address", V4), ("Port", Port)],
-        22 => &[("Process", Ptr), ("Endpoint", Ptr), ("FastPath", Bool), ("BufferCount", I32), ("Buffer", Ptr), ("BufferLength", Hex32), ("Address", V6), ("Port", Port)],
-        23 | 24 | 25 | 28 => &[("Process", Ptr), ("Endpoint", Ptr), ("Buffer", Ptr), ("BufferLength", Hex32)],
-        26 => &[("Process", Ptr), ("Endpoint", Ptr), ("BufferCount", I32), ("Buffer", Ptr), ("BufferLength", Hex32), ("Address", V4), ("Port", Port)],
-        27 => &[("Process", Ptr), ("Endpoint", Ptr), ("BufferCount", I32), ("Buffer", Ptr), ("BufferLength", Hex32), ("Address", V6), ("Port", Port)],
-        29 => &[("Process", Ptr), ("Endpoint", Ptr), ("Option", Hex32), ("Value", Hex32)],
+        18..=20 => &[
+            ("Process", Ptr),
+            ("Endpoint", Ptr),
+            ("FastPath", Bool),
+            ("BufferCount", I32),
+            ("Buffer", Ptr),
+            ("BufferLength", Hex32),
+        ],
+        21 => &[
+            ("Process", Ptr),
+            ("Endpoint", Ptr),
+            ("FastPath", Bool),
+            ("BufferCount", I32),
+            ("Buffer", Ptr),
+            ("BufferLength", Hex32),
+            ("Address", V4),
+            ("Port", Port),
+        ],
+        22 => &[
+            ("Process", Ptr),
+            ("Endpoint", Ptr),
+            ("FastPath", Bool),
+            ("BufferCount", I32),
+            ("Buffer", Ptr),
+            ("BufferLength", Hex32),
+            ("Address", V6),
+            ("Port", Port),
+        ],
+        23 | 24 | 25 | 28 => &[
+            ("Process", Ptr),
+            ("Endpoint", Ptr),
+            ("Buffer", Ptr),
+            ("BufferLength", Hex32),
+        ],
+        26 => &[
+            ("Process", Ptr),
+            ("Endpoint", Ptr),
+            ("BufferCount", I32),
+            ("Buffer", Ptr),
+            ("BufferLength", Hex32),
+            ("Address", V4),
+            ("Port", Port),
+        ],
+        27 => &[
+            ("Process", Ptr),
+            ("Endpoint", Ptr),
+            ("BufferCount", I32),
+            ("Buffer", Ptr),
+            ("BufferLength", Hex32),
+            ("Address", V6),
+            ("Port", Port),
+        ],
+        29 => &[
+            ("Process", Ptr),
+            ("Endpoint", Ptr),
+            ("Option", Hex32),
+            ("Value", Hex32),
+        ],
         30 => &[("Process", Ptr), ("HandleCount", I32), ("Timeout", I32)],
         32 => &[("Process", Ptr), ("Endpoint", Ptr), ("EventMask", Hex32)],
-        33 => &[("Process", Ptr), ("Endpoint", Ptr), ("PacketSize", I32), ("Address", V4), ("Port", Port), ("Reason", I32)],
-        34 => &[("Process", Ptr), ("Endpoint", Ptr), ("PacketSize", I32), ("Address", V6), ("Port", Port), ("Reason", I32)],
-        35 => &[("Process", Ptr), ("Listen Endpoint", Ptr), ("Address", V4), ("Port", Port)],
-        36 => &[("Process", Ptr), ("Listen Endpoint", Ptr), ("Address", V6), ("Port", Port)],
-        37 => &[("Process", Ptr), ("Endpoint", Ptr), ("Bytes Indicated", I32)],
+        33 => &[
+            ("Process", Ptr),
+            ("Endpoint", Ptr),
+            ("PacketSize", I32),
+            ("Address", V4),
+            ("Port", Port),
+            ("Reason", I32),
+        ],
+        34 => &[
+            ("Process", Ptr),
+            ("Endpoint", Ptr),
+            ("PacketSize", I32),
+            ("Address", V6),
+            ("Port", Port),
+            ("Reason", I32),
+        ],
+        35 => &[
+            ("Process", Ptr),
+            ("Listen Endpoint", Ptr),
+            ("Address", V4),
+            ("Port", Port),
+        ],
+        36 => &[
+            ("Process", Ptr),
+            ("Listen Endpoint", Ptr),
+            ("Address", V6),
+            ("Port", Port),
+        ],
+        37 => &[
+            ("Process", Ptr),
+            ("Endpoint", Ptr),
+            ("Bytes Indicated", I32),
+        ],
         41 => &PE,
         _ => &[],
     }
@@ -173,7 +290,14 @@ pub struct AfdEvent {
 
 impl AfdEvent {
     fn new(id: u16, pid: u32, tid: u32, cpu: u16, timestamp: i64) -> AfdEvent {
-        let mut e = AfdEvent { id, pid, tid, cpu, timestamp, vals: [None; 8] };
+        let mut e = AfdEvent {
+            id,
+            pid,
+            tid,
+            cpu,
+            timestamp,
+            vals: [None; 8],
+        };
         e.set("Process", V::U64(pid as u64));
         e
     }
@@ -191,7 +315,10 @@ impl AfdEvent {
         self
     }
     pub fn get(&self, name: &str) -> Option<V> {
-        fields(self.id).iter().position(|(n, _)| *n == name).and_then(|i| self.vals[i])
+        fields(self.id)
+            .iter()
+            .position(|(n, _)| *n == name)
+            .and_then(|i| self.vals[i])
     }
 }
 
@@ -227,7 +354,12 @@ enum Sys {
 }
 
 const SYSCALLS: &[(Sys, &str, &[&str], bool)] = &[
-    (Sys::Socket, "socket", &["family", "type", "protocol"], false),
+    (
+        Sys::Socket,
+        "socket",
+        &["family", "type", "protocol"],
+        false,
+    ),
     (Sys::Bind, "bind", &["fd"], false),
     (Sys::Listen, "listen", &["fd", "backlog"], false),
     (Sys::Connect, "connect", &["fd"], false),
@@ -236,10 +368,20 @@ const SYSCALLS: &[(Sys, &str, &[&str], bool)] = &[
     (Sys::Close, "close", &["fd"], false),
     (Sys::Shutdown, "shutdown", &["fd", "how"], false),
     (Sys::SendTo, "sendto", &["fd", "buff", "len", "addr"], false),
-    (Sys::RecvFrom, "recvfrom", &["fd", "ubuf", "size", "addr"], false),
+    (
+        Sys::RecvFrom,
+        "recvfrom",
+        &["fd", "ubuf", "size", "addr"],
+        false,
+    ),
     (Sys::SendMsg, "sendmsg", &["fd"], false),
     (Sys::RecvMsg, "recvmsg", &["fd"], false),
-    (Sys::SetSockOpt, "setsockopt", &["fd", "level", "optname"], false),
+    (
+        Sys::SetSockOpt,
+        "setsockopt",
+        &["fd", "level", "optname"],
+        false,
+    ),
     (Sys::Ioctl, "ioctl", &["fd", "cmd"], false),
     (Sys::Poll, "poll", &["nfds", "timeout_msecs"], true),
     (Sys::PPoll, "ppoll", &["nfds"], true),
@@ -280,15 +422,47 @@ struct TpInfo {
 }
 
 const NET: &[(&str, &str, &[&str], bool)] = &[
-    ("sock", "inet_sock_set_state", &["skaddr", "oldstate", "newstate", "sport", "dport", "protocol"], false),
-    ("sock", "sock_send_length", &["sk", "family", "ret", "protocol"], false),
-    ("sock", "sock_recv_length", &["sk", "family", "ret", "protocol"], false),
-    ("sock", "inet_sk_error_report", &["error", "sport", "dport", "protocol", "family"], false),
+    (
+        "sock",
+        "inet_sock_set_state",
+        &[
+            "skaddr", "oldstate", "newstate", "sport", "dport", "protocol",
+        ],
+        false,
+    ),
+    (
+        "sock",
+        "sock_send_length",
+        &["sk", "family", "ret", "protocol"],
+        false,
+    ),
+    (
+        "sock",
+        "sock_recv_length",
+        &["sk", "family", "ret", "protocol"],
+        false,
+    ),
+    (
+        "sock",
+        "inet_sk_error_report",
+        &["error", "sport", "dport", "protocol", "family"],
+        false,
+    ),
     ("tcp", "tcp_receive_reset", &["skaddr"], false),
     ("tcp", "tcp_send_reset", &["skaddr"], false),
     ("tcp", "tcp_destroy_sock", &["skaddr"], false),
-    ("udp", "udp_fail_queue_rcv_skb", &["rc", "sport", "dport", "family"], false),
-    ("sock", "sk_data_ready", &["skaddr", "family", "protocol"], true),
+    (
+        "udp",
+        "udp_fail_queue_rcv_skb",
+        &["rc", "sport", "dport", "family"],
+        false,
+    ),
+    (
+        "sock",
+        "sk_data_ready",
+        &["skaddr", "family", "protocol"],
+        true,
+    ),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -354,7 +528,12 @@ struct AddrOffs {
 fn offs_of(f: &EventFormat, names: &[&str]) -> Result<Offs, LiveError> {
     let mut o = [(0usize, 0usize, false); 6];
     for (i, n) in names.iter().enumerate() {
-        let fld = f.field(n).ok_or_else(|| LiveError::Other(format!("tracepoint {}:{} has no field {n} on this kernel", f.system, f.name)))?;
+        let fld = f.field(n).ok_or_else(|| {
+            LiveError::Other(format!(
+                "tracepoint {}:{} has no field {n} on this kernel",
+                f.system, f.name
+            ))
+        })?;
         o[i] = (fld.offset, fld.size, fld.signed);
     }
     Ok(o)
@@ -395,19 +574,42 @@ const LISTEN: i64 = 10;
 impl Correlator {
     pub fn new(events_dir: &Path, spec: EnableSpec) -> Result<Correlator, LiveError> {
         let verbose = spec.level == 0 || spec.level >= 5;
-        let mut fm = Formats { sys_offsets: HashMap::new(), net_offsets: HashMap::new(), ret_off: HashMap::new(), enable: Vec::new(), set_state_addrs: None, udp_saddr: None };
+        let mut fm = Formats {
+            sys_offsets: HashMap::new(),
+            net_offsets: HashMap::new(),
+            ret_off: HashMap::new(),
+            enable: Vec::new(),
+            set_state_addrs: None,
+            udp_saddr: None,
+        };
         for &(sys, name, args, data_path) in SYSCALLS {
             if data_path && !verbose {
                 continue;
             }
             let en = format!("sys_enter_{name}");
             let ex = format!("sys_exit_{name}");
-            let Ok(fe) = EventFormat::load(events_dir, "syscalls", &en) else { continue };
+            let Ok(fe) = EventFormat::load(events_dir, "syscalls", &en) else {
+                continue;
+            };
             let fx = EventFormat::load(events_dir, "syscalls", &ex)?;
-            fm.sys_offsets.insert(fe.id, TpInfo { tp: Tp::Enter(sys), offs: offs_of(&fe, args)? });
-            let r = fx.field("ret").ok_or_else(|| LiveError::Other(format!("syscalls:{ex} has no ret field")))?;
+            fm.sys_offsets.insert(
+                fe.id,
+                TpInfo {
+                    tp: Tp::Enter(sys),
+                    offs: offs_of(&fe, args)?,
+                },
+            );
+            let r = fx
+                .field("ret")
+                .ok_or_else(|| LiveError::Other(format!("syscalls:{ex} has no ret field")))?;
             fm.ret_off.insert(fx.id, (r.offset, r.size));
-            fm.sys_offsets.insert(fx.id, TpInfo { tp: Tp::Exit(sys), offs: [(0, 0, false); 6] });
+            fm.sys_offsets.insert(
+                fx.id,
+                TpInfo {
+                    tp: Tp::Exit(sys),
+                    offs: [(0, 0, false); 6],
+                },
+            );
             fm.enable.push((0, "syscalls".into(), en, fe.id));
             fm.enable.push((0, "syscalls".into(), ex, fx.id));
         }
@@ -420,8 +622,22 @@ impl Correlator {
             let tp = match name {
                 "inet_sock_set_state" => {
                     let g = |n: &str| f.field(n).map(|x| x.offset);
-                    fm.set_state_addrs = match (g("family"), g("saddr"), g("daddr"), g("saddr_v6"), g("daddr_v6")) {
-                        (Some(family), Some(saddr), Some(daddr), Some(saddr6), Some(daddr6)) => Some(AddrOffs { family, saddr, daddr, saddr6, daddr6 }),
+                    fm.set_state_addrs = match (
+                        g("family"),
+                        g("saddr"),
+                        g("daddr"),
+                        g("saddr_v6"),
+                        g("daddr_v6"),
+                    ) {
+                        (Some(family), Some(saddr), Some(daddr), Some(saddr6), Some(daddr6)) => {
+                            Some(AddrOffs {
+                                family,
+                                saddr,
+                                daddr,
+                                saddr6,
+                                daddr6,
+                            })
+                        }
                         _ => None,
                     };
                     Tp::SetState
@@ -438,7 +654,13 @@ impl Correlator {
                 }
                 _ => Tp::DataReady,
             };
-            fm.net_offsets.insert(f.id, TpInfo { tp, offs: offs_of(&f, args)? });
+            fm.net_offsets.insert(
+                f.id,
+                TpInfo {
+                    tp,
+                    offs: offs_of(&f, args)?,
+                },
+            );
             fm.enable.push((1, sys.into(), name.into(), f.id));
         }
         Ok(Correlator {
@@ -467,10 +689,37 @@ impl Correlator {
         self.issues.clone()
     }
 
-    fn new_sock(&mut self, tgid: u32, tid: u32, fd: i32, family: u16, stype: u32, proto: u32) -> u64 {
+    fn new_sock(
+        &mut self,
+        tgid: u32,
+        tid: u32,
+        fd: i32,
+        family: u16,
+        stype: u32,
+        proto: u32,
+    ) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
-        self.socks.insert(id, Sock { id, tgid, last_tid: tid, family, stype, proto, sk: None, fds: 1, local: None, remote: None, conn: Conn::None, connect_reported: false, completed_reported: false, closed: false, fd });
+        self.socks.insert(
+            id,
+            Sock {
+                id,
+                tgid,
+                last_tid: tid,
+                family,
+                stype,
+                proto,
+                sk: None,
+                fds: 1,
+                local: None,
+                remote: None,
+                conn: Conn::None,
+                connect_reported: false,
+                completed_reported: false,
+                closed: false,
+                fd,
+            },
+        );
         if let Some(old) = self.fds.insert((tgid, fd), id) {
             self.drop_fd_ref(old);
         }
@@ -530,7 +779,17 @@ impl Correlator {
 
     /// Handles one raw record; emits AFD events through `emit` (false = stop).
     #[allow(clippy::too_many_arguments)]
-    pub fn on_raw(&mut self, inst: usize, id: u16, tid: u32, tgid: u32, cpu: u16, ts: i64, data: &[u8], emit: &mut dyn FnMut(&EventRecord<'_>) -> bool) -> bool {
+    pub fn on_raw(
+        &mut self,
+        inst: usize,
+        id: u16,
+        tid: u32,
+        tgid: u32,
+        cpu: u16,
+        ts: i64,
+        data: &[u8],
+        emit: &mut dyn FnMut(&EventRecord<'_>) -> bool,
+    ) -> bool {
         let mut out: Vec<AfdEvent> = Vec::new();
         if inst == 0 {
             if let Some(info) = self.fm.sys_offsets.get(&id) {
@@ -566,14 +825,31 @@ impl Correlator {
     }
 
     /// A thread exited; when it was the last of its process, its sockets are closed by the kernel.
-    pub fn on_thread_exit(&mut self, tid: u32, tgid: u32, cpu: u16, ts: i64, data: &[u8], emit: &mut dyn FnMut(&EventRecord<'_>) -> bool) {
+    pub fn on_thread_exit(
+        &mut self,
+        tid: u32,
+        tgid: u32,
+        cpu: u16,
+        ts: i64,
+        data: &[u8],
+        emit: &mut dyn FnMut(&EventRecord<'_>) -> bool,
+    ) {
         self.inflight.remove(&tid);
         // group_dead (6.x) or, without it, the main thread's exit.
-        let group_dead = if data.len() > 32 { data[32] != 0 } else { tid == tgid };
+        let group_dead = if data.len() > 32 {
+            data[32] != 0
+        } else {
+            tid == tgid
+        };
         if !group_dead {
             return;
         }
-        let mut ids: Vec<u64> = self.fds.iter().filter(|((p, _), _)| *p == tgid).map(|(_, &id)| id).collect();
+        let mut ids: Vec<u64> = self
+            .fds
+            .iter()
+            .filter(|((p, _), _)| *p == tgid)
+            .map(|(_, &id)| id)
+            .collect();
         ids.sort();
         ids.dedup();
         self.fds.retain(|(p, _), _| *p != tgid);
@@ -597,7 +873,16 @@ impl Correlator {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn on_enter(&mut self, sys: Sys, args: [i64; 6], tid: u32, tgid: u32, cpu: u16, ts: i64, out: &mut Vec<AfdEvent>) {
+    fn on_enter(
+        &mut self,
+        sys: Sys,
+        args: [i64; 6],
+        tid: u32,
+        tgid: u32,
+        cpu: u16,
+        ts: i64,
+        out: &mut Vec<AfdEvent>,
+    ) {
         let fd_sock = match sys {
             Sys::Socket | Sys::Poll | Sys::PPoll | Sys::Select | Sys::PSelect6 => None,
             Sys::EpollCtl => self.sock_of_fd(tgid, args[2]),
@@ -627,10 +912,15 @@ impl Correlator {
             }
             let family = self.socks.get(&s).map(|x| x.family).unwrap_or(0);
             let v6 = family == libc::AF_INET6 as u16;
-            let dgram = self.socks.get(&s).is_some_and(|x| x.stype == libc::SOCK_DGRAM as u32);
+            let dgram = self
+                .socks
+                .get(&s)
+                .is_some_and(|x| x.stype == libc::SOCK_DGRAM as u32);
             // Posted requests (level 5).
             let posted = match sys {
-                Sys::SendTo if args[3] != 0 && dgram => Some((if v6 { 22 } else { 21 }, 1, args[1], args[2])),
+                Sys::SendTo if args[3] != 0 && dgram => {
+                    Some((if v6 { 22 } else { 21 }, 1, args[1], args[2]))
+                }
                 Sys::SendTo | Sys::Write => Some((18, 1, args[1], args[2])),
                 Sys::Writev => Some((18, args[2], args[1], -1)),
                 Sys::SendMsg => Some((18, -1, -1, -1)),
@@ -661,12 +951,31 @@ impl Correlator {
                 }
             }
         }
-        self.inflight.insert(tid, Inflight { sys, args, sock: fd_sock, sock_event_seen: false });
+        self.inflight.insert(
+            tid,
+            Inflight {
+                sys,
+                args,
+                sock: fd_sock,
+                sock_event_seen: false,
+            },
+        );
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn on_exit(&mut self, sys: Sys, ret: i64, tid: u32, tgid: u32, cpu: u16, ts: i64, out: &mut Vec<AfdEvent>) {
-        let Some(inf) = self.inflight.remove(&tid) else { return };
+    fn on_exit(
+        &mut self,
+        sys: Sys,
+        ret: i64,
+        tid: u32,
+        tgid: u32,
+        cpu: u16,
+        ts: i64,
+        out: &mut Vec<AfdEvent>,
+    ) {
+        let Some(inf) = self.inflight.remove(&tid) else {
+            return;
+        };
         if inf.sys != sys {
             return;
         }
@@ -699,7 +1008,10 @@ impl Correlator {
                 }
                 let fd = inf.args[0] as i32;
                 let local = procfd::peek(tgid, fd, false).and_then(|p| p.addr);
-                let v6 = self.socks.get(&s).is_some_and(|x| x.family == libc::AF_INET6 as u16);
+                let v6 = self
+                    .socks
+                    .get(&s)
+                    .is_some_and(|x| x.family == libc::AF_INET6 as u16);
                 if let Some(so) = self.socks.get_mut(&s) {
                     so.local = local.or(so.local);
                 }
@@ -717,7 +1029,9 @@ impl Correlator {
             }
             Sys::Connect => {
                 let Some(s) = inf.sock else { return };
-                let Some(so) = self.socks.get(&s).cloned() else { return };
+                let Some(so) = self.socks.get(&s).cloned() else {
+                    return;
+                };
                 if ret == -(libc::EINPROGRESS as i64) {
                     if let Some(so) = self.socks.get_mut(&s) {
                         if so.conn == Conn::Connecting {
@@ -730,7 +1044,8 @@ impl Correlator {
                 if !so.connect_reported {
                     // No SYN_SENT seen (UDP, or a failure before the transport): the peer from the socket.
                     if ret == 0 {
-                        let peer = procfd::peek(tgid, inf.args[0] as i32, true).and_then(|p| p.addr);
+                        let peer =
+                            procfd::peek(tgid, inf.args[0] as i32, true).and_then(|p| p.addr);
                         if let Some(so) = self.socks.get_mut(&s) {
                             so.remote = peer.or(so.remote);
                         }
@@ -748,7 +1063,11 @@ impl Correlator {
                 }
                 if let Some(so) = self.socks.get_mut(&s) {
                     so.completed_reported = true;
-                    so.conn = if ret == 0 { Conn::Connected } else { Conn::None };
+                    so.conn = if ret == 0 {
+                        Conn::Connected
+                    } else {
+                        Conn::None
+                    };
                 }
             }
             Sys::Accept | Sys::Accept4 => {
@@ -759,15 +1078,23 @@ impl Correlator {
                     out.push(e);
                     return;
                 }
-                let Some(ls) = self.socks.get(&l).cloned() else { return };
-                let child = ls.sk.and_then(|sk| self.accept_q.get_mut(&sk)).and_then(|q| q.pop_front());
+                let Some(ls) = self.socks.get(&l).cloned() else {
+                    return;
+                };
+                let child = ls
+                    .sk
+                    .and_then(|sk| self.accept_q.get_mut(&sk))
+                    .and_then(|q| q.pop_front());
                 let id = self.new_sock(tgid, tid, ret as i32, ls.family, ls.stype, ls.proto);
                 let (remote, local) = match child {
                     Some((csk, remote, local)) => {
                         self.bind_sk(id, csk);
                         (remote, local)
                     }
-                    None => (procfd::peek(tgid, ret as i32, true).and_then(|p| p.addr), None),
+                    None => (
+                        procfd::peek(tgid, ret as i32, true).and_then(|p| p.addr),
+                        None,
+                    ),
                 };
                 if let Some(so) = self.socks.get_mut(&id) {
                     so.remote = remote;
@@ -824,7 +1151,10 @@ impl Correlator {
                 if ret < 0 {
                     return;
                 }
-                if sys == Sys::Fcntl && !(inf.args[1] == libc::F_DUPFD as i64 || inf.args[1] == libc::F_DUPFD_CLOEXEC as i64) {
+                if sys == Sys::Fcntl
+                    && !(inf.args[1] == libc::F_DUPFD as i64
+                        || inf.args[1] == libc::F_DUPFD_CLOEXEC as i64)
+                {
                     return;
                 }
                 let newfd = ret as i32;
@@ -839,7 +1169,14 @@ impl Correlator {
                     so.fds += 1;
                 }
             }
-            Sys::SendTo | Sys::RecvFrom | Sys::SendMsg | Sys::RecvMsg | Sys::Write | Sys::Read | Sys::Writev | Sys::Readv => {
+            Sys::SendTo
+            | Sys::RecvFrom
+            | Sys::SendMsg
+            | Sys::RecvMsg
+            | Sys::Write
+            | Sys::Read
+            | Sys::Writev
+            | Sys::Readv => {
                 // Failures the socket layer never saw (bad arguments): reported from the syscall.
                 if let (Some(s), true, false) = (inf.sock, ret < 0, inf.sock_event_seen) {
                     let id = match sys {
@@ -867,7 +1204,15 @@ impl Correlator {
         e
     }
 
-    fn report_connect(&mut self, s: u64, tid: u32, tgid: u32, cpu: u16, ts: i64, out: &mut Vec<AfdEvent>) {
+    fn report_connect(
+        &mut self,
+        s: u64,
+        tid: u32,
+        tgid: u32,
+        cpu: u16,
+        ts: i64,
+        out: &mut Vec<AfdEvent>,
+    ) {
         let Some(so) = self.socks.get(&s) else { return };
         if so.connect_reported {
             return;
@@ -883,11 +1228,28 @@ impl Correlator {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn on_net(&mut self, tp: Tp, o: &Offs, data: &[u8], tid: u32, tgid: u32, cpu: u16, ts: i64, out: &mut Vec<AfdEvent>) {
+    fn on_net(
+        &mut self,
+        tp: Tp,
+        o: &Offs,
+        data: &[u8],
+        tid: u32,
+        tgid: u32,
+        cpu: u16,
+        ts: i64,
+        out: &mut Vec<AfdEvent>,
+    ) {
         let inflight = self.inflight.get(&tid).copied();
         match tp {
             Tp::SetState => {
-                let (sk, old, new, sport, dport, proto) = (get(data, o[0]) as u64, get(data, o[1]), get(data, o[2]), get(data, o[3]) as u16, get(data, o[4]) as u16, get(data, o[5]));
+                let (sk, old, new, sport, dport, proto) = (
+                    get(data, o[0]) as u64,
+                    get(data, o[1]),
+                    get(data, o[2]),
+                    get(data, o[3]) as u16,
+                    get(data, o[4]) as u16,
+                    get(data, o[5]),
+                );
                 if proto != libc::IPPROTO_TCP as i64 {
                     return;
                 }
@@ -895,7 +1257,9 @@ impl Correlator {
                 // The syscall in flight on this thread names the socket (connect, listen).
                 if let Some(inf) = inflight {
                     if let Some(s) = inf.sock {
-                        if (inf.sys == Sys::Connect && new == SYN_SENT) || (inf.sys == Sys::Listen && new == LISTEN) {
+                        if (inf.sys == Sys::Connect && new == SYN_SENT)
+                            || (inf.sys == Sys::Listen && new == LISTEN)
+                        {
                             self.bind_sk(s, sk);
                             if let Some(i) = self.inflight.get_mut(&tid) {
                                 i.sock_event_seen = true;
@@ -918,12 +1282,19 @@ impl Correlator {
                     let listener = self
                         .socks
                         .values()
-                        .filter(|s| s.conn == Conn::Listening && !s.closed && s.local.map(|a| a.port) == Some(sport))
+                        .filter(|s| {
+                            s.conn == Conn::Listening
+                                && !s.closed
+                                && s.local.map(|a| a.port) == Some(sport)
+                        })
                         .map(|s| s.id)
                         .min();
                     if let Some(l) = listener {
                         let lsk = self.socks[&l].sk.unwrap_or(0);
-                        self.accept_q.entry(lsk).or_default().push_back((sk, remote, local));
+                        self.accept_q
+                            .entry(lsk)
+                            .or_default()
+                            .push_back((sk, remote, local));
                         let v6 = self.socks[&l].family == libc::AF_INET6 as u16;
                         let mut e = self.ev(if v6 { 36 } else { 35 }, l, tid, tgid, cpu, ts);
                         e.addr(remote.map(|r| to_family(r, v6)));
@@ -955,7 +1326,11 @@ impl Correlator {
                 }
             }
             Tp::SendLen | Tp::RecvLen => {
-                let (sk, family, ret) = (get(data, o[0]) as u64, get(data, o[1]) as i32, get(data, o[2]) as i32);
+                let (sk, family, ret) = (
+                    get(data, o[0]) as u64,
+                    get(data, o[1]) as i32,
+                    get(data, o[2]) as i32,
+                );
                 if !(family == libc::AF_INET || family == libc::AF_INET6) {
                     return;
                 }
@@ -975,10 +1350,22 @@ impl Correlator {
                     },
                 };
                 let sys = inflight.filter(|i| i.sock == Some(s)).map(|i| i.sys);
-                let with_addr = inflight.is_some_and(|i| matches!(i.sys, Sys::SendTo | Sys::RecvFrom) && i.args[3] != 0);
-                let buf = inflight.filter(|i| matches!(i.sys, Sys::SendTo | Sys::RecvFrom | Sys::Write | Sys::Read)).map(|i| i.args[1] as u64);
-                let dgram = self.socks.get(&s).is_some_and(|x| x.stype == libc::SOCK_DGRAM as u32);
-                let v6 = self.socks.get(&s).is_some_and(|x| x.family == libc::AF_INET6 as u16);
+                let with_addr = inflight.is_some_and(|i| {
+                    matches!(i.sys, Sys::SendTo | Sys::RecvFrom) && i.args[3] != 0
+                });
+                let buf = inflight
+                    .filter(|i| {
+                        matches!(i.sys, Sys::SendTo | Sys::RecvFrom | Sys::Write | Sys::Read)
+                    })
+                    .map(|i| i.args[1] as u64);
+                let dgram = self
+                    .socks
+                    .get(&s)
+                    .is_some_and(|x| x.stype == libc::SOCK_DGRAM as u32);
+                let v6 = self
+                    .socks
+                    .get(&s)
+                    .is_some_and(|x| x.family == libc::AF_INET6 as u16);
                 let send = matches!(tp, Tp::SendLen);
                 let id = match (send, ret >= 0) {
                     (true, true) if sys == Some(Sys::SendMsg) => 25,
@@ -1012,7 +1399,12 @@ impl Correlator {
                 out.push(e);
             }
             Tp::ErrReport => {
-                let (error, sport, dport, proto) = (get(data, o[0]) as i32, get(data, o[1]) as u16, get(data, o[2]) as u16, get(data, o[3]));
+                let (error, sport, dport, proto) = (
+                    get(data, o[0]) as i32,
+                    get(data, o[1]) as u16,
+                    get(data, o[2]) as u16,
+                    get(data, o[3]),
+                );
                 if proto != libc::IPPROTO_TCP as i64 {
                     return;
                 }
@@ -1020,11 +1412,17 @@ impl Correlator {
                 let cand = self
                     .socks
                     .values()
-                    .filter(|s| !s.closed && matches!(s.conn, Conn::Connecting | Conn::ConnectPending) && s.remote.map(|r| r.port) == Some(dport) && s.local.is_none_or(|l| l.port == sport || l.port == 0))
+                    .filter(|s| {
+                        !s.closed
+                            && matches!(s.conn, Conn::Connecting | Conn::ConnectPending)
+                            && s.remote.map(|r| r.port) == Some(dport)
+                            && s.local.is_none_or(|l| l.port == sport || l.port == 0)
+                    })
                     .map(|s| s.id)
                     .min();
                 let Some(s) = cand else { return };
-                let pending = self.socks[&s].conn == Conn::ConnectPending && !self.socks[&s].completed_reported;
+                let pending = self.socks[&s].conn == Conn::ConnectPending
+                    && !self.socks[&s].completed_reported;
                 if let Some(so) = self.socks.get_mut(&s) {
                     so.conn = Conn::Refused(error);
                 }
@@ -1068,7 +1466,11 @@ impl Correlator {
             Tp::UdpFail => {
                 let rc = get(data, o[0]) as i32;
                 let dport = get(data, o[2]) as u16;
-                let src = self.fm.udp_saddr.and_then(|(off, sz)| data.get(off..off + sz)).and_then(SockAddr::from_sockaddr);
+                let src = self
+                    .fm
+                    .udp_saddr
+                    .and_then(|(off, sz)| data.get(off..off + sz))
+                    .and_then(SockAddr::from_sockaddr);
                 let cand = self.udp_by_port(dport);
                 let Some(s) = cand else { return };
                 let v6 = self.socks[&s].family == libc::AF_INET6 as u16;
@@ -1087,12 +1489,31 @@ impl Correlator {
     }
 
     fn udp_by_port(&mut self, port: u16) -> Option<u64> {
-        let find = |socks: &HashMap<u64, Sock>| socks.values().filter(|s| !s.closed && s.stype == libc::SOCK_DGRAM as u32 && s.local.map(|a| a.port) == Some(port)).map(|s| s.id).min();
+        let find = |socks: &HashMap<u64, Sock>| {
+            socks
+                .values()
+                .filter(|s| {
+                    !s.closed
+                        && s.stype == libc::SOCK_DGRAM as u32
+                        && s.local.map(|a| a.port) == Some(port)
+                })
+                .map(|s| s.id)
+                .min()
+        };
         if let Some(s) = find(&self.socks) {
             return Some(s);
         }
         // Sockets whose local address is not known yet (implicit bind by sendto/connect).
-        let unknown: Vec<(u64, u32, i32)> = self.socks.values().filter(|s| !s.closed && s.stype == libc::SOCK_DGRAM as u32 && s.local.is_none_or(|a| a.port == 0)).map(|s| (s.id, s.tgid, s.fd)).collect();
+        let unknown: Vec<(u64, u32, i32)> = self
+            .socks
+            .values()
+            .filter(|s| {
+                !s.closed
+                    && s.stype == libc::SOCK_DGRAM as u32
+                    && s.local.is_none_or(|a| a.port == 0)
+            })
+            .map(|s| (s.id, s.tgid, s.fd))
+            .collect();
         for (id, pid, fd) in unknown {
             if let Some(a) = procfd::peek(pid, fd, false).and_then(|p| p.addr) {
                 if let Some(s) = self.socks.get_mut(&id) {
@@ -1103,15 +1524,28 @@ impl Correlator {
         find(&self.socks)
     }
 
-    fn state_addrs(&self, data: &[u8], sport: u16, dport: u16) -> (Option<SockAddr>, Option<SockAddr>) {
-        let Some(a) = self.fm.set_state_addrs else { return (None, None) };
+    fn state_addrs(
+        &self,
+        data: &[u8],
+        sport: u16,
+        dport: u16,
+    ) -> (Option<SockAddr>, Option<SockAddr>) {
+        let Some(a) = self.fm.set_state_addrs else {
+            return (None, None);
+        };
         let family = read_uint(data, a.family, 2).unwrap_or(0) as i32;
         let b4 = |off: usize| -> Option<[u8; 4]> { data.get(off..off + 4)?.try_into().ok() };
         let b16 = |off: usize| -> Option<[u8; 16]> { data.get(off..off + 16)?.try_into().ok() };
         if family == libc::AF_INET6 {
-            (b16(a.saddr6).map(|x| SockAddr::v6(x, sport)), b16(a.daddr6).map(|x| SockAddr::v6(x, dport)))
+            (
+                b16(a.saddr6).map(|x| SockAddr::v6(x, sport)),
+                b16(a.daddr6).map(|x| SockAddr::v6(x, dport)),
+            )
         } else {
-            (b4(a.saddr).map(|x| SockAddr::v4(x, sport)), b4(a.daddr).map(|x| SockAddr::v4(x, dport)))
+            (
+                b4(a.saddr).map(|x| SockAddr::v4(x, sport)),
+                b4(a.daddr).map(|x| SockAddr::v4(x, dport)),
+            )
         }
     }
 
@@ -1144,7 +1578,13 @@ impl Correlator {
             let Some(v) = e.vals[i] else { continue };
             pack(&mut self.payload, *t, v);
         }
-        let inst = TlInstance { pid: e.pid, tid: e.tid, cpu: e.cpu, timestamp: e.timestamp, activity_id: Guid::ZERO };
+        let inst = TlInstance {
+            pid: e.pid,
+            tid: e.tid,
+            cpu: e.cpu,
+            timestamp: e.timestamp,
+            activity_id: Guid::ZERO,
+        };
         let rec = tlg::event_record(schema, &inst, &self.payload[..]);
         self.events_emitted += 1;
         emit(&rec)
@@ -1238,26 +1678,46 @@ mod tests {
     #[test]
     fn field_names_match_the_afd_schema() {
         // Names and order checked against ../shared/schemas/winsock-afd.json when it is present.
-        let Some(dir) = std::env::var_os("ETWKIT_SHARED").map(std::path::PathBuf::from).or_else(|| {
-            let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared");
-            p.is_dir().then_some(p)
-        }) else {
+        let Some(dir) = std::env::var_os("ETWKIT_SHARED")
+            .map(std::path::PathBuf::from)
+            .or_else(|| {
+                let p =
+                    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared");
+                p.is_dir().then_some(p)
+            })
+        else {
             eprintln!("SKIPPED field_names_match_the_afd_schema: ../shared not found");
             return;
         };
         let text = std::fs::read_to_string(dir.join("schemas/winsock-afd.json")).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(v["provider"]["guid"].as_str().unwrap(), PROVIDER_GUID.to_string());
+        assert_eq!(
+            v["provider"]["guid"].as_str().unwrap(),
+            PROVIDER_GUID.to_string()
+        );
         for ev in v["events"].as_array().unwrap() {
             let id = ev["id"].as_u64().unwrap() as u16;
             if !EVENT_IDS.contains(&id) {
                 continue;
             }
-            let names: Vec<&str> = ev["fields"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+            let names: Vec<&str> = ev["fields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["name"].as_str().unwrap())
+                .collect();
             let ours: Vec<&str> = fields(id).iter().map(|f| f.0).collect();
             assert_eq!(ours, names, "event {id}");
-            assert_eq!(level(id) as u64, ev["level"].as_u64().unwrap(), "level of {id}");
-            assert_eq!(format!("{:#x}", keywords(id)), ev["keywords"].as_str().unwrap(), "keywords of {id}");
+            assert_eq!(
+                level(id) as u64,
+                ev["level"].as_u64().unwrap(),
+                "level of {id}"
+            );
+            assert_eq!(
+                format!("{:#x}", keywords(id)),
+                ev["keywords"].as_str().unwrap(),
+                "keywords of {id}"
+            );
             assert_eq!(title(id), ev["title"].as_str().unwrap(), "title of {id}");
         }
     }

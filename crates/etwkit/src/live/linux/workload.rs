@@ -44,7 +44,15 @@ fn tid() -> u32 {
 
 fn setsockopt_int(fd: i32, level: i32, name: i32, v: i32) -> std::io::Result<()> {
     // SAFETY: v lives for the call; its size is passed.
-    let rc = unsafe { libc::setsockopt(fd, level, name, (&v as *const i32).cast(), std::mem::size_of::<i32>() as libc::socklen_t) };
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
     if rc == 0 {
         Ok(())
     } else {
@@ -74,18 +82,32 @@ fn echo(addr: SocketAddr, bytes: usize) -> std::io::Result<EchoFacts> {
         return Err(std::io::Error::other("echo mismatch"));
     }
     drop(c);
-    let server_tid = server.join().map_err(|_| std::io::Error::other("server thread panicked"))??;
-    Ok(EchoFacts { client_tid: tid(), server_tid, server_addr: server_addr.ip().to_string(), server_port: server_addr.port(), client_port, bytes })
+    let server_tid = server
+        .join()
+        .map_err(|_| std::io::Error::other("server thread panicked"))??;
+    Ok(EchoFacts {
+        client_tid: tid(),
+        server_tid,
+        server_addr: server_addr.ip().to_string(),
+        server_port: server_addr.port(),
+        client_port,
+        bytes,
+    })
 }
 
 /// Runs the workload and returns its facts.
 pub fn run() -> std::io::Result<Facts> {
-    let mut f = Facts { pid: std::process::id(), ..Default::default() };
+    let mut f = Facts {
+        pid: std::process::id(),
+        ..Default::default()
+    };
     f.v4 = echo(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), 1234)?;
     f.v6 = echo(SocketAddr::from((Ipv6Addr::LOCALHOST, 0)), 4321)?;
 
     // Refused connect: a port that was just free.
-    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port();
+    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port();
     f.refused_port = port;
     f.refused_tid = tid();
     match TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
@@ -108,9 +130,20 @@ pub fn run() -> std::io::Result<Facts> {
     let mut c = TcpStream::connect(l.local_addr()?)?;
     f.reset_client_port = c.local_addr()?.port();
     let (s, _) = l.accept()?;
-    let lg = libc::linger { l_onoff: 1, l_linger: 0 };
+    let lg = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
     // SAFETY: lg lives for the call; its size is passed.
-    let rc = unsafe { libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_LINGER, (&lg as *const libc::linger).cast(), std::mem::size_of::<libc::linger>() as libc::socklen_t) };
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&lg as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }

@@ -1,0 +1,62 @@
+//! The default job: with no command given, a built-in network workload (loopback TCP echo over IPv4
+//! and IPv6, a refused connect, a bind to a busy port, a peer reset, a UDP burst into a small receive
+//! buffer) runs under the Winsock provider and its events print.
+
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use etwkit::live::{Etw, Level};
+use etwkit::sink::Format;
+
+use crate::trace::{report, stop_on_ctrl_c, Printer};
+
+/// The hidden `__demo-workload` subcommand: the workload itself, in the traced child.
+pub fn workload() -> anyhow::Result<()> {
+    let facts = etwkit::live::linux::workload::run()?;
+    eprintln!("etwkit demo workload: {}", serde_json::to_string(&facts)?);
+    Ok(())
+}
+
+pub fn run() -> anyhow::Result<()> {
+    etwkit::live::linux::check_available()?;
+    eprintln!("etwkit: no command given; tracing the built-in network demo under Microsoft-Windows-Winsock-AFD (see `etwkit --help`)");
+    let etw = Etw::new();
+    let mut trace = etw.open_trace("demo", None, None);
+    trace.enable(
+        etwkit::live::linux::winsock::PROVIDER_NAME,
+        0,
+        Level::VERBOSE,
+    )?;
+    let stop = trace.stop_handle();
+    stop_on_ctrl_c(&stop);
+    let exe = std::env::current_exe()?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("__demo-workload");
+    let mut child = trace.spawn(&mut cmd)?;
+    let s = stop.clone();
+    let waiter = std::thread::spawn(move || {
+        let st = child.wait();
+        std::thread::sleep(Duration::from_millis(100));
+        s.stop();
+        st
+    });
+    let mut printer = Printer::new(
+        Format::Table,
+        Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    );
+    let r = trace.process(|ev| printer.event(ev), None, None);
+    let sum = trace.stop(true);
+    printer.finish()?;
+    drop(printer);
+    r?;
+    let sum = sum?;
+    let st = waiter
+        .join()
+        .map_err(|_| anyhow::anyhow!("demo waiter panicked"))??;
+    report(&sum, Format::Table, &mut std::io::stdout().lock())?;
+    if !st.success() {
+        anyhow::bail!("the demo workload failed ({st})");
+    }
+    let _ = ControlFlow::<()>::Continue(());
+    Ok(())
+}
