@@ -16,6 +16,7 @@ pub mod props;
 pub mod ring;
 pub mod tracefs;
 pub mod tracepoints;
+pub mod uprobe;
 pub mod winsock;
 pub mod workload;
 
@@ -208,6 +209,8 @@ pub struct LinuxSession {
     winsock: Option<winsock::Correlator>,
     tgids: Tgids,
     exit_id: Option<u16>,
+    /// Offset of `group_dead` in sched_process_exit (absent on older kernels).
+    group_dead_off: Option<usize>,
     offset_ns: i128,
     pid_file: Option<File>,
     on_file: Option<File>,
@@ -216,6 +219,8 @@ pub struct LinuxSession {
     stopped: bool,
     summary: TraceSummary,
     payload: Vec<u8>,
+    /// Removed after the instances (an enabled probe cannot be removed).
+    probes: Option<uprobe::Probes>,
 }
 
 impl LinuxSession {
@@ -257,11 +262,22 @@ impl LinuxSession {
         }
         let me = std::process::id();
         let seq = SESSION_SEQ.fetch_add(1, Ordering::SeqCst);
-        let _ = seq;
         let base = format!("etwkit-{me}-{}", cfg.name);
         let mut names = vec![base.clone()];
         if ws_spec.is_some() {
             names.push(format!("{base}.net"));
+        }
+        // Socket addresses of bind/connect (uprobes): without them those fields are absent.
+        let mut probes = None;
+        let mut issues = Vec::new();
+        if ws_spec.is_some() {
+            uprobe::cleanup_orphans(&root);
+            match uprobe::Probes::define(&root, &format!("etwkit_{me}_{seq}")) {
+                Ok(p) => probes = Some(p),
+                Err(e) => issues.push(format!(
+                    "bind/connect addresses unavailable (no uprobes): {e}"
+                )),
+            }
         }
         let mut instances = Vec::new();
         let cleanup = |instances: &Vec<PathBuf>| {
@@ -317,7 +333,11 @@ impl LinuxSession {
             }
             let mut ws = None;
             if let Some(spec) = ws_spec {
-                let c = winsock::Correlator::new(&events_dir, spec)?;
+                let c = winsock::Correlator::new(
+                    &events_dir,
+                    spec,
+                    probes.as_ref().map(|p| p.group.as_str()),
+                )?;
                 for (inst, sys, ev, id) in c.tracepoints() {
                     let h = &mut handlers[inst][id as usize];
                     *h = match *h {
@@ -339,6 +359,10 @@ impl LinuxSession {
             let exit_fmt =
                 format::EventFormat::load(&events_dir, "sched", "sched_process_exit").ok();
             let exit_id = exit_fmt.as_ref().map(|f| f.id);
+            let group_dead_off = exit_fmt
+                .as_ref()
+                .and_then(|f| f.field("group_dead"))
+                .map(|f| f.offset);
             if let Some(id) = exit_id {
                 if matches!(handlers[0][id as usize], Handler::None) {
                     tracefs::write(&events0.join("sched/sched_process_exit/enable"), "1")?;
@@ -391,20 +415,32 @@ impl LinuxSession {
                     last: (0, 0),
                 },
                 exit_id,
+                group_dead_off,
                 offset_ns,
                 pid_file: Some(pid_file),
                 on_file: Some(on_file),
                 filtered,
                 stop_requested: false,
                 stopped: false,
-                summary: TraceSummary::default(),
+                summary: TraceSummary {
+                    issues: issues.clone(),
+                    ..TraceSummary::default()
+                },
                 payload: Vec::with_capacity(256),
+                probes: None,
             })
         })();
-        if r.is_err() {
-            cleanup(&instances);
+        match r {
+            Ok(mut s) => {
+                s.probes = probes;
+                Ok(s)
+            }
+            Err(e) => {
+                cleanup(&instances);
+                drop(probes);
+                Err(e)
+            }
         }
-        r
     }
 
     pub fn instance_names(&self) -> Vec<String> {
@@ -445,11 +481,13 @@ impl LinuxSession {
             winsock,
             tgids,
             exit_id,
+            group_dead_off,
             offset_ns,
             payload,
             readers,
             ..
         } = self;
+        let group_dead_off = *group_dead_off;
         let streams = &readers.as_ref().unwrap().streams;
         let exit_id = *exit_id;
         let offset_ns = *offset_ns;
@@ -508,7 +546,12 @@ impl LinuxSession {
             if Some(id) == exit_id && s.instance == 0 {
                 if let Some(ws) = winsock.as_mut() {
                     let tgid = tgids.get(tid);
-                    ws.on_thread_exit(tid, tgid, s.cpu, filetime, data, &mut |rec| {
+                    // group_dead, or (older kernels) the main thread's exit.
+                    let group_dead = match group_dead_off {
+                        Some(o) => data.get(o).is_some_and(|&b| b != 0),
+                        None => tid == tgid,
+                    };
+                    ws.on_thread_exit(tid, tgid, s.cpu, filetime, group_dead, &mut |rec| {
                         cb(rec).is_continue()
                     });
                 }
@@ -646,6 +689,11 @@ impl LiveSession for LinuxSession {
         let mut errors = Vec::new();
         for n in self.instance_names() {
             if let Err(e) = tracefs::remove_instance(&self.root, &n) {
+                errors.push(e.to_string());
+            }
+        }
+        if let Some(mut p) = self.probes.take() {
+            if let Err(e) = p.remove() {
                 errors.push(e.to_string());
             }
         }

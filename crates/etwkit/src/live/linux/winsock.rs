@@ -493,6 +493,8 @@ struct Sock {
     connect_reported: bool,
     completed_reported: bool,
     closed: bool,
+    /// The kernel destroyed its TCP sock.
+    destroyed: bool,
     /// The first descriptor (for address look-ups).
     fd: i32,
 }
@@ -501,6 +503,8 @@ struct Sock {
 struct Inflight {
     sys: Sys,
     args: [i64; 6],
+    /// The sockaddr passed to bind/connect (uprobe).
+    uaddr: Option<SockAddr>,
     sock: Option<u64>,
     sock_event_seen: bool,
 }
@@ -514,6 +518,8 @@ struct Formats {
     enable: Vec<(usize, String, String, u16)>,
     set_state_addrs: Option<AddrOffs>,
     udp_saddr: Option<(usize, usize)>,
+    /// uprobe event id → (which call, offsets of fd, family, port, a4, a6).
+    uprobes: HashMap<u16, (Sys, Offs)>,
 }
 
 #[derive(Clone, Copy)]
@@ -559,6 +565,8 @@ pub struct Correlator {
     inflight: HashMap<u32, Inflight>,
     accept_q: HashMap<u64, VecDeque<(u64, Option<SockAddr>, Option<SockAddr>)>>,
     per_process: HashMap<u32, u32>,
+    /// Addresses passed to bind/connect, by thread, until the syscall consumes them.
+    uaddr: HashMap<u32, (Sys, i32, Option<SockAddr>)>,
     schemas: HashMap<(u16, u8), TlSchema>,
     payload: Vec<u8>,
     issues: Vec<String>,
@@ -572,7 +580,11 @@ const CLOSE_WAIT: i64 = 8;
 const LISTEN: i64 = 10;
 
 impl Correlator {
-    pub fn new(events_dir: &Path, spec: EnableSpec) -> Result<Correlator, LiveError> {
+    pub fn new(
+        events_dir: &Path,
+        spec: EnableSpec,
+        uprobe_group: Option<&str>,
+    ) -> Result<Correlator, LiveError> {
         let verbose = spec.level == 0 || spec.level >= 5;
         let mut fm = Formats {
             sys_offsets: HashMap::new(),
@@ -581,7 +593,20 @@ impl Correlator {
             enable: Vec::new(),
             set_state_addrs: None,
             udp_saddr: None,
+            uprobes: HashMap::new(),
         };
+        if let Some(g) = uprobe_group {
+            for (sys, name) in [(Sys::Bind, "bind"), (Sys::Connect, "connect")] {
+                let Ok(f) = EventFormat::load(events_dir, g, name) else {
+                    continue;
+                };
+                fm.uprobes.insert(
+                    f.id,
+                    (sys, offs_of(&f, &["fd", "family", "port", "a4", "a6"])?),
+                );
+                fm.enable.push((0, g.to_string(), name.to_string(), f.id));
+            }
+        }
         for &(sys, name, args, data_path) in SYSCALLS {
             if data_path && !verbose {
                 continue;
@@ -673,6 +698,7 @@ impl Correlator {
             inflight: HashMap::new(),
             accept_q: HashMap::new(),
             per_process: HashMap::new(),
+            uaddr: HashMap::new(),
             schemas: HashMap::new(),
             payload: Vec::with_capacity(64),
             issues: Vec::new(),
@@ -717,6 +743,7 @@ impl Correlator {
                 connect_reported: false,
                 completed_reported: false,
                 closed: false,
+                destroyed: false,
                 fd,
             },
         );
@@ -739,6 +766,28 @@ impl Correlator {
             }
         }
         false
+    }
+
+    /// Forgets a closed socket once nothing can refer to it any more: at close for sockets without
+    /// a TCP sock, else when the kernel destroys the sock (resets and FINs after close still find it).
+    fn retire(&mut self, id: u64) {
+        let Some(so) = self.socks.get(&id) else {
+            return;
+        };
+        if !so.closed {
+            return;
+        }
+        let tcp = so.stype == libc::SOCK_STREAM as u32;
+        if tcp && so.sk.is_some() && !so.destroyed {
+            return;
+        }
+        if let Some(sk) = so.sk {
+            if self.sks.get(&sk) == Some(&id) {
+                self.sks.remove(&sk);
+            }
+            self.accept_q.remove(&sk);
+        }
+        self.socks.remove(&id);
     }
 
     fn bind_sk(&mut self, id: u64, sk: u64) {
@@ -792,7 +841,21 @@ impl Correlator {
     ) -> bool {
         let mut out: Vec<AfdEvent> = Vec::new();
         if inst == 0 {
-            if let Some(info) = self.fm.sys_offsets.get(&id) {
+            if let Some(&(sys, o)) = self.fm.uprobes.get(&id) {
+                let fd = get(data, o[0]) as i32;
+                let family = get(data, o[1]) as i32;
+                let port = u16::from_be_bytes((get(data, o[2]) as u16).to_le_bytes());
+                let a4 = (get(data, o[3]) as u32).to_le_bytes();
+                let addr = match family {
+                    libc::AF_INET => Some(SockAddr::v4(a4, port)),
+                    libc::AF_INET6 => data
+                        .get(o[4].0..o[4].0 + 16)
+                        .and_then(|b| b.try_into().ok())
+                        .map(|b| SockAddr::v6(b, port)),
+                    _ => None,
+                };
+                self.uaddr.insert(tid, (sys, fd, addr));
+            } else if let Some(info) = self.fm.sys_offsets.get(&id) {
                 match info.tp {
                     Tp::Enter(sys) => {
                         let mut args = [0i64; 6];
@@ -831,16 +894,11 @@ impl Correlator {
         tgid: u32,
         cpu: u16,
         ts: i64,
-        data: &[u8],
+        group_dead: bool,
         emit: &mut dyn FnMut(&EventRecord<'_>) -> bool,
     ) {
         self.inflight.remove(&tid);
-        // group_dead (6.x) or, without it, the main thread's exit.
-        let group_dead = if data.len() > 32 {
-            data[32] != 0
-        } else {
-            tid == tgid
-        };
+        self.uaddr.remove(&tid);
         if !group_dead {
             return;
         }
@@ -859,13 +917,23 @@ impl Correlator {
                     s.closed = true;
                     let mut e = self.ev(13, id, tid, tgid, cpu, ts);
                     e.set("Error", V::U32(0));
-                    if !self.emit(&e, emit) {
+                    let go = self.emit(&e, emit);
+                    self.retire(id);
+                    if !go {
                         return;
                     }
                 }
             }
         }
         self.per_process.remove(&tgid);
+    }
+
+    /// The address the C library passed to `sys` on this thread for `fd`, if a probe saw it.
+    fn take_uaddr(&mut self, tid: u32, sys: Sys, fd: i32) -> Option<SockAddr> {
+        match self.uaddr.remove(&tid) {
+            Some((s, f, a)) if s == sys && f == fd => a,
+            _ => None,
+        }
     }
 
     fn sock_of_fd(&self, tgid: u32, fd: i64) -> Option<u64> {
@@ -951,11 +1019,21 @@ impl Correlator {
                 }
             }
         }
+        let uaddr = match sys {
+            Sys::Bind | Sys::Connect => self.take_uaddr(tid, sys, args[0] as i32),
+            _ => None,
+        };
+        if let (Sys::Connect, Some(s), Some(a)) = (sys, fd_sock, uaddr) {
+            if let Some(so) = self.socks.get_mut(&s) {
+                so.remote = Some(a);
+            }
+        }
         self.inflight.insert(
             tid,
             Inflight {
                 sys,
                 args,
+                uaddr,
                 sock: fd_sock,
                 sock_event_seen: false,
             },
@@ -1007,7 +1085,8 @@ impl Correlator {
                     return;
                 }
                 let fd = inf.args[0] as i32;
-                let local = procfd::peek(tgid, fd, false).and_then(|p| p.addr);
+                let _ = fd;
+                let local = inf.uaddr;
                 let v6 = self
                     .socks
                     .get(&s)
@@ -1042,14 +1121,8 @@ impl Correlator {
                     return;
                 }
                 if !so.connect_reported {
-                    // No SYN_SENT seen (UDP, or a failure before the transport): the peer from the socket.
-                    if ret == 0 {
-                        let peer =
-                            procfd::peek(tgid, inf.args[0] as i32, true).and_then(|p| p.addr);
-                        if let Some(so) = self.socks.get_mut(&s) {
-                            so.remote = peer.or(so.remote);
-                        }
-                    }
+                    // No SYN_SENT seen (UDP, or a failure before the transport): the address the
+                    // program passed (uprobe) was set at entry.
                     self.report_connect(s, tid, tgid, cpu, ts, out);
                 }
                 if !so.completed_reported {
@@ -1092,7 +1165,9 @@ impl Correlator {
                         (remote, local)
                     }
                     None => (
-                        procfd::peek(tgid, ret as i32, true).and_then(|p| p.addr),
+                        procfd::peek(tgid, ret as i32, true)
+                            .filter(|p| p.sock_type == libc::SOCK_STREAM)
+                            .and_then(|p| p.addr),
                         None,
                     ),
                 };
@@ -1118,6 +1193,7 @@ impl Correlator {
                     let mut e = self.ev(13, s, tid, tgid, cpu, ts);
                     e.set("Error", V::U32(0));
                     out.push(e);
+                    self.retire(s);
                 }
             }
             Sys::Shutdown => {
@@ -1454,13 +1530,15 @@ impl Correlator {
                 out.push(self.ev(7, s, tid, tgid, cpu, ts));
             }
             Tp::Destroy => {
+                // The kernel frees this sock: the pointer no longer names any socket of ours.
                 let sk = get(data, o[0]) as u64;
-                if let Some(s) = self.sks.get(&sk).copied() {
-                    if self.socks.get(&s).is_some_and(|x| x.closed) {
-                        self.sks.remove(&sk);
-                        self.socks.remove(&s);
-                        self.accept_q.remove(&sk);
+                self.accept_q.remove(&sk);
+                if let Some(s) = self.sks.remove(&sk) {
+                    if let Some(so) = self.socks.get_mut(&s) {
+                        so.sk = None;
+                        so.destroyed = true;
                     }
+                    self.retire(s);
                 }
             }
             Tp::UdpFail => {
@@ -1515,7 +1593,10 @@ impl Correlator {
             .map(|s| (s.id, s.tgid, s.fd))
             .collect();
         for (id, pid, fd) in unknown {
-            if let Some(a) = procfd::peek(pid, fd, false).and_then(|p| p.addr) {
+            if let Some(a) = procfd::peek(pid, fd, false)
+                .filter(|p| p.sock_type == libc::SOCK_DGRAM)
+                .and_then(|p| p.addr)
+            {
                 if let Some(s) = self.socks.get_mut(&id) {
                     s.local = Some(a);
                 }

@@ -174,3 +174,11 @@ pub fn run() -> std::io::Result<Facts> {
     }
     Ok(f)
 }
+
+/// A syscall storm: `n` calls of `close(-1)` (each fails with EBADF without touching any file).
+pub fn storm(n: u64) {
+    for _ in 0..n {
+        // SAFETY: closing descriptor -1 only returns EBADF.
+        unsafe { libc::close(-1) };
+    }
+}
