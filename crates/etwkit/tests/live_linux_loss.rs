@@ -12,9 +12,15 @@ use etwkit::live::{Etw, Level};
 
 #[test]
 fn every_storm_event_is_delivered_or_reported_lost() {
-    let root = tracefs::root().unwrap_or_else(|e| panic!("this test traces the real kernel and requires root with tracefs: {e}"));
-    let enter = EventFormat::load(&root.join("events"), "syscalls", "sys_enter_close").unwrap().id;
-    let exit = EventFormat::load(&root.join("events"), "syscalls", "sys_exit_close").unwrap().id;
+    let root = tracefs::root().unwrap_or_else(|e| {
+        panic!("this test traces the real kernel and requires root with tracefs: {e}")
+    });
+    let enter = EventFormat::load(&root.join("events"), "syscalls", "sys_enter_close")
+        .unwrap()
+        .id;
+    let exit = EventFormat::load(&root.join("events"), "syscalls", "sys_exit_close")
+        .unwrap()
+        .id;
     let n: u64 = 300_000;
     let etw = Etw::new();
     let mut t = etw.open_trace("t-loss", None, None);
@@ -51,10 +57,25 @@ fn every_storm_event_is_delivered_or_reported_lost() {
     // Each call raises an enter and an exit event. Besides the storm the child makes a few hundred
     // other syscalls (start-up, exit), which may be lost too.
     assert!(storm <= 2 * n);
-    assert!(storm + sum.events_lost >= 2 * n, "unreported loss: {storm} delivered + {} lost < {}", sum.events_lost, 2 * n);
-    assert!(all + sum.events_lost <= 2 * n + 2000, "more events than the child raised: {all} + {}", sum.events_lost);
-    assert!(sum.events_lost > 0, "a 16 KiB ring cannot hold a {n}-call storm: {sum:?}");
+    assert!(
+        storm + sum.events_lost >= 2 * n,
+        "unreported loss: {storm} delivered + {} lost < {}",
+        sum.events_lost,
+        2 * n
+    );
+    assert!(
+        all + sum.events_lost <= 2 * n + 2000,
+        "more events than the child raised: {all} + {}",
+        sum.events_lost
+    );
+    assert!(
+        sum.events_lost > 0,
+        "a 16 KiB ring cannot hold a {n}-call storm: {sum:?}"
+    );
     // Page headers and the per-CPU overrun counter agree (overwrite mode).
-    assert_eq!(detail["page_header_missed"], detail["per_cpu_stats_overrun"]);
+    assert_eq!(
+        detail["page_header_missed"],
+        detail["per_cpu_stats_overrun"]
+    );
     assert_eq!(detail["pages_flagged_uncounted"], 0);
 }

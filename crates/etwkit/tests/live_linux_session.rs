@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use etwkit::live::linux::props::{as_u64, properties};
 use etwkit::live::linux::{tracefs, tracepoints, uprobe};
-use etwkit::live::{Etw, LiveError, Level};
+use etwkit::live::{Etw, Level, LiveError};
 
 fn root() -> std::path::PathBuf {
     match tracefs::root() {
@@ -46,28 +46,51 @@ fn orphans_are_removed_and_foreign_instances_kept() {
     t.enable("winsock", 0, Level::INFORMATIONAL).unwrap();
     t.start().unwrap();
     let names = tracefs::instances(&root).unwrap();
-    assert!(!names.contains(&orphan), "the dead owner's instance was removed");
-    assert!(names.contains(&foreign), "another tool's instance is never touched");
-    assert!(!root.join("events").join(&group).exists(), "the dead owner's uprobes were removed");
+    assert!(
+        !names.contains(&orphan),
+        "the dead owner's instance was removed"
+    );
+    assert!(
+        names.contains(&foreign),
+        "another tool's instance is never touched"
+    );
+    assert!(
+        !root.join("events").join(&group).exists(),
+        "the dead owner's uprobes were removed"
+    );
     // The live session is listed under its name, with its owner.
     let me = std::process::id();
     let sessions = etw.sessions().unwrap();
-    let s = sessions.iter().find(|s| s.name == "t-orphans").expect("our session is listed");
+    let s = sessions
+        .iter()
+        .find(|s| s.name == "t-orphans")
+        .expect("our session is listed");
     assert_eq!(s.owner_pid, Some(me));
     assert!(s.etwkit && s.enabled_events > 0);
     assert!(sessions.iter().any(|s| s.instance == foreign && !s.etwkit));
     assert!(t.exists().unwrap());
-    assert!(etw.open_trace("t-orphans", None, None).exists().unwrap(), "exists by name from another handle");
+    assert!(
+        etw.open_trace("t-orphans", None, None).exists().unwrap(),
+        "exists by name from another handle"
+    );
     t.stop(false).unwrap();
     assert!(!etw.open_trace("t-orphans", None, None).exists().unwrap());
-    assert!(!tracefs::instances(&root).unwrap().iter().any(|n| n.contains("t-orphans")));
-    assert!(!std::fs::read_to_string(root.join("uprobe_events")).unwrap().contains(&format!("etwkit_{me}_")));
+    assert!(!tracefs::instances(&root)
+        .unwrap()
+        .iter()
+        .any(|n| n.contains("t-orphans")));
+    assert!(!std::fs::read_to_string(root.join("uprobe_events"))
+        .unwrap()
+        .contains(&format!("etwkit_{me}_")));
     std::fs::remove_dir(root.join("instances").join(&foreign)).unwrap();
 
     // stop(soft): a session that does not exist is not an error; without soft it is.
     let mut ghost = etw.open_trace("t-never-started", None, None);
     assert!(ghost.stop(true).is_ok());
-    assert!(matches!(ghost.stop(false), Err(LiveError::NoSuchSession(_))));
+    assert!(matches!(
+        ghost.stop(false),
+        Err(LiveError::NoSuchSession(_))
+    ));
     let mut bad = etw.open_trace("t-bad", None, None);
     bad.enable("no_such_system_xyz", 0, 4).unwrap();
     assert!(matches!(bad.start(), Err(LiveError::UnknownProvider(_))));
@@ -80,12 +103,17 @@ fn orphans_are_removed_and_foreign_instances_kept() {
 fn pid_filter_follows_children_and_providers_work_by_guid() {
     root();
     // An untraced process that will fork two children after tracing starts.
-    let mut parent = Command::new("sh").arg("-c").arg("sleep 0.3; /bin/sleep 0.01 & /bin/sleep 0.02; wait").spawn().unwrap();
+    let mut parent = Command::new("sh")
+        .arg("-c")
+        .arg("sleep 0.3; /bin/sleep 0.01 & /bin/sleep 0.02; wait")
+        .spawn()
+        .unwrap();
     let ppid = parent.id();
     let etw = Etw::new();
     let mut t = etw.open_trace("t-children", None, None);
     // By GUID: the TraceLogging name hash of "sched".
-    t.enable(tracepoints::system_guid("sched"), 0, Level::VERBOSE).unwrap();
+    t.enable(tracepoints::system_guid("sched"), 0, Level::VERBOSE)
+        .unwrap();
     t.add_pid(ppid).unwrap();
     t.start().unwrap();
     let stop = t.stop_handle();
@@ -105,7 +133,11 @@ fn pid_filter_follows_children_and_providers_work_by_guid() {
                 pids.insert(r.pid);
             }
             if name == "sched_process_exec" {
-                execs.push((r.pid, p["filename"].as_str().unwrap().to_string(), as_u64(&p["pid"]).unwrap()));
+                execs.push((
+                    r.pid,
+                    p["filename"].as_str().unwrap().to_string(),
+                    as_u64(&p["pid"]).unwrap(),
+                ));
             }
             ControlFlow::Continue(())
         },
@@ -122,6 +154,9 @@ fn pid_filter_follows_children_and_providers_work_by_guid() {
         assert_ne!(*pid, ppid, "children have their own pids");
         assert_eq!(*pid as u64, *field_pid);
     }
-    assert!(!pids.contains(&std::process::id()), "the tracer itself is never traced");
+    assert!(
+        !pids.contains(&std::process::id()),
+        "the tracer itself is never traced"
+    );
     assert!(pids.contains(&ppid));
 }

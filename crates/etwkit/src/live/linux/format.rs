@@ -97,7 +97,7 @@ fn parse_field(l: &str) -> Result<Field, String> {
     let decl = decl.ok_or_else(|| format!("no declaration in {l:?}"))?;
     let offset = offset.ok_or_else(|| format!("no offset in {l:?}"))?;
     let size = size.ok_or_else(|| format!("no size in {l:?}"))?;
-    let (ty, mut name) = match decl.rfind(|c: char| c == ' ' || c == '*') {
+    let (ty, mut name) = match decl.rfind([' ', '*']) {
         Some(i) => (decl[..=i].trim(), decl[i + 1..].trim()),
         None => return Err(format!("cannot split type and name in {decl:?}")),
     };

@@ -6,8 +6,11 @@ use serde_json::{Map, Value};
 
 use crate::event::{ext_type, EventRecord};
 
+/// One field of TraceLogging metadata: (name, in-type, out-type, const count).
+pub type TlField = (String, u8, u8, Option<u16>);
+
 /// Field (name, in-type, out-type, const count) list of an EVENT_SCHEMA_TL blob, and the event name.
-pub fn parse_metadata(meta: &[u8]) -> Option<(String, Vec<(String, u8, u8, Option<u16>)>)> {
+pub fn parse_metadata(meta: &[u8]) -> Option<(String, Vec<TlField>)> {
     let total = u16::from_le_bytes([*meta.first()?, *meta.get(1)?]) as usize;
     let meta = meta.get(..total.min(meta.len()))?;
     let mut p = 2;

@@ -509,6 +509,9 @@ struct Inflight {
     sock_event_seen: bool,
 }
 
+/// A connection waiting in a listener's accept queue: (child sk, remote, local).
+type Child = (u64, Option<SockAddr>, Option<SockAddr>);
+
 /// Where the raw-field offsets of the events this correlator needs come from.
 struct Formats {
     sys_offsets: HashMap<u16, TpInfo>,
@@ -563,7 +566,8 @@ pub struct Correlator {
     fds: HashMap<(u32, i32), u64>,
     sks: HashMap<u64, u64>,
     inflight: HashMap<u32, Inflight>,
-    accept_q: HashMap<u64, VecDeque<(u64, Option<SockAddr>, Option<SockAddr>)>>,
+    /// Listener sk → handshaken children (child sk, remote, local), in the kernel's FIFO order.
+    accept_q: HashMap<u64, VecDeque<Child>>,
     per_process: HashMap<u32, u32>,
     /// Addresses passed to bind/connect, by thread, until the syscall consumes them.
     uaddr: HashMap<u32, (Sys, i32, Option<SockAddr>)>,
@@ -1642,10 +1646,10 @@ impl Correlator {
                 mask |= 1 << i;
             }
         }
-        if !self.schemas.contains_key(&(e.id, mask)) {
+        if let std::collections::hash_map::Entry::Vacant(v) = self.schemas.entry((e.id, mask)) {
             match build_schema(e.id, mask) {
                 Ok(s) => {
-                    self.schemas.insert((e.id, mask), s);
+                    v.insert(s);
                 }
                 Err(err) => {
                     self.issues.push(format!("AFD event {}: {err}", e.id));
