@@ -82,7 +82,7 @@ impl<'w> Printer<'w> {
     }
 
     pub fn event(&mut self, ev: &etwkit::EventRecord<'_>) -> ControlFlow<()> {
-        let decoded = etwkit::live::linux::props::properties(ev);
+        let decoded = etwkit::live::props::properties(ev);
         self.props.clear();
         if let Some((_, p)) = &decoded {
             self.props = serde_json::Value::Object(p.clone()).to_string();

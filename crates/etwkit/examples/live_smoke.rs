@@ -16,7 +16,7 @@ fn main() {
     });
     t.process(
         |ev| {
-            let (name, p) = etwkit::live::linux::props::properties(ev).unwrap_or_default();
+            let (name, p) = etwkit::live::props::properties(ev).unwrap_or_default();
             println!(
                 "{} {} pid={} tid={} cpu={} {} {}",
                 ev.timestamp,

@@ -26,6 +26,7 @@ use crate::guid::Guid;
 
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod props;
 
 /// Errors of the live API. Each names what is missing or wrong in one sentence.
 #[derive(Debug, thiserror::Error)]

@@ -12,7 +12,8 @@
 
 pub mod format;
 pub mod procfd;
-pub mod props;
+/// Properties of backend-made TraceLogging events (now [`crate::live::props`]).
+pub use super::props;
 pub mod ring;
 pub mod tracefs;
 pub mod tracepoints;
@@ -501,17 +502,6 @@ impl LinuxSession {
             let s = &streams[raw.stream];
             let filetime = ((raw.ts as i128 + offset_ns) / 100) as i64 + FILETIME_UNIX_EPOCH;
             let h = handlers[s.instance][id as usize];
-            if std::env::var_os("ETWKIT_DEBUG_RAW").is_some() {
-                eprintln!(
-                    "raw inst={} cpu={} ts={} id={} tid={} len={}",
-                    s.instance,
-                    s.cpu,
-                    raw.ts,
-                    id,
-                    tid,
-                    data.len()
-                );
-            }
             let mut go = true;
             if let Handler::Tp(i) | Handler::Both(i) = h {
                 let (ev, spec) = &tp[i];
