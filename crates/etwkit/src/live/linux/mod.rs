@@ -222,6 +222,8 @@ pub struct LinuxSession {
     payload: Vec<u8>,
     /// Removed after the instances (an enabled probe cannot be removed).
     probes: Option<uprobe::Probes>,
+    /// Tracepoint records shorter than their format says (fields padded with zeros).
+    short_records: u64,
 }
 
 impl LinuxSession {
@@ -429,6 +431,7 @@ impl LinuxSession {
                 },
                 payload: Vec::with_capacity(256),
                 probes: None,
+                short_records: 0,
             })
         })();
         match r {
@@ -486,6 +489,7 @@ impl LinuxSession {
             offset_ns,
             payload,
             readers,
+            short_records,
             ..
         } = self;
         let group_dead_off = *group_dead_off;
@@ -506,7 +510,9 @@ impl LinuxSession {
             if let Handler::Tp(i) | Handler::Both(i) = h {
                 let (ev, spec) = &tp[i];
                 if spec.accepts(4, 0) {
-                    ev.pack(data, payload);
+                    if !ev.pack(data, payload) {
+                        *short_records += 1;
+                    }
                     let inst = TlInstance {
                         pid: tgids.get(tid),
                         tid,
@@ -575,6 +581,9 @@ impl LinuxSession {
             ("pages_flagged_uncounted".into(), c.lost_uncounted_pages),
         ];
         sum.issues.extend(c.issues.iter().cloned());
+        if self.short_records > 0 {
+            sum.issues.push(format!("{} tracepoint records were shorter than their format (missing fields written as 0)", self.short_records));
+        }
         if let Some(ws) = &self.winsock {
             sum.issues.extend(ws.issues());
         }

@@ -67,6 +67,11 @@ enum Copy_ {
         offset: usize,
         size: usize,
     },
+    /// A fixed `char[N]` field written as a NUL-terminated string.
+    FixedStr {
+        offset: usize,
+        size: usize,
+    },
     CStr(usize),
     Bytes(usize),
 }
@@ -116,6 +121,14 @@ impl TpEvent {
                     };
                     b = b.field(&f.name, it, ot);
                     plan.push(Copy_::Raw {
+                        offset: f.offset,
+                        size: f.size,
+                    });
+                }
+                FieldKind::Array { elem: 1 } if f.type_name.contains("char") => {
+                    // char name[N]: a NUL-padded string.
+                    b = b.field(&f.name, InType::CStr8, OutType::Utf8);
+                    plan.push(Copy_::FixedStr {
                         offset: f.offset,
                         size: f.size,
                     });
@@ -179,6 +192,12 @@ impl TpEvent {
                         out.resize(out.len() + size, 0);
                     }
                 },
+                Copy_::FixedStr { offset, size } => {
+                    let b = data.get(offset..offset + size).unwrap_or(&[]);
+                    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+                    out.extend_from_slice(&b[..end]);
+                    out.push(0);
+                }
                 Copy_::CStr(i) => {
                     let s = format::data_loc(data, &self.format.fields[i]).unwrap_or(&[]);
                     let end = s.iter().position(|&c| c == 0).unwrap_or(s.len());
@@ -194,5 +213,49 @@ impl TpEvent {
             }
         }
         complete
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FMT: &str = "name: demo_event\nID: 777\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\tfield:char comm[8];\toffset:8;\tsize:8;\tsigned:0;\n\tfield:int pid;\toffset:16;\tsize:4;\tsigned:1;\n\tfield:const void * ptr;\toffset:24;\tsize:8;\tsigned:0;\n\tfield:__data_loc char[] filename;\toffset:32;\tsize:4;\tsigned:0;\n\tfield:__u8 addr[4];\toffset:36;\tsize:4;\tsigned:0;\n";
+
+    #[test]
+    fn tracepoint_record_becomes_a_decodable_tracelogging_event() {
+        let f = EventFormat::parse("demo", FMT).unwrap();
+        let ev = TpEvent::new(f).unwrap();
+        assert_eq!(ev.schema.provider_guid(), system_guid("demo"));
+        assert_eq!(ev.schema.descriptor.id, 777);
+        let mut raw = vec![0u8; 40];
+        raw[0..2].copy_from_slice(&777u16.to_le_bytes());
+        raw[8..12].copy_from_slice(b"bash");
+        raw[16..20].copy_from_slice(&(-5i32).to_le_bytes());
+        raw[24..32].copy_from_slice(&0xffff_8881_0000_1000u64.to_le_bytes());
+        let name = b"/bin/sh\0";
+        raw[32..36].copy_from_slice(&((40u32) | ((name.len() as u32) << 16)).to_le_bytes());
+        raw[36..40].copy_from_slice(&[127, 0, 0, 1]);
+        raw.extend_from_slice(name);
+        let mut payload = Vec::new();
+        assert!(ev.pack(&raw, &mut payload));
+        let inst = tlg::TlInstance {
+            pid: 1,
+            tid: 2,
+            cpu: 0,
+            timestamp: 0,
+            activity_id: Guid::ZERO,
+        };
+        let rec = tlg::event_record(&ev.schema, &inst, &payload[..]);
+        assert_eq!(rec.traits_provider_name(), Some("demo"));
+        let (name, p) = crate::live::props::properties(&rec).unwrap();
+        assert_eq!(name, "demo_event");
+        assert_eq!(p["comm"], "bash");
+        assert_eq!(p["pid"], -5);
+        assert_eq!(p["ptr"], "0xffff888100001000");
+        assert_eq!(p["filename"], "/bin/sh");
+        assert_eq!(p["addr"], serde_json::json!([127, 0, 0, 1]));
+        // A short record: still packed (zeros), reported incomplete.
+        assert!(!ev.pack(&raw[..20], &mut payload));
     }
 }
