@@ -53,6 +53,20 @@ def field(name, in_type, out_type=0, count=("one",), length=("natural",), map_na
             "map": map_name, "members": members or []}
 
 
+def parse_token_fields(specs):
+    out, names = [], []
+    for spec in specs:
+        parts = spec.split(" ")
+        f = parse_token_field(" ".join(parts[:2]))
+        if len(parts) == 3 and parts[2].startswith("*"):
+            f["count"] = ("field", index_of(parts[2][1:], names, spec))
+        elif len(parts) != 2:
+            sys.exit(f"kernel-mof-extra.json: bad field {spec!r}")
+        out.append(f)
+        names.append(f["name"])
+    return out
+
+
 def parse_token_field(spec):
     name, ty = spec.split(" ", 1)
     m = re.fullmatch(r"(wchar|bin)\[(\d+)\]", ty)
@@ -375,7 +389,7 @@ def gen_kernel(shared):
                 "opcode_name": opname, "keywords_name": None, "fields": fields,
             })
 
-    overrides = {(o["task"], o["type"]): [parse_token_field(s) for s in o["fields"]] for o in extra["overrides"]}
+    overrides = {(o["task"], o["type"]): parse_token_fields(o["fields"]) for o in extra["overrides"]}
 
     for cname, cl in d["classes"].items():
         guid = cl["guid"]
@@ -426,11 +440,11 @@ def gen_kernel(shared):
     for cl in extra["classes"]:
         class_guid[cl["task"]] = cl["guid"]
         for e in cl["events"]:
-            fields = [parse_token_field(s) for s in e["fields"]]
+            fields = parse_token_fields(e["fields"])
             for t, n in e["types"].items():
                 add(cl["task"], cl["guid"], int(t), n, e["versions"], fields, cl["provider"])
     for a in extra["additions"]:
-        fields = [parse_token_field(s) for s in a["fields"]]
+        fields = parse_token_fields(a["fields"])
         for t, n in a["types"].items():
             add(a["task"], class_guid[a["task"]], int(t), n, a["versions"], fields)
 

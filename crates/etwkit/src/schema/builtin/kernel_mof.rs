@@ -4735,7 +4735,7 @@ const T91CFD7A6: &[FieldDef] = &[
         members: &[],
     },
 ];
-const TDC842494: &[FieldDef] = &[
+const T93236238: &[FieldDef] = &[
     FieldDef {
         name: "ProcessId",
         in_type: 8,
@@ -4792,6 +4792,15 @@ const TDC842494: &[FieldDef] = &[
     },
     FieldDef {
         name: "LoadOrderGroup",
+        in_type: 1,
+        out_type: 0,
+        count: CountDef::One,
+        length: LengthDef::Natural,
+        map: None,
+        members: &[],
+    },
+    FieldDef {
+        name: "SvchostGroup",
         in_type: 1,
         out_type: 0,
         count: CountDef::One,
@@ -5033,7 +5042,7 @@ const TE38F028A: &[FieldDef] = &[
         members: &[],
     },
 ];
-const T639A3187: &[FieldDef] = &[
+const TBF745EB4: &[FieldDef] = &[
     FieldDef {
         name: "ClassGuid",
         in_type: 15,
@@ -5102,6 +5111,24 @@ const T639A3187: &[FieldDef] = &[
         in_type: 1,
         out_type: 0,
         count: CountDef::One,
+        length: LengthDef::Natural,
+        map: None,
+        members: &[],
+    },
+    FieldDef {
+        name: "UpperFilters",
+        in_type: 1,
+        out_type: 0,
+        count: CountDef::Field(1),
+        length: LengthDef::Natural,
+        map: None,
+        members: &[],
+    },
+    FieldDef {
+        name: "LowerFilters",
+        in_type: 1,
+        out_type: 0,
+        count: CountDef::Field(2),
         length: LengthDef::Natural,
         map: None,
         members: &[],
@@ -7967,7 +7994,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("SystemConfig"),
         opcode_name: Some("Services"),
         keywords_name: None,
-        fields: TDC842494,
+        fields: T93236238,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -8037,7 +8064,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("SystemConfig"),
         opcode_name: Some("PnP"),
         keywords_name: None,
-        fields: T639A3187,
+        fields: TBF745EB4,
     },
     EventDef {
         key: SchemaKey::Mof {
