@@ -10,8 +10,10 @@
 
 pub mod etl;
 pub mod event;
+pub mod filter;
 pub mod guid;
 pub mod schema;
+pub mod sink;
 pub mod time;
 
 pub use event::{EventDescriptor, EventRecord, HeaderType};
