@@ -421,8 +421,8 @@ def gen_kernel(shared):
                     applies = grp["appliesTo"]
                     if "Defunct (39) only" in (v.get("notes") or ""):
                         applies = [39]
-                    elif v["version"] == 0 and cname == "Image" or "(Load only)" in (v.get("notes") or ""):
-                        applies = [10]
+                    # Image v0/v1 are documented as Load-only classes, but syzygy_* traces carry the same
+                    # layout under UnLoad/DCStart/DCEnd too: register them for every Image type.
                     for t in applies:
                         add(cname, guid, t, names[str(t)], [v["version"]], fields)
         for e in cl.get("other", []):

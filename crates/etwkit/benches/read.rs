@@ -25,7 +25,10 @@ fn main() {
         .skip(1)
         .find(|a| !a.starts_with('-'))
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/etl-samples/perfview_net.4.5.x86.etl"));
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../../shared/etl-samples/perfview_net.4.5.x86.etl")
+        });
     let f = match EtlFile::open(&path) {
         Ok(f) => f,
         Err(e) => {
@@ -44,11 +47,26 @@ fn main() {
         .records
             + n * 0
     });
-    println!("walk, file order, 1 core:   {:8.0} MB/s  ({n} records, {:.1} ms)", mb / t, t * 1e3);
-    let (t, _) = best_of(5, || f.for_each(Order::Time, |_| ControlFlow::Continue(())).records);
-    println!("walk, time order, 1 core:   {:8.0} MB/s  ({:.1} ms)", mb / t, t * 1e3);
+    println!(
+        "walk, file order, 1 core:   {:8.0} MB/s  ({n} records, {:.1} ms)",
+        mb / t,
+        t * 1e3
+    );
+    let (t, _) = best_of(5, || {
+        f.for_each(Order::Time, |_| ControlFlow::Continue(()))
+            .records
+    });
+    println!(
+        "walk, time order, 1 core:   {:8.0} MB/s  ({:.1} ms)",
+        mb / t,
+        t * 1e3
+    );
     let (t, _) = best_of(5, || file_stats(&f).records);
-    println!("stats, parallel:            {:8.0} MB/s  ({:.1} ms)", mb / t, t * 1e3);
+    println!(
+        "stats, parallel:            {:8.0} MB/s  ({:.1} ms)",
+        mb / t,
+        t * 1e3
+    );
     let (t, bytes) = best_of(3, || {
         let mut counter = Counter(0);
         let mut sink = JsonLines::new(&mut counter);
@@ -60,7 +78,12 @@ fn main() {
         drop(sink);
         counter.0
     });
-    println!("JSON lines, time order:     {:8.0} MB/s  ({:.1} ms, {:.0} MB of JSON)", mb / t, t * 1e3, bytes as f64 / 1e6);
+    println!(
+        "JSON lines, time order:     {:8.0} MB/s  ({:.1} ms, {:.0} MB of JSON)",
+        mb / t,
+        t * 1e3,
+        bytes as f64 / 1e6
+    );
 }
 
 struct Counter(u64);

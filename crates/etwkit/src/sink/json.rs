@@ -16,7 +16,12 @@ pub struct JsonLines<W: Write> {
 
 impl<W: Write> JsonLines<W> {
     pub fn new(out: W) -> Self {
-        JsonLines { out, line: Vec::with_capacity(4096), ts: String::with_capacity(32), sec_cache: (i64::MIN, [0; 19]) }
+        JsonLines {
+            out,
+            line: Vec::with_capacity(4096),
+            ts: String::with_capacity(32),
+            sec_cache: (i64::MIN, [0; 19]),
+        }
     }
 
     fn push_timestamp(&mut self, filetime: i64) {
@@ -207,10 +212,17 @@ mod tests {
             assert_eq!(String::from_utf8(l).unwrap(), format!("{v:x}"));
         }
         let mut j = JsonLines::new(Vec::new());
-        for t in [132_670_374_579_762_397i64, 132_670_374_579_762_398, 132_670_374_589_000_001] {
+        for t in [
+            132_670_374_579_762_397i64,
+            132_670_374_579_762_398,
+            132_670_374_589_000_001,
+        ] {
             j.line.clear();
             j.push_timestamp(t);
-            assert_eq!(String::from_utf8(j.line.clone()).unwrap(), crate::time::format_rfc3339(t));
+            assert_eq!(
+                String::from_utf8(j.line.clone()).unwrap(),
+                crate::time::format_rfc3339(t)
+            );
         }
     }
 }
