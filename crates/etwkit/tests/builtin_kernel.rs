@@ -255,12 +255,40 @@ fn value_matches(te: &str, placed: &Placed, payload: &[u8], prop: &Property, ctx
 #[test]
 fn perfview_net_x64_matches_traceevent_counts_and_values() {
     let test = "perfview_net_x64_matches_traceevent_counts_and_values";
-    let Some(path) = common::sample("perfview_net.4.5.2.x64.etl", test) else {
+    let Some((lines, fields)) = against_baseline(test, "perfview_net.4.5.2.x64") else {
         return;
     };
-    let dir = common::samples_dir(test).unwrap();
-    let text =
-        std::fs::read_to_string(dir.join("reference/perfview_net.4.5.2.x64.baseline.txt")).unwrap();
+    assert_eq!(
+        lines, 56,
+        "kernel/KernelTraceControl COUNT lines in the baseline"
+    );
+    assert!(fields >= 1000, "only {fields} baseline fields compared");
+}
+
+/// The gcevents / gcrundown traces carry one kernel record, the logfile header; TraceEvent counts and
+/// prints it.
+#[test]
+fn perfview_gc_traces_header_matches_traceevent() {
+    let test = "perfview_gc_traces_header_matches_traceevent";
+    for (etl, fields) in [("perfview_gcevents", 20), ("perfview_gcrundownevents", 20)] {
+        let Some((lines, n)) = against_baseline(test, etl) else {
+            return;
+        };
+        assert_eq!(
+            (lines, n),
+            (1, fields),
+            "{etl}: COUNT lines, EVENT fields compared"
+        );
+    }
+}
+
+/// Compares `NAME.etl` with `reference/NAME.baseline.txt`: every kernel/KernelTraceControl COUNT line
+/// must equal our count, every field of their EVENT lines must match the payload field our schema
+/// places (or be listed as derived / known to differ). Returns (COUNT lines, EVENT fields compared).
+fn against_baseline(test: &str, name: &str) -> Option<(usize, usize)> {
+    let path = common::sample(&format!("{name}.etl"), test)?;
+    let dir = common::samples_dir(test)?;
+    let text = std::fs::read_to_string(dir.join(format!("reference/{name}.baseline.txt"))).unwrap();
     let base = parse_baseline(&text);
     let tables = tables();
     let file = EtlFile::open(&path).unwrap();
@@ -381,30 +409,22 @@ fn perfview_net_x64_matches_traceevent_counts_and_values() {
     );
 
     let mut checked = 0;
-    for (name, n) in base.counts.iter().filter(|(n, _)| is_kernel_or_ktc(n)) {
+    for (event, n) in base.counts.iter().filter(|(n, _)| is_kernel_or_ktc(n)) {
         assert_eq!(
-            ours.get(name),
+            ours.get(event),
             Some(n),
-            "COUNT {name}: TraceEvent {n}, ours {:?}",
-            ours.get(name)
+            "{name}: COUNT {event}: TraceEvent {n}, ours {:?}",
+            ours.get(event)
         );
         checked += 1;
     }
-    assert_eq!(
-        checked, 56,
-        "kernel/KernelTraceControl COUNT lines in the baseline"
-    );
     assert!(
         mismatches.is_empty(),
-        "{} field mismatches: {:#?}",
+        "{name}: {} field mismatches: {:#?}",
         mismatches.len(),
         mismatches
     );
-    assert!(
-        compared_fields >= 1000,
-        "only {compared_fields} baseline fields compared"
-    );
-    eprintln!("perfview_net.4.5.2.x64: {checked} COUNT lines and {compared_fields} EVENT field values match");
+    eprintln!("{name}: {checked} COUNT lines and {compared_fields} EVENT field values match");
     // Fields TraceEvent derives rather than reads from the payload — listed so a new one shows up:
     // UtcOffsetMinutes (header bias), BuildTime (from TimeDateStamp), ParentThreadID/ParentProcessID
     // (from the record header), ProcessorNumber/Priority/ExecutingDPC/ExecutingISR/Rank (buffer CPU and
@@ -435,8 +455,9 @@ fn perfview_net_x64_matches_traceevent_counts_and_values() {
         .collect();
     assert!(
         unknown.is_empty(),
-        "TraceEvent fields without a payload field of ours: {unknown:#?}"
+        "{name}: TraceEvent fields without a payload field of ours: {unknown:#?}"
     );
+    Some((checked, compared_fields))
 }
 
 /// Fields where TraceEvent shows something other than the payload's own value (checked by hand):
