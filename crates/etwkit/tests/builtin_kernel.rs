@@ -282,11 +282,15 @@ fn perfview_gc_traces_header_matches_traceevent() {
     }
 }
 
-/// Compares `NAME.etl` with `reference/NAME.baseline.txt`: every kernel/KernelTraceControl COUNT line
+/// Compares `NAME.etl` (the gcrundown trace is `NAME.clrRundown.etl`) with `reference/NAME.baseline.txt`: every kernel/KernelTraceControl COUNT line
 /// must equal our count, every field of their EVENT lines must match the payload field our schema
 /// places (or be listed as derived / known to differ). Returns (COUNT lines, EVENT fields compared).
 fn against_baseline(test: &str, name: &str) -> Option<(usize, usize)> {
-    let path = common::sample(&format!("{name}.etl"), test)?;
+    let etl = match name {
+        "perfview_gcrundownevents" => "perfview_gcrundownevents.clrRundown.etl".to_string(),
+        n => format!("{n}.etl"),
+    };
+    let path = common::sample(&etl, test)?;
     let dir = common::samples_dir(test)?;
     let text = std::fs::read_to_string(dir.join(format!("reference/{name}.baseline.txt"))).unwrap();
     let base = parse_baseline(&text);
