@@ -67,8 +67,17 @@ fn one(
                 .ok_or_else(|| format!("{}: unterminated ANSI string at {off}", p.name)),
         },
         310 => {
+            // Kernel encoding: a lone zero ULONG when there is no SID, else TOKEN_USER (2 pointer-size
+            // words) + SID. syzygy's re-emitted events write TOKEN_USER with a null PSID, so a zero first
+            // ULONG followed (at 2 words) by a well-formed SID header (revision 1, <= 15 sub-authorities)
+            // is read as TOKEN_USER + SID; a real no-SID record has the image name's text there.
             need(4)?;
-            if uint(&payload[off..off + 4]) == 0 {
+            let sid_at = off + 2 * ptr;
+            let sid_follows = sid_at + 8 <= payload.len()
+                && payload[sid_at] == 1
+                && payload[sid_at + 1] <= 15
+                && sid_at + 8 + 4 * payload[sid_at + 1] as usize <= payload.len();
+            if uint(&payload[off..off + 4]) == 0 && !sid_follows {
                 return Ok(4);
             }
             need(2 * ptr + 8)?;
