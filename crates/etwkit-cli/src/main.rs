@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 mod dump;
 mod info;
 mod progress;
+mod relog;
 mod stats;
 
 #[derive(Parser)]
@@ -26,6 +27,8 @@ enum Command {
     Stats(stats::Args),
     /// Print the events of an ETL file, one per line.
     Dump(dump::Args),
+    /// Copy matching records of ETL files, merged in time order, into a new ETL file.
+    Relog(relog::Args),
 }
 
 fn main() {
@@ -34,6 +37,7 @@ fn main() {
         Some(Command::Info(a)) => info::run(a),
         Some(Command::Stats(a)) => stats::run(a),
         Some(Command::Dump(a)) => dump::run(a),
+        Some(Command::Relog(a)) => relog::run(a),
         None => {
             use clap::CommandFactory;
             Cli::command().print_help().map_err(Into::into)

@@ -15,6 +15,7 @@ pub mod guid;
 pub mod schema;
 pub mod sink;
 pub mod time;
+pub mod tlg;
 
 pub use event::{EventDescriptor, EventRecord, HeaderType};
 pub use guid::Guid;

@@ -21,7 +21,9 @@ pub mod logfile_header;
 mod mmap;
 pub mod reader;
 pub mod record;
+pub mod relog;
 pub mod stats;
+pub mod writer;
 
 pub use buffer::BufferHeader;
 pub use logfile_header::LogfileHeader;
