@@ -748,5 +748,8 @@ fn every_sample_kernel_and_classic_record_fits_its_builtin_layout() {
     eprintln!(
         "{fitted} kernel/classic records fit their built-in layout; without one: {no_layout:?}"
     );
-    assert_eq!(fitted, 192_389, "kernel/classic records with a fitting built-in layout");
+    assert_eq!(
+        fitted, 192_389,
+        "kernel/classic records with a fitting built-in layout"
+    );
 }
