@@ -164,6 +164,19 @@ pub fn schemas() -> Vec<(SchemaKey, EventSchema)> {
         .collect()
 }
 
+/// One built-in layout by key (e.g. a Winsock-AFD event for the Linux Winsock provider, which names
+/// its fields as the AFD schema does), without building the whole table.
+pub fn schema(key: &SchemaKey) -> Option<EventSchema> {
+    let mut conv = Converter {
+        maps: HashMap::new(),
+    };
+    all_tables()
+        .iter()
+        .flat_map(|t| t.iter())
+        .find(|e| e.key == *key)
+        .map(|e| conv.schema(e))
+}
+
 /// Names for provider / class GUIDs the built-in tables know, including GUIDs that have no layout
 /// here (every kernel group GUID maps to "Windows Kernel"; KernelTraceControl's MetaData class too).
 pub fn provider_names() -> Vec<(Guid, &'static str)> {
@@ -279,6 +292,31 @@ mod tests {
                 check(e.fields, &format!("{:?}", e.key));
             }
         }
+    }
+
+    #[test]
+    fn one_schema_by_key() {
+        let key = SchemaKey::Manifest {
+            provider: winsock_afd::PROVIDER,
+            id: 1000,
+            version: 0,
+        };
+        let s = schema(&key).expect("AFD 1000");
+        assert_eq!(s.event_name.as_deref(), Some("AfdCreateOpen"));
+        assert_eq!(s.properties[0].name, "EnterExit");
+        assert_eq!(
+            schemas()
+                .into_iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, s)| s),
+            Some(s)
+        );
+        assert!(schema(&SchemaKey::Manifest {
+            provider: winsock_afd::PROVIDER,
+            id: 42,
+            version: 0
+        })
+        .is_none());
     }
 
     #[test]
