@@ -222,10 +222,14 @@ impl Registry {
         Registry::default()
     }
 
-    /// A registry holding every built-in layout (Winsock-AFD, heap, kernel MOF, KernelTraceControl)
-    /// and the built-in provider names.
+    /// A registry holding every built-in layout (Winsock-AFD, heap, kernel MOF, KernelTraceControl,
+    /// the built-in Windows provider manifests) and the built-in provider names.
     pub fn with_builtins() -> Registry {
         let mut r = Registry::new();
+        // Provider manifests first: a hand-checked table (winsock-afd.json) wins a shared key.
+        for m in &crate::schema::builtin::manifests::all().0 {
+            r.add_manifest(m.clone());
+        }
         for (key, schema) in crate::schema::builtin::schemas() {
             r.insert(key, schema);
         }

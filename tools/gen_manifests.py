@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""Generate etwkit's built-in provider manifests (crates/etwkit/src/schema/builtin/manifests/*.xml).
+
+Windows ships an instrumentation manifest for each of its providers (`wevtutil gp NAME /ge /gm`
+prints it). The facts in them (provider name and GUID, event id / version / level / task / opcode /
+keywords, template field names, in/out types, length/count references, value and bit maps, task /
+opcode / keyword names) are what a decoder needs. This script reads a dump of those manifests and
+re-serialises the facts of a curated provider list in etwkit's own compact XML subset, which
+`schema::manifest::parse_manifest` reads at run time (`schema::builtin::manifests`).
+
+Input: a directory of `{GUID}.xml` manifest dumps (one provider each). Without an argument the
+script fetches the PyPI package dissect-etl (which carries such dumps) into target/ with
+`pip download` and reads them from there; nothing of that package is committed.
+
+The dumps lose some facts: out-types (IPv4/IPv6/Port) and Binary lengths are missing, and a few
+in-types carry non-standard names. They are restored here:
+  * non-standard in-type names are mapped to the winmeta names (SInt32 -> Int32, WString ->
+    UnicodeString, String -> AnsiString, IPAddrV4 -> UInt32 + outType IPv4, IPAddrV6 -> 16-byte
+    Binary + outType IPv6, WChar with max=N -> UnicodeString of N characters, max=N -> count/length);
+  * OUT_TYPE_FIXES below restores the out-types and lengths the providers' own manifests declare
+    for fields whose meaning is documented (addresses and ports of Kernel-Network).
+Events whose layout cannot be known from the dump (an unknown in-type, or a Binary of unknown
+length that is not the last field) are left out and listed on stderr, never guessed.
+
+Usage: python3 tools/gen_manifests.py [DIR_WITH_XML]
+"""
+
+import glob
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+import zipfile
+from xml.sax.saxutils import quoteattr
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "crates", "etwkit", "src", "schema", "builtin", "manifests")
+NS = "{http://schemas.microsoft.com/win/2004/08/events}"
+
+# Curated providers, in the order they are registered.
+PROVIDERS = [
+    "Microsoft-Windows-PowerShell",
+    "Microsoft-Windows-DotNETRuntime",
+    "Microsoft-Windows-DotNETRuntimeRundown",
+    "Microsoft-Windows-Diagnostics-Networking",
+    "Microsoft-Windows-WinRM",
+    "Microsoft-Windows-HttpService",
+    "Microsoft-Windows-Kernel-Network",
+    "Microsoft-Windows-Kernel-Process",
+    "Microsoft-Windows-Kernel-File",
+    "Microsoft-Windows-Kernel-Registry",
+    "Microsoft-Windows-DNS-Client",
+    "Microsoft-Windows-TCPIP",
+    "Microsoft-Windows-Winsock-NameResolution",
+    "Microsoft-Windows-Security-Auditing",
+]
+
+# In-type names in the dumps -> (winmeta inType, outType or None, length or None).
+IN_TYPES = {
+    "SInt8": ("win:Int8", None, None),
+    "SInt16": ("win:Int16", None, None),
+    "SInt32": ("win:Int32", None, None),
+    "SInt64": ("win:Int64", None, None),
+    "String": ("win:AnsiString", None, None),
+    "WString": ("win:UnicodeString", None, None),
+    "WChar": ("win:UnicodeChar", None, None),
+    "IPAddrV4": ("win:UInt32", "win:IPv4", None),
+    "IPAddrV6": ("win:Binary", "win:IPv6", "16"),
+    "CountedUtf16String": ("win:CountedUnicodeString", None, None),
+    "CountedMbcsString": ("win:CountedAnsiString", None, None),
+}
+STANDARD = {
+    "Int8", "UInt8", "Int16", "UInt16", "Int32", "UInt32", "Int64", "UInt64", "Float", "Double",
+    "Boolean", "Binary", "GUID", "Pointer", "FILETIME", "SYSTEMTIME", "SID", "HexInt32",
+    "HexInt64", "AnsiString", "UnicodeString", "SizeT",
+}
+
+# (provider, field name, dump inType) -> (inType, outType, length): out-types and lengths the
+# provider's manifest declares but the dumps drop.
+OUT_TYPE_FIXES = {
+    ("Microsoft-Windows-Kernel-Network", "daddr", "UInt32"): ("win:UInt32", "win:IPv4", None),
+    ("Microsoft-Windows-Kernel-Network", "saddr", "UInt32"): ("win:UInt32", "win:IPv4", None),
+    ("Microsoft-Windows-Kernel-Network", "daddr", "Binary"): ("win:Binary", "win:IPv6", "16"),
+    ("Microsoft-Windows-Kernel-Network", "saddr", "Binary"): ("win:Binary", "win:IPv6", "16"),
+    ("Microsoft-Windows-Kernel-Network", "dport", "UInt16"): ("win:UInt16", "win:Port", None),
+    ("Microsoft-Windows-Kernel-Network", "sport", "UInt16"): ("win:UInt16", "win:Port", None),
+}
+
+
+def fetch():
+    d = os.path.join(ROOT, "target", "dissect")
+    xml_dir = os.path.join(d, "dissect", "etl", "manifests", "xml")
+    if os.path.isdir(xml_dir):
+        return xml_dir
+    os.makedirs(d, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "dissect-etl", "-d", d], check=True
+    )
+    whl = sorted(glob.glob(os.path.join(d, "dissect_etl-*.whl")))[-1]
+    with zipfile.ZipFile(whl) as z:
+        for n in z.namelist():
+            if n.startswith("dissect/etl/manifests/xml/"):
+                z.extract(n, d)
+    return xml_dir
+
+
+def tag(e):
+    return e.tag[len(NS):] if e.tag.startswith(NS) else e.tag
+
+
+def kids(e, name):
+    return [c for c in e if tag(c) == name]
+
+
+def attrs(pairs):
+    return "".join(f" {k}={quoteattr(str(v))}" for k, v in pairs if v is not None)
+
+
+class Skip(Exception):
+    pass
+
+
+def convert_field(provider, d, last):
+    """One <data> element -> our <data> line, or raises Skip(reason)."""
+    name = d.get("name")
+    raw = d.get("inType", "").split(":")[-1]
+    length = d.get("length")
+    count = d.get("count")
+    mx = d.get("max")
+    out = d.get("outType")
+    fix = OUT_TYPE_FIXES.get((provider, name, raw))
+    if fix:
+        it, out, flen = fix
+        length = length or flen
+    elif raw in IN_TYPES:
+        it, o, flen = IN_TYPES[raw]
+        out = out or o
+        length = length or flen
+    elif raw in STANDARD:
+        it = "win:" + raw
+    else:
+        raise Skip(f"field {name!r}: in-type {d.get('inType')!r} has no known meaning")
+    if mx is not None:
+        if it == "win:UnicodeChar":
+            it, length = "win:UnicodeString", mx
+        elif it == "win:Binary":
+            length = mx
+        else:
+            count = mx
+    if it == "win:Binary" and length is None and not last:
+        raise Skip(f"field {name!r}: Binary of unknown length before other fields")
+    return "<data" + attrs(
+        [("name", name), ("inType", it), ("outType", out), ("length", length),
+         ("count", count), ("map", d.get("map"))]
+    ) + "/>"
+
+
+def convert(path, provider_name):
+    root = ET.parse(path).getroot()
+    strings = {s.get("id"): s.get("value") for s in root.iter(NS + "string")}
+
+    def resolve(s):
+        if s and s.startswith("$(string.") and s.endswith(")"):
+            return strings.get(s[9:-1], s)
+        return s
+
+    p = next(e for e in root.iter(NS + "provider") if e.get("name") == provider_name)
+    guid = p.get("guid").strip("{}").lower()
+    lines = [
+        "<!-- generated by tools/gen_manifests.py; facts from the public provider manifest of "
+        f"{provider_name} (re-serialised in etwkit's compact form). Do not edit. -->",
+        "<instrumentationManifest><instrumentation><events>",
+        f"<provider name={quoteattr(provider_name)} guid={quoteattr(guid)}>",
+    ]
+    skipped = []
+    for group in kids(p, "keywords"):
+        lines.append("<keywords>")
+        for k in kids(group, "keyword"):
+            lines.append("<keyword" + attrs([("name", k.get("name")), ("mask", k.get("mask"))]) + "/>")
+        lines.append("</keywords>")
+    for group in kids(p, "tasks"):
+        lines.append("<tasks>")
+        for t in kids(group, "task"):
+            ops = [o for os_ in kids(t, "opcodes") for o in kids(os_, "opcode")]
+            head = "<task" + attrs([("name", t.get("name")), ("value", t.get("value"))])
+            if not ops:
+                lines.append(head + "/>")
+                continue
+            lines.append(head + "><opcodes>")
+            for o in ops:
+                lines.append("<opcode" + attrs([("name", o.get("name")), ("value", o.get("value"))]) + "/>")
+            lines.append("</opcodes></task>")
+        lines.append("</tasks>")
+    for group in kids(p, "opcodes"):
+        lines.append("<opcodes>")
+        for o in kids(group, "opcode"):
+            lines.append("<opcode" + attrs([("name", o.get("name")), ("value", o.get("value"))]) + "/>")
+        lines.append("</opcodes>")
+    for group in kids(p, "maps"):
+        lines.append("<maps>")
+        for m in group:
+            kind = tag(m)
+            if kind not in ("valueMap", "bitMap"):
+                continue
+            lines.append(f"<{kind} name={quoteattr(m.get('name'))}>")
+            for e in kids(m, "map"):
+                text = resolve(e.get("message"))
+                lines.append("<map" + attrs([("value", e.get("value")), ("message", text)]) + "/>")
+            lines.append(f"</{kind}>")
+        lines.append("</maps>")
+    good_templates = set()
+    for group in kids(p, "templates"):
+        lines.append("<templates>")
+        for t in kids(group, "template"):
+            tid = t.get("tid")
+            fields = [c for c in t if tag(c) == "data"]
+            if any(tag(c) == "struct" for c in t):
+                skipped.append(f"template {tid}: <struct> in a dump is not expected")
+                continue
+            try:
+                body = [convert_field(provider_name, d, i == len(fields) - 1)
+                        for i, d in enumerate(fields)]
+            except Skip as e:
+                skipped.append(f"template {tid}: {e}")
+                continue
+            good_templates.add(tid)
+            lines.append(f"<template tid={quoteattr(tid)}>" + "".join(body) + "</template>")
+        lines.append("</templates>")
+    n_events = 0
+    for group in kids(p, "events"):
+        lines.append("<events>")
+        for e in kids(group, "event"):
+            t = e.get("template")
+            if t is not None and t not in good_templates:
+                skipped.append(f"event {e.get('value')} v{e.get('version', '0')}: template {t} left out")
+                continue
+            n_events += 1
+            lines.append("<event" + attrs(
+                [("value", e.get("value")), ("version", e.get("version")), ("symbol", e.get("symbol")),
+                 ("level", e.get("level")), ("task", e.get("task")), ("opcode", e.get("opcode")),
+                 ("keywords", e.get("keywords")), ("template", t)]) + "/>")
+        lines.append("</events>")
+    lines.append("</provider></events></instrumentation></instrumentationManifest>")
+    return guid, "\n".join(lines) + "\n", n_events, skipped
+
+
+def main():
+    src = sys.argv[1] if len(sys.argv) > 1 else fetch()
+    by_name = {}
+    for f in sorted(glob.glob(os.path.join(src, "*.xml"))):
+        try:
+            root = ET.parse(f).getroot()
+        except ET.ParseError as e:
+            print(f"warning: {os.path.basename(f)}: {e}", file=sys.stderr)
+            continue
+        for p in root.iter(NS + "provider"):
+            by_name.setdefault(p.get("name"), f)
+    os.makedirs(OUT, exist_ok=True)
+    for old in glob.glob(os.path.join(OUT, "*.xml")):
+        os.remove(old)
+    written = []
+    for name in PROVIDERS:
+        if name not in by_name:
+            print(f"absent: {name} (no manifest in {src}); skipped", file=sys.stderr)
+            continue
+        guid, text, n, skipped = convert(by_name[name], name)
+        fname = name.replace("Microsoft-Windows-", "").lower() + ".xml"
+        with open(os.path.join(OUT, fname), "w") as fh:
+            fh.write(text)
+        written.append(fname)
+        print(f"{fname}: {guid}, {n} events, {len(skipped)} left out", file=sys.stderr)
+        for s in skipped:
+            print(f"  left out: {s}", file=sys.stderr)
+    with open(os.path.join(OUT, "list.rs"), "w") as fh:
+        fh.write("// generated by tools/gen_manifests.py; do not edit.\n")
+        fh.write("/// (file name, compact manifest XML) for every built-in provider manifest.\n")
+        fh.write("pub(crate) const MANIFESTS: &[(&str, &str)] = &[\n")
+        for f in written:
+            fh.write(f"    ({f!r}, include_str!({f!r})),\n".replace("'", '"'))
+        fh.write("];\n")
+
+
+if __name__ == "__main__":
+    main()
