@@ -17,8 +17,10 @@ in-types carry non-standard names. They are restored here:
   * non-standard in-type names are mapped to the winmeta names (SInt32 -> Int32, WString ->
     UnicodeString, String -> AnsiString, IPAddrV4 -> UInt32 + outType IPv4, IPAddrV6 -> 16-byte
     Binary + outType IPv6, WChar with max=N -> UnicodeString of N characters, max=N -> count/length);
-  * OUT_TYPE_FIXES below restores the out-types and lengths the providers' own manifests declare
-    for fields whose meaning is documented (addresses and ports of Kernel-Network).
+  * OUT_TYPE_FIXES / COUNT_FIXES below restore the out-types, widths and counts the providers'
+    manifests declare for a few fields (Kernel-Network addresses, ports and connection id;
+    ClrStackWalk's frame array), each checked against the byte sizes of real records;
+  * LOSSY_TEMPLATES lists templates the dump flattens beyond repair; they are left out.
 Events whose layout cannot be known from the dump (an unknown in-type, or a Binary of unknown
 length that is not the last field) are left out and listed on stderr, never guessed.
 
@@ -84,6 +86,22 @@ OUT_TYPE_FIXES = {
     ("Microsoft-Windows-Kernel-Network", "saddr", "Binary"): ("win:Binary", "win:IPv6", "16"),
     ("Microsoft-Windows-Kernel-Network", "dport", "UInt16"): ("win:UInt16", "win:Port", None),
     ("Microsoft-Windows-Kernel-Network", "sport", "UInt16"): ("win:UInt16", "win:Port", None),
+    # Connection id: a pointer-sized handle (the dump prints the 32-bit width; 64-bit records hold
+    # 8 bytes, which every Kernel-Network record of tx_KernelNetwork.etl confirms to the byte).
+    ("Microsoft-Windows-Kernel-Network", "connid", "UInt32"): ("win:Pointer", None, None),
+}
+
+# (provider, template, field) -> count attribute the dump drops: ClrStackWalk's Stack holds
+# FrameCount pointers (every ClrStackWalk record of perfview_net.4.5.x86.etl is consumed exactly).
+COUNT_FIXES = {
+    ("Microsoft-Windows-DotNETRuntime", "ClrStackWalkArgs", "Stack"): "FrameCount",
+}
+
+# Templates the dump flattens beyond repair: left out rather than decoded wrongly.
+LOSSY_TEMPLATES = {
+    ("Microsoft-Windows-DotNETRuntime", "GCPerHeapHistoryArgs_V3"):
+        "Values is an array of per-generation structs in the provider's manifest; the dump "
+        "flattens it to one pointer per element",
 }
 
 
@@ -120,12 +138,12 @@ class Skip(Exception):
     pass
 
 
-def convert_field(provider, d, last):
+def convert_field(provider, tid, d, last):
     """One <data> element -> our <data> line, or raises Skip(reason)."""
     name = d.get("name")
     raw = d.get("inType", "").split(":")[-1]
     length = d.get("length")
-    count = d.get("count")
+    count = d.get("count") or COUNT_FIXES.get((provider, tid, name))
     mx = d.get("max")
     out = d.get("outType")
     fix = OUT_TYPE_FIXES.get((provider, name, raw))
@@ -217,8 +235,11 @@ def convert(path, provider_name):
             if any(tag(c) == "struct" for c in t):
                 skipped.append(f"template {tid}: <struct> in a dump is not expected")
                 continue
+            if (provider_name, tid) in LOSSY_TEMPLATES:
+                skipped.append(f"template {tid}: {LOSSY_TEMPLATES[(provider_name, tid)]}")
+                continue
             try:
-                body = [convert_field(provider_name, d, i == len(fields) - 1)
+                body = [convert_field(provider_name, tid, d, i == len(fields) - 1)
                         for i, d in enumerate(fields)]
             except Skip as e:
                 skipped.append(f"template {tid}: {e}")

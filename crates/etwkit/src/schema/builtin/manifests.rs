@@ -60,17 +60,36 @@ mod tests {
         let m = all()
             .0
             .iter()
-            .find(|m| m.providers.iter().any(|p| p.1 == "Microsoft-Windows-PowerShell"))
+            .find(|m| {
+                m.providers
+                    .iter()
+                    .any(|p| p.1 == "Microsoft-Windows-PowerShell")
+            })
             .expect("PowerShell manifest");
         let (_, s) = m
             .events
             .iter()
-            .find(|(k, _)| matches!(k, SchemaKey::Manifest { id: 4104, version: 1, .. }))
+            .find(|(k, _)| {
+                matches!(
+                    k,
+                    SchemaKey::Manifest {
+                        id: 4104,
+                        version: 1,
+                        ..
+                    }
+                )
+            })
             .expect("event 4104 v1");
         let names: Vec<&str> = s.properties.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(
             names,
-            ["MessageNumber", "MessageTotal", "ScriptBlockText", "ScriptBlockId", "Path"]
+            [
+                "MessageNumber",
+                "MessageTotal",
+                "ScriptBlockText",
+                "ScriptBlockId",
+                "Path"
+            ]
         );
     }
 }

@@ -3,8 +3,14 @@
 pub(crate) const MANIFESTS: &[(&str, &str)] = &[
     ("powershell.xml", include_str!("powershell.xml")),
     ("dotnetruntime.xml", include_str!("dotnetruntime.xml")),
-    ("dotnetruntimerundown.xml", include_str!("dotnetruntimerundown.xml")),
-    ("diagnostics-networking.xml", include_str!("diagnostics-networking.xml")),
+    (
+        "dotnetruntimerundown.xml",
+        include_str!("dotnetruntimerundown.xml"),
+    ),
+    (
+        "diagnostics-networking.xml",
+        include_str!("diagnostics-networking.xml"),
+    ),
     ("winrm.xml", include_str!("winrm.xml")),
     ("httpservice.xml", include_str!("httpservice.xml")),
     ("kernel-network.xml", include_str!("kernel-network.xml")),
@@ -13,6 +19,12 @@ pub(crate) const MANIFESTS: &[(&str, &str)] = &[
     ("kernel-registry.xml", include_str!("kernel-registry.xml")),
     ("dns-client.xml", include_str!("dns-client.xml")),
     ("tcpip.xml", include_str!("tcpip.xml")),
-    ("winsock-nameresolution.xml", include_str!("winsock-nameresolution.xml")),
-    ("security-auditing.xml", include_str!("security-auditing.xml")),
+    (
+        "winsock-nameresolution.xml",
+        include_str!("winsock-nameresolution.xml"),
+    ),
+    (
+        "security-auditing.xml",
+        include_str!("security-auditing.xml"),
+    ),
 ];
