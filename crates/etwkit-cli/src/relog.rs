@@ -51,7 +51,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             );
         }
     }
-    if files.iter().any(|f| std::path::absolute(f.path()).ok() == std::path::absolute(&a.output).ok())
+    if files
+        .iter()
+        .any(|f| std::path::absolute(f.path()).ok() == std::path::absolute(&a.output).ok())
     {
         anyhow::bail!("the output {} is also an input", a.output.display());
     }
