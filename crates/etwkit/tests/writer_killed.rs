@@ -78,10 +78,7 @@ fn killed_writer_leaves_a_readable_file() {
     let mut lines = BufReader::new(c.stdout.take().unwrap()).lines();
     let mut flushed = 0u64;
     while flushed < 60_000 {
-        let l = lines
-            .next()
-            .expect("child ended before flushing")
-            .unwrap();
+        let l = lines.next().expect("child ended before flushing").unwrap();
         if let Some(n) = l.strip_prefix("flushed ") {
             flushed = n.parse().unwrap();
         }

@@ -138,6 +138,22 @@ pub fn now_filetime() -> i64 {
     FILETIME_UNIX_EPOCH + (d.as_nanos() / 100) as i64
 }
 
+/// This machine's CPU speed in MHz (Linux: `/proc/cpuinfo`), or 1000 when unknown. Readers such as
+/// dissect.etl divide by the header's CpuSpeedInMHz whatever the clock type, so it is never 0.
+pub fn cpu_speed_mhz() -> u32 {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("cpu MHz"))
+                .and_then(|l| l.split(':').nth(1))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .map(|m| m.round() as u32)
+        .filter(|&m| m > 0)
+        .unwrap_or(1000)
+}
+
 impl WriterOptions {
     /// A session starting at `start_time` (FILETIME), timestamps written as FILETIMEs (clock type 2).
     pub fn new(start_time: i64) -> WriterOptions {
@@ -155,7 +171,7 @@ impl WriterOptions {
                 start_time,
                 frequency: 10_000_000,
             },
-            cpu_speed_mhz: 0,
+            cpu_speed_mhz: cpu_speed_mhz(),
             version: [10, 0, 1, 5],
             provider_version: 0,
             timer_resolution: 156_250,
@@ -184,7 +200,9 @@ impl WriterOptions {
         o.pointer_size = h.logger_pointer_size();
         o.number_of_processors = h.number_of_processors;
         o.clock = clock;
-        o.cpu_speed_mhz = h.cpu_speed_mhz;
+        if h.cpu_speed_mhz != 0 || clock.clock_type == ClockType::CpuCycle {
+            o.cpu_speed_mhz = h.cpu_speed_mhz;
+        }
         o.version = [h.version[0], h.version[1], 1, 5];
         o.provider_version = h.provider_version;
         o.timer_resolution = h.timer_resolution;
