@@ -93,7 +93,11 @@ fn relog_round_trips_every_sample() {
         );
         assert_eq!(h.logger_name, f.header().logger_name, "{name}");
         assert_eq!(h.events_lost, f.header().events_lost, "{name}: EventsLost");
-        assert_eq!(h.buffers_lost, f.header().buffers_lost, "{name}: BuffersLost");
+        assert_eq!(
+            h.buffers_lost,
+            f.header().buffers_lost,
+            "{name}: BuffersLost"
+        );
         assert!(
             h.number_of_processors >= f.header().number_of_processors,
             "{name}"

@@ -20,8 +20,8 @@ pub mod kernel;
 pub mod logfile_header;
 mod mmap;
 pub mod reader;
-pub mod relog;
 pub mod record;
+pub mod relog;
 pub mod stats;
 pub mod writer;
 
