@@ -469,3 +469,53 @@ fn thirty_two_bit_logger_header() {
     assert_eq!(recs[0].header_type, HeaderType::System32);
     assert!(closed_cleanly(f.header()));
 }
+
+#[test]
+fn flush_interval_writes_partial_buffers_on_its_own() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("writer_events");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("timer.etl");
+    let schema = TlSchemaBuilder::new("Etwkit-Test", "Step")
+        .field("n", InType::U64, OutType::Default)
+        .build()
+        .unwrap();
+    let mut o = sample_options();
+    o.flush_interval = Some(std::time::Duration::from_millis(300));
+    let mut w = Writer::create(&path, o).unwrap();
+    let ev = |n: u64| {
+        let mut p = TlPayload::new();
+        p.push_u64(n);
+        tlg::event_record(
+            &schema,
+            &TlInstance {
+                cpu: 0,
+                timestamp: 133_000_000_000_000_000 + n as i64,
+                ..Default::default()
+            },
+            p,
+        )
+        .into_owned()
+    };
+    w.write_event(&ev(0)).unwrap();
+    assert_eq!(
+        read_all(&EtlFile::open(&path).unwrap(), Order::File).len(),
+        1,
+        "not due yet"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(350));
+    // Idle: the timer check alone writes the pending event.
+    w.flush_if_due().unwrap();
+    assert_eq!(
+        read_all(&EtlFile::open(&path).unwrap(), Order::File).len(),
+        2
+    );
+    w.write_event(&ev(1)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(350));
+    // The next write is due: it and the one before reach the disk.
+    w.write_event(&ev(2)).unwrap();
+    assert_eq!(
+        read_all(&EtlFile::open(&path).unwrap(), Order::File).len(),
+        4
+    );
+    w.finish().unwrap();
+}

@@ -128,6 +128,9 @@ pub struct WriterOptions {
     /// Process and thread recorded on the header record.
     pub pid: u32,
     pub tid: u32,
+    /// Like ETW's FlushTimer: when set, a write that comes this long after the last flush flushes
+    /// (partial buffers written, file synced); [`Writer::flush_if_due`] does the same when idle.
+    pub flush_interval: Option<std::time::Duration>,
 }
 
 /// The current time as a FILETIME.
@@ -184,6 +187,7 @@ impl WriterOptions {
             boot_time: 0,
             pid: std::process::id(),
             tid: 0,
+            flush_interval: None,
         }
     }
 
@@ -295,6 +299,7 @@ pub struct Writer<W: Output = File> {
     header_payload_at: u64,
     failed: Option<String>,
     finished: bool,
+    last_flush: std::time::Instant,
 }
 
 impl Writer<File> {
@@ -347,6 +352,7 @@ impl<W: Output> Writer<W> {
             header_payload_at: (BUFFER_HEADER_SIZE + 0x20) as u64,
             failed: None,
             finished: false,
+            last_flush: std::time::Instant::now(),
         };
         let trailer = Trailer {
             end_time: 0,
@@ -654,7 +660,7 @@ impl<W: Output> Writer<W> {
         r[0x50..0x50 + ext.len()].copy_from_slice(ext);
         r[0x50 + ext.len()..].copy_from_slice(&ev.payload);
         self.note_time(ev.timestamp);
-        Ok(())
+        self.flush_if_due()
     }
 
     /// Copies one on-disk record (any header type) into `cpu`'s buffer byte for byte. `src` is the
@@ -706,7 +712,16 @@ impl<W: Output> Writer<W> {
         if let Some(t) = src_ts {
             self.note_time(src.to_filetime(t));
         }
-        Ok(())
+        self.flush_if_due()
+    }
+
+    /// Flushes when the options' `flush_interval` has passed since the last flush (a no-op without
+    /// one). Live sessions call it when idle, so quiet periods do not hold events back.
+    pub fn flush_if_due(&mut self) -> Result<(), WriteError> {
+        match self.opts.flush_interval {
+            Some(iv) if self.last_flush.elapsed() >= iv => self.flush(),
+            _ => Ok(()),
+        }
     }
 
     /// Counts events the source lost (written to the header's EventsLost at close).
@@ -724,6 +739,7 @@ impl<W: Output> Writer<W> {
     pub fn flush(&mut self) -> Result<(), WriteError> {
         self.check_ok()?;
         self.emit_all()?;
+        self.last_flush = std::time::Instant::now();
         self.sync()
     }
 
