@@ -14,6 +14,26 @@
 //! EventsLost, BuffersLost and NumberOfProcessors. A writer killed before that leaves a file the
 //! reader reads up to its last whole buffer, and whose header says it was not closed cleanly
 //! ([`closed_cleanly`]).
+//!
+//! ```
+//! use etwkit::etl::writer::{Writer, WriterOptions};
+//! use etwkit::tlg::{self, InType, OutType, TlInstance, TlPayload, TlSchemaBuilder};
+//!
+//! let schema = TlSchemaBuilder::new("Etwkit-Example", "Hello")
+//!     .field("n", InType::U32, OutType::Default)
+//!     .build()?;
+//! let start = 133_000_000_000_000_000; // FILETIME
+//! let mut w = Writer::in_memory(WriterOptions::new(start))?; // Writer::create(path, ..) for a file
+//! let mut p = TlPayload::new();
+//! p.push_u32(7);
+//! let inst = TlInstance { pid: 1, tid: 2, cpu: 0, timestamp: start + 10, ..Default::default() };
+//! w.write_event(&tlg::event_record(&schema, &inst, p))?;
+//! let (summary, bytes) = w.finish_into_inner()?;
+//! assert_eq!(summary.records, 1);
+//! let f = etwkit::etl::EtlFile::from_vec(bytes)?;
+//! assert!(etwkit::etl::writer::closed_cleanly(f.header()));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::fs::File;
 use std::io::{self, Cursor, Seek, SeekFrom, Write};
