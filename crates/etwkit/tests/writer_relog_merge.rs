@@ -204,3 +204,28 @@ fn filters_keep_exactly_the_matching_records() {
     .unwrap();
     assert_eq!(s.written.records, 19, "the 19 AmsiTrace events");
 }
+
+#[test]
+fn a_record_the_output_cannot_hold_stops_the_relog_with_its_error() {
+    let test = "a_record_the_output_cannot_hold_stops_the_relog_with_its_error";
+    let Some(p) = common::sample("pktmonvpn_PktMon.etl", test) else {
+        return;
+    };
+    let f = EtlFile::open(p).unwrap();
+    let inputs = std::slice::from_ref(&f);
+    let tmp = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("writer_relog_merge");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let out = tmp.join("too_small.etl");
+    let mut o = relog_options(inputs);
+    // 1 KiB buffers cannot hold the 942-byte EventInfo records plus the buffer header.
+    o.buffer_size = 1024;
+    let e = relog_to_file(inputs, &RelogFilter::default(), &out, o).unwrap_err();
+    assert!(
+        matches!(e, etwkit::etl::writer::WriteError::RecordTooLarge { buffer_size: 1024, .. }),
+        "{e}"
+    );
+    // What was written before stays readable, and says it was not closed cleanly.
+    let g = EtlFile::open(&out).unwrap();
+    assert!(!closed_cleanly(g.header()));
+    assert!(g.buffers().len() > 1);
+}
