@@ -221,7 +221,13 @@ fn a_record_the_output_cannot_hold_stops_the_relog_with_its_error() {
     o.buffer_size = 1024;
     let e = relog_to_file(inputs, &RelogFilter::default(), &out, o).unwrap_err();
     assert!(
-        matches!(e, etwkit::etl::writer::WriteError::RecordTooLarge { buffer_size: 1024, .. }),
+        matches!(
+            e,
+            etwkit::etl::writer::WriteError::RecordTooLarge {
+                buffer_size: 1024,
+                ..
+            }
+        ),
         "{e}"
     );
     // What was written before stays readable, and says it was not closed cleanly.
