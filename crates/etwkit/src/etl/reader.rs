@@ -678,11 +678,7 @@ impl EtlFile {
         } else {
             raw
         };
-        let ctx = self.context(b);
-        match record::parse(&prefix, BUFFER_HEADER_SIZE, &ctx, b.header.timestamp) {
-            Ok(Next::Record(ev, _, _)) => Some(ev.raw_timestamp),
-            _ => None,
-        }
+        record::raw_timestamp_at(&prefix, BUFFER_HEADER_SIZE)
     }
 
     fn merge_by_time(
