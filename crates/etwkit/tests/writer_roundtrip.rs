@@ -30,15 +30,10 @@ fn records(f: &EtlFile) -> (Vec<Rec>, etwkit::etl::ReadSummary) {
         v.push((e, r.raw.to_vec()));
         ControlFlow::Continue(())
     });
-    // The time merge orders records with equal timestamps by the rank of their buffers, which depends
-    // on how records are spread over buffers (the copy packs each CPU's records into fresh buffers);
-    // the format does not order them. So: by (time, cpu), and records with the same time on the same
-    // CPU by their bytes. Everything else keeps the order it was read in.
-    v.sort_by(|(x, xr), (y, yr)| {
-        (x.raw_timestamp, x.cpu)
-            .cmp(&(y.raw_timestamp, y.cpu))
-            .then_with(|| xr.cmp(yr))
-    });
+    // The time merge orders simultaneous records of different CPUs by buffer rank, which the copy
+    // changes (it packs each CPU's records into fresh buffers); the format does not define that order.
+    // So compare per CPU: a stable sort by (time, cpu) keeps each CPU's order, ties included.
+    v.sort_by_key(|(e, _)| (e.raw_timestamp, e.cpu));
     (v, s)
 }
 
