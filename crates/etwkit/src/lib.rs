@@ -8,10 +8,12 @@
 //! `etl` (container) → [`event`] (the model) → `schema` (who knows the layout) → `decode` (values) →
 //! `sink` / `analysis`.
 
+pub mod decode;
 pub mod etl;
 pub mod event;
 pub mod filter;
 pub mod guid;
+pub mod live;
 pub mod schema;
 pub mod sink;
 pub mod time;
