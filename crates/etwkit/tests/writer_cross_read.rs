@@ -13,10 +13,12 @@ use std::borrow::Cow;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
+use etwkit::decode::{Decoder, Value as DValue};
 use etwkit::etl::relog::{relog_options, relog_to_file, RelogFilter};
 use etwkit::etl::writer::{Writer, WriterOptions};
 use etwkit::etl::{EtlFile, Order};
 use etwkit::event::Stack;
+use etwkit::schema::registry::Registry;
 use etwkit::tlg::{self, InType, OutType, TlInstance, TlPayload, TlSchemaBuilder};
 use etwkit::Guid;
 use serde_json::{json, Value};
@@ -31,6 +33,50 @@ fn peer_python() -> Option<PathBuf> {
     }
     let p = workspace().join("target/peer-venv/bin/python");
     p.is_file().then_some(p)
+}
+
+/// etwkit's decoded value in the plain form the Python side normalizes etl-parser's values to:
+/// integers, floats, strings, booleans, GUID strings, byte lists (Binary, IPv6), SYSTEMTIME lists.
+fn plain(v: &DValue) -> Value {
+    match v {
+        DValue::Bool(b) => json!(b),
+        DValue::I64(x) => json!(x),
+        DValue::U64(x) | DValue::Hex(x) | DValue::Pointer(x) => json!(x),
+        DValue::F32(x) => json!(*x as f64),
+        DValue::F64(x) => json!(x),
+        DValue::String(x) => json!(x),
+        DValue::Guid(g) => json!(g.to_string()),
+        DValue::Binary(b) => json!(b),
+        DValue::Ipv6(a) => json!(a.octets().to_vec()),
+        DValue::Array(a) => Value::Array(a.iter().map(plain).collect()),
+        DValue::SystemTime(t) => json!(t),
+        other => panic!("value {other:?} not expected in this file"),
+    }
+}
+
+/// The TL events of a file as etwkit's decoder sees them, in the manifest's form.
+fn etwkit_tl_events(path: &Path) -> Vec<Value> {
+    let f = EtlFile::open(path).unwrap();
+    let (d, _) = Decoder::for_file(Registry::new(), &f);
+    let mut out = Vec::new();
+    f.for_each(Order::File, |r| {
+        if r.traits_provider_name().is_none() {
+            return ControlFlow::Continue(());
+        }
+        let ev = d.decode(r);
+        assert!(ev.undecoded.is_none(), "{:?}", ev.undecoded);
+        assert_eq!(ev.unread_bytes, 0);
+        let fields: Vec<Value> = ev
+            .properties
+            .iter()
+            .map(|(k, v)| json!([k, plain(v)]))
+            .collect();
+        let seq = ev.properties.get("Seq").and_then(|v| v.as_u64()).unwrap();
+        out.push(json!({"seq": seq, "event": ev.event_name, "fields": fields}));
+        ControlFlow::Continue(())
+    });
+    out.sort_by_key(|e| e["seq"].as_u64());
+    out
 }
 
 fn etwkit_records(path: &Path) -> u64 {
@@ -207,8 +253,14 @@ fn peers_read_what_etwkit_writes() {
     // 300 HeapAlloc events; the 60 with seq ≡ 5 (mod 15) have no frames.
     assert_eq!(stacks, 240, "HeapAlloc events with a non-empty stack");
 
-    let mut files =
-        vec![json!({"path": tl, "records": etwkit_records(&tl), "tl_events": tl_events})];
+    // etwkit's decoder recovers exactly what was written; those decoded events are what etl-parser must
+    // match.
+    let decoded = etwkit_tl_events(&tl);
+    assert_eq!(decoded.len(), tl_events.len());
+    for (d, w) in decoded.iter().zip(&tl_events) {
+        assert_eq!(d, w, "etwkit decodes what was written");
+    }
+    let mut files = vec![json!({"path": tl, "records": etwkit_records(&tl), "tl_events": decoded})];
     // Relogged samples: TL (AMSI), Win7 manifest events, WPP messages, a compressed PktMon capture,
     // a 32-bit logger with classic events. etl-parser reads none of the last four as originals.
     for name in [
