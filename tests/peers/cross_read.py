@@ -7,7 +7,8 @@ MANIFEST (written by crates/etwkit/tests/writer_cross_read.rs):
     {"files": [{"path": "...", "records": N,          # etwkit's record count (logfile header included)
                 "tl_events": [                          # optional: TraceLogging events etwkit wrote
                     {"seq": 0, "event": "SocketCreate",
-                     "fields": [["Seq", 0], ["Socket", 123], ...]}, ...]}]}
+                     "fields": [["Seq", 0], ["Socket", 123], ...]}, ...],
+                "tl_match": "seq" | "order"}]}               # how events pair up (default "seq")
 
 Checks, for every file:
   * dissect.etl (``for r in ETL(fh)``) yields exactly N records, and decoding none of their headers fails;
@@ -16,7 +17,8 @@ Checks, for every file:
     reports N - 1 events) and through its own per-buffer record parser (N);
   * for files with ``tl_events``: etl-parser's TraceLogging decoder (``Event.parse_tracelogging``)
     recovers, for every event, the event name and the same field names and values, in order, as
-    etwkit wrote and reads. Events are matched by their "Seq" field.
+    etwkit decodes. Events are matched by their "Seq" field, or with ``"tl_match": "order"`` by their
+    position among the file's TraceLogging events in file order (``seq`` is then that position).
 
 Prints one JSON line per file and exits 1 on any mismatch (2 on bad usage).
 """
@@ -48,20 +50,27 @@ class Collect(IEtlFileObserver):
         self.records = 0
         self.want_tl = want_tl
         self.tl = {}
+        self.tl_order = []
         self.tl_errors = []
 
     def on_event_record(self, event):
         self.records += 1
         if not self.want_tl:
             return
+        # Only TraceLogging events (those with an EVENT_SCHEMA_TL item) count.
+        ext = event.source.extended_data or []
+        if not any(e.ext_type == 11 for e in ext):
+            return
         try:
             t = event.parse_tracelogging()
-        except Exception as ex:  # not TL, or undecodable: reported below if it was expected
+        except Exception as ex:  # undecodable: reported below
             self.tl_errors.append("%s: %s" % (type(ex).__name__, ex))
+            self.tl_order.append(None)
             return
         fields = [[k, norm(v)] for k, v in t.items()]
-        seq = dict(fields).get("Seq")
-        self.tl[seq] = {"event": t.get_name(), "fields": fields}
+        got = {"event": t.get_name(), "fields": fields}
+        self.tl[dict(fields).get("Seq")] = got
+        self.tl_order.append(got)
 
     def on_trace_record(self, event):
         self.records += 1
@@ -118,8 +127,14 @@ def check(entry):
 
     if tl_want:
         matched = 0
+        by_order = entry.get("tl_match") == "order"
+        if by_order and len(obs.tl_order) != len(tl_want):
+            problems.append("etl-parser saw %d TraceLogging events, etwkit %d" % (len(obs.tl_order), len(tl_want)))
         for ev in tl_want:
-            got = obs.tl.get(ev["seq"])
+            if by_order:
+                got = obs.tl_order[ev["seq"]] if ev["seq"] < len(obs.tl_order) else None
+            else:
+                got = obs.tl.get(ev["seq"])
             if got is None:
                 problems.append("TL event seq %s: etl-parser did not decode it" % ev["seq"])
                 continue

@@ -1,7 +1,8 @@
-//! Cross-reading: files etwkit wrote — relogged samples and a TraceLogging file of Linux-style events —
-//! are read by two independent readers from PyPI (dissect.etl and etl-parser, via
-//! `tests/peers/cross_read.py`), which must report the same record counts as etwkit; etl-parser's
-//! TraceLogging decoder must recover the same event names, field names and values.
+//! Cross-reading: files etwkit wrote — relogged samples, a TraceLogging file of Linux-style events and
+//! a Linux live capture (logfile mode, when root with tracefs) — are read by two independent readers
+//! from PyPI (dissect.etl and etl-parser, via `tests/peers/cross_read.py`), which must report the same
+//! record counts as etwkit; etl-parser's TraceLogging decoder must recover the same event names, field
+//! names and values as etwkit's decoder (itself checked against the values written).
 //!
 //! The Python side needs a venv with both peers: `tests/peers/setup_venv.sh` makes
 //! `target/peer-venv`; `ETWKIT_PEER_PYTHON` points elsewhere. Without it the test prints a loud
@@ -54,8 +55,9 @@ fn plain(v: &DValue) -> Value {
     }
 }
 
-/// The TL events of a file as etwkit's decoder sees them, in the manifest's form.
-fn etwkit_tl_events(path: &Path) -> Vec<Value> {
+/// The TL events of a file as etwkit's decoder sees them, in the manifest's form: keyed by their
+/// "Seq" field (`by_seq`), or by their position among the file's TL events in file order.
+fn etwkit_tl_events(path: &Path, by_seq: bool) -> Vec<Value> {
     let f = EtlFile::open(path).unwrap();
     let (d, _) = Decoder::for_file(Registry::new(), &f);
     let mut out = Vec::new();
@@ -71,12 +73,48 @@ fn etwkit_tl_events(path: &Path) -> Vec<Value> {
             .iter()
             .map(|(k, v)| json!([k, plain(v)]))
             .collect();
-        let seq = ev.properties.get("Seq").and_then(|v| v.as_u64()).unwrap();
+        let seq = if by_seq {
+            ev.properties.get("Seq").and_then(|v| v.as_u64()).unwrap()
+        } else {
+            out.len() as u64
+        };
         out.push(json!({"seq": seq, "event": ev.event_name, "fields": fields}));
         ControlFlow::Continue(())
     });
     out.sort_by_key(|e| e["seq"].as_u64());
     out
+}
+
+/// A live capture on this machine (Linux, root, tracefs): the `sched` tracepoints of a short-lived
+/// child, written by the session's logfile mode. `None` (after a loud SKIPPED) elsewhere.
+#[cfg(target_os = "linux")]
+fn live_capture(path: &Path) -> Option<()> {
+    use etwkit::live::{Etw, Level};
+    if let Err(e) = etwkit::live::linux::tracefs::root() {
+        eprintln!("\n*** SKIPPED live capture part of peers_read_what_etwkit_writes: {e} ***\n");
+        return None;
+    }
+    let etw = Etw::new();
+    let mut t = etw.open_trace("etwkit-writer-xread", Some(path), None);
+    t.enable("sched", 0, Level::VERBOSE).unwrap();
+    let mut child = t
+        .spawn(std::process::Command::new("/bin/sleep").arg("0.05"))
+        .unwrap();
+    let stop = t.stop_handle();
+    let waiter = std::thread::spawn(move || {
+        child.wait().unwrap();
+        stop.stop();
+    });
+    t.process(|_| ControlFlow::Continue(()), None, None)
+        .unwrap();
+    t.stop(false).unwrap();
+    waiter.join().unwrap();
+    Some(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn live_capture(_: &Path) -> Option<()> {
+    None
 }
 
 fn etwkit_records(path: &Path) -> u64 {
@@ -255,7 +293,7 @@ fn peers_read_what_etwkit_writes() {
 
     // etwkit's decoder recovers exactly what was written; those decoded events are what etl-parser must
     // match.
-    let decoded = etwkit_tl_events(&tl);
+    let decoded = etwkit_tl_events(&tl, true);
     assert_eq!(decoded.len(), tl_events.len());
     for (d, w) in decoded.iter().zip(&tl_events) {
         assert_eq!(d, w, "etwkit decodes what was written");
@@ -281,6 +319,16 @@ fn peers_read_what_etwkit_writes() {
             "{name}: relog keeps every record"
         );
         files.push(json!({"path": out, "records": n}));
+    }
+    // A Linux live capture: its TraceLogging events, matched in file order.
+    let live = tmp.join("live_sched.etl");
+    let _ = std::fs::remove_file(&live);
+    if live_capture(&live).is_some() {
+        let n = etwkit_records(&live);
+        assert!(n > 10, "live capture holds {n} records");
+        let tl = etwkit_tl_events(&live, false);
+        assert!(!tl.is_empty());
+        files.push(json!({"path": live, "records": n, "tl_events": tl, "tl_match": "order"}));
     }
     let manifest = tmp.join("manifest.json");
     std::fs::write(
@@ -315,7 +363,7 @@ fn peers_read_what_etwkit_writes() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.len(), 6);
+    assert_eq!(lines.len(), files.len());
     assert_eq!(lines[0]["tl_matched"], json!(900));
     for l in &lines {
         assert_eq!(l["dissect"], l["etwkit"]);
