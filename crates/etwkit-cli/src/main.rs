@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 mod demo;
 mod dump;
 mod info;
+mod print;
 mod progress;
 mod relog;
 mod sessions;

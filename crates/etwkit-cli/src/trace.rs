@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use etwkit::live::{Etw, Level, StopHandle, Trace, TraceSummary};
-use etwkit::sink::{make_sink, EventView, Format, Sink};
+use etwkit::sink::Format;
 
 use crate::dump::OutFormat;
 
@@ -63,48 +63,7 @@ pub fn parse_provider(s: &str) -> anyhow::Result<(String, u8, u64)> {
     Ok((name, level, kw))
 }
 
-/// Prints events of a trace through the shared sinks, with provider/event names and properties.
-pub struct Printer<'w> {
-    sink: Box<dyn Sink + 'w>,
-    props: String,
-    pub count: u64,
-    pub error: Option<std::io::Error>,
-}
-
-impl<'w> Printer<'w> {
-    pub fn new(format: Format, out: Box<dyn Write + 'w>) -> Self {
-        Printer {
-            sink: make_sink(format, out),
-            props: String::new(),
-            count: 0,
-            error: None,
-        }
-    }
-
-    pub fn event(&mut self, ev: &etwkit::EventRecord<'_>) -> ControlFlow<()> {
-        let decoded = etwkit::live::props::properties(ev);
-        self.props.clear();
-        if let Some((_, p)) = &decoded {
-            self.props = serde_json::Value::Object(p.clone()).to_string();
-        }
-        let mut v = EventView::bare(ev);
-        v.provider_name = ev.traits_provider_name();
-        v.event_name = decoded.as_ref().map(|(n, _)| n.as_str());
-        v.properties_json = decoded.as_ref().map(|_| self.props.as_str());
-        self.count += 1;
-        match self.sink.event(&v) {
-            Ok(()) => ControlFlow::Continue(()),
-            Err(e) => {
-                self.error = Some(e);
-                ControlFlow::Break(())
-            }
-        }
-    }
-
-    pub fn finish(&mut self) -> std::io::Result<()> {
-        self.sink.finish()
-    }
-}
+pub use crate::print::Printer;
 
 /// Stops the trace on Ctrl-C (the handler can be installed once per process).
 pub fn stop_on_ctrl_c(stop: &StopHandle) {
