@@ -170,9 +170,7 @@ fn logfile_mode_writes_an_etl_that_process_reads_back() {
     let etw = Etw::new();
     let mut t = etw.open_trace("t-logfile", Some(&path), None);
     t.enable("sched", 0, Level::VERBOSE).unwrap();
-    let mut child = t
-        .spawn(Command::new("/bin/sleep").arg("0.05"))
-        .unwrap();
+    let mut child = t.spawn(Command::new("/bin/sleep").arg("0.05")).unwrap();
     let child_pid = child.id();
     let stop = t.stop_handle();
     let w = std::thread::spawn(move || {

@@ -156,6 +156,10 @@ pub fn file_stats_with(file: &EtlFile, decoder: Option<&crate::decode::Decoder>)
         issues: summary.issues,
         issues_dropped: summary.issues_dropped,
         decoded: decoder.map(|_| acc.decoded),
-        undecoded_by_provider: acc.undecoded.into_iter().map(|(g, n)| (g.to_string(), n)).collect(),
+        undecoded_by_provider: acc
+            .undecoded
+            .into_iter()
+            .map(|(g, n)| (g.to_string(), n))
+            .collect(),
     }
 }
