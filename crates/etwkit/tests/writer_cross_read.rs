@@ -49,6 +49,10 @@ fn plain(v: &DValue) -> Value {
         DValue::Guid(g) => json!(g.to_string()),
         DValue::Binary(b) => json!(b),
         DValue::Ipv6(a) => json!(a.octets().to_vec()),
+        // etl-parser shows IPv4 and ports as the raw little-endian integers of their bytes
+        // (network order on the wire).
+        DValue::Ipv4(a) => json!(u32::from_le_bytes(a.octets())),
+        DValue::Port(p) => json!(p.swap_bytes()),
         DValue::Array(a) => Value::Array(a.iter().map(plain).collect()),
         DValue::SystemTime(t) => json!(t),
         other => panic!("value {other:?} not expected in this file"),
@@ -114,6 +118,41 @@ fn live_capture(path: &Path) -> Option<()> {
 
 #[cfg(not(target_os = "linux"))]
 fn live_capture(_: &Path) -> Option<()> {
+    None
+}
+
+/// A live capture of the Winsock-style provider over the built-in network workload (TCP v4/v6, a
+/// refused connect, resets, a UDP burst with drops), written in logfile mode.
+#[cfg(target_os = "linux")]
+fn live_winsock_capture(path: &Path) -> Option<()> {
+    use etwkit::live::{Etw, Level};
+    if let Err(e) = etwkit::live::linux::tracefs::root() {
+        eprintln!(
+            "\n*** SKIPPED live Winsock capture part of peers_read_what_etwkit_writes: {e} ***\n"
+        );
+        return None;
+    }
+    let etw = Etw::new();
+    let mut t = etw.open_trace("etwkit-writer-xread-net", Some(path), None);
+    t.enable("winsock", 0, Level::VERBOSE).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_etwkit-netwl"));
+    cmd.stdout(std::process::Stdio::null());
+    let mut child = t.spawn(&mut cmd).unwrap();
+    let stop = t.stop_handle();
+    let waiter = std::thread::spawn(move || {
+        child.wait().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        stop.stop();
+    });
+    t.process(|_| ControlFlow::Continue(()), None, None)
+        .unwrap();
+    t.stop(false).unwrap();
+    waiter.join().unwrap();
+    Some(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn live_winsock_capture(_: &Path) -> Option<()> {
     None
 }
 
@@ -329,6 +368,18 @@ fn peers_read_what_etwkit_writes() {
         let tl = etwkit_tl_events(&live, false);
         assert!(!tl.is_empty());
         files.push(json!({"path": live, "records": n, "tl_events": tl, "tl_match": "order"}));
+    }
+    let net = tmp.join("live_winsock.etl");
+    let _ = std::fs::remove_file(&net);
+    if live_winsock_capture(&net).is_some() {
+        let n = etwkit_records(&net);
+        let tl = etwkit_tl_events(&net, false);
+        assert!(
+            tl.len() > 50,
+            "Winsock capture holds {} TL events",
+            tl.len()
+        );
+        files.push(json!({"path": net, "records": n, "tl_events": tl, "tl_match": "order"}));
     }
     let manifest = tmp.join("manifest.json");
     std::fs::write(
