@@ -411,8 +411,9 @@ fn decode_level(
             },
             Some(n) => {
                 let remaining = cur.d.len().saturating_sub(cur.pos) as u64;
-                // Every element takes at least one byte unless the type is empty; refuse absurd counts early.
-                if n > remaining && !(f.in_type == it::NULL && f.members.is_none()) {
+                // Elements of a real type take at least one byte; a few empty ones (NULL in-type,
+                // empty structs) are allowed, absurd counts are refused before allocating.
+                if n > remaining && n > 1024 {
                     return Err(fail(
                         format!(
                             "array of {n} elements cannot fit in the {remaining} remaining bytes"
@@ -420,7 +421,7 @@ fn decode_level(
                         start,
                     ));
                 }
-                let mut arr = Vec::with_capacity(n as usize);
+                let mut arr = Vec::with_capacity(n.min(remaining + 1) as usize);
                 for i in 0..n {
                     match one(f, cur, len) {
                         Ok(v) => arr.push(v),
