@@ -13,6 +13,7 @@ pub mod etl;
 pub mod event;
 pub mod filter;
 pub mod guid;
+pub mod live;
 pub mod schema;
 pub mod sink;
 pub mod time;
