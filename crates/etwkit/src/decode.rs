@@ -874,6 +874,19 @@ pub fn is_eventsource_manifest(rec: &EventRecord<'_>) -> bool {
     rec.header_type.is_event_header() && rec.descriptor.id == 0xFFFE && rec.descriptor.opcode == 254
 }
 
+impl std::fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decoder")
+            .field("registry", &self.registry)
+            .field("plans", &self.plans.read().map(|p| p.len()).unwrap_or(0))
+            .field(
+                "stack_index",
+                &self.stacks.as_ref().map(|s| s.stackwalk_events()),
+            )
+            .finish()
+    }
+}
+
 impl Decoder {
     pub fn new(registry: Registry) -> Decoder {
         Decoder {

@@ -217,6 +217,17 @@ impl Learner {
     }
 }
 
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("schemas", &self.schemas.len())
+            .field("provider_names", &self.provider_names.len())
+            .field("maps", &self.maps.len())
+            .field("tracelogging_cached", &self.tracelogging_cached())
+            .finish()
+    }
+}
+
 impl Registry {
     pub fn new() -> Registry {
         Registry::default()
