@@ -867,6 +867,7 @@ pub struct Decoder {
     registry: Registry,
     plans: RwLock<PlanCache>,
     stacks: Option<stacks::StackIndex>,
+    live: crate::schema::registry::Learner,
 }
 
 /// The on-disk markers of an EventSource manifest chunk (Id/Task 0xFFFE, Opcode 254).
@@ -893,7 +894,29 @@ impl Decoder {
             registry,
             plans: RwLock::new(PlanCache::default()),
             stacks: None,
+            live: Default::default(),
         }
+    }
+
+    /// Learning as records stream by (live sessions, or a file read once without a pre-scan): call it
+    /// for every record before [`Decoder::decode`]. Embedded metadata is collected and registered as
+    /// soon as a non-metadata record follows it (maps follow their EventInfo). Returns whether `rec`
+    /// was metadata. Events met before their metadata stay undecoded; for files,
+    /// [`Decoder::for_file`] avoids that with a pre-scan.
+    pub fn learn(&mut self, rec: &EventRecord<'_>) -> bool {
+        if crate::schema::registry::Learner::is_metadata(rec) {
+            self.live.observe(rec);
+            return true;
+        }
+        if self.live.has_pending() {
+            self.live.flush(&mut self.registry);
+        }
+        false
+    }
+
+    /// What [`Decoder::learn`] has registered so far.
+    pub fn learned(&self) -> &crate::schema::registry::LearnSummary {
+        self.live.summary()
     }
 
     /// A decoder for one file: a single pre-scan pass feeds `registry` the file's embedded metadata

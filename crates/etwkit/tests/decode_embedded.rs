@@ -289,3 +289,41 @@ fn corrupt_metadata_and_payloads_never_panic() {
     );
     assert!(parsed > 100 && decode_err > 100);
 }
+
+/// Learning while streaming (no pre-scan): in file order some events come before the metadata that
+/// describes them (../shared/notes §7: pktmonvpn 1,176, stmcast 7,626) and stay undecoded; in time
+/// order the metadata precedes its first instance and every event decodes.
+#[test]
+fn streaming_learning_matches_the_metadata_placement() {
+    for (name, total, early) in [
+        ("pktmonvpn_PktMon.etl", 4514u64, 1176u64),
+        ("stmcast_PktMon.etl", 30973, 7626),
+    ] {
+        let Some(path) = common::sample(name, "streaming_learning_matches_the_metadata_placement")
+        else {
+            return;
+        };
+        let file = EtlFile::open(path).unwrap();
+        for (order, want_undecoded) in [(Order::File, early), (Order::Time, 0)] {
+            let mut dec = Decoder::new(Registry::new());
+            let (mut decoded, mut undecoded) = (0u64, 0u64);
+            file.for_each(order, |r| {
+                dec.learn(&r.event);
+                if r.event.provider == PKTMON {
+                    if dec.decode(&r.event).is_decoded() {
+                        decoded += 1;
+                    } else {
+                        undecoded += 1;
+                    }
+                }
+                ControlFlow::Continue(())
+            });
+            assert_eq!(
+                (decoded + undecoded, undecoded),
+                (total, want_undecoded),
+                "{name} {order:?}"
+            );
+            assert!(dec.learned().errors.is_empty());
+        }
+    }
+}
