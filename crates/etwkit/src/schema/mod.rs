@@ -9,6 +9,8 @@
 //! (provider, id, version); kernel and classic MOF by (class/group GUID, opcode, version); TraceLogging
 //! by the metadata bytes themselves.
 
+pub mod builtin;
+
 use std::sync::Arc;
 
 use crate::guid::Guid;

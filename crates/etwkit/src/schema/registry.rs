@@ -256,6 +256,19 @@ impl Registry {
         Registry::default()
     }
 
+    /// A registry holding every built-in layout (Winsock-AFD, heap, kernel MOF, KernelTraceControl)
+    /// and the built-in provider names.
+    pub fn with_builtins() -> Registry {
+        let mut r = Registry::new();
+        for (key, schema) in crate::schema::builtin::schemas() {
+            r.insert(key, schema);
+        }
+        for (guid, name) in crate::schema::builtin::provider_names() {
+            r.insert_provider_name(guid, name);
+        }
+        r
+    }
+
     /// Adds a layout. A schema from a more specific source replaces one from a less specific source
     /// (user manifest > embedded > built-in); equal sources: the newer one wins. Returns whether it was
     /// stored.
