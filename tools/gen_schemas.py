@@ -423,8 +423,14 @@ def gen_kernel(shared):
                         applies = [39]
                     # Image v0/v1 are documented as Load-only classes, but syzygy_* traces carry the same
                     # layout under UnLoad/DCStart/DCEnd too: register them for every Image type.
+                    # "End v1 carries only ProcessId, TThreadId" (Thread): End gets that prefix only
+                    only = re.search(r"End v%d carries only ([\w, ]+)" % v["version"], v.get("notes") or "")
                     for t in applies:
-                        add(cname, guid, t, names[str(t)], [v["version"]], fields)
+                        fl = fields
+                        if only and names[str(t)] == "End":
+                            keep = [n.strip() for n in only.group(1).split(",")]
+                            fl = [f for f in fields if f["name"] in keep]
+                        add(cname, guid, t, names[str(t)], [v["version"]], fl)
         for e in cl.get("other", []):
             types = e["type"] if isinstance(e["type"], list) else [e["type"]]
             names = e["name"].split("/")

@@ -411,8 +411,9 @@ fn decode_level(
             },
             Some(n) => {
                 let remaining = cur.d.len().saturating_sub(cur.pos) as u64;
-                // Every element takes at least one byte unless the type is empty; refuse absurd counts early.
-                if n > remaining && !(f.in_type == it::NULL && f.members.is_none()) {
+                // Elements of a real type take at least one byte; a few empty ones (NULL in-type,
+                // empty structs) are allowed, absurd counts are refused before allocating.
+                if n > remaining && n > 1024 {
                     return Err(fail(
                         format!(
                             "array of {n} elements cannot fit in the {remaining} remaining bytes"
@@ -420,7 +421,7 @@ fn decode_level(
                         start,
                     ));
                 }
-                let mut arr = Vec::with_capacity(n as usize);
+                let mut arr = Vec::with_capacity(n.min(remaining + 1) as usize);
                 for i in 0..n {
                     match one(f, cur, len) {
                         Ok(v) => arr.push(v),
@@ -866,11 +867,25 @@ pub struct Decoder {
     registry: Registry,
     plans: RwLock<PlanCache>,
     stacks: Option<stacks::StackIndex>,
+    live: crate::schema::registry::Learner,
 }
 
 /// The on-disk markers of an EventSource manifest chunk (Id/Task 0xFFFE, Opcode 254).
 pub fn is_eventsource_manifest(rec: &EventRecord<'_>) -> bool {
     rec.header_type.is_event_header() && rec.descriptor.id == 0xFFFE && rec.descriptor.opcode == 254
+}
+
+impl std::fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decoder")
+            .field("registry", &self.registry)
+            .field("plans", &self.plans.read().map(|p| p.len()).unwrap_or(0))
+            .field(
+                "stack_index",
+                &self.stacks.as_ref().map(|s| s.stackwalk_events()),
+            )
+            .finish()
+    }
 }
 
 impl Decoder {
@@ -879,7 +894,29 @@ impl Decoder {
             registry,
             plans: RwLock::new(PlanCache::default()),
             stacks: None,
+            live: Default::default(),
         }
+    }
+
+    /// Learning as records stream by (live sessions, or a file read once without a pre-scan): call it
+    /// for every record before [`Decoder::decode`]. Embedded metadata is collected and registered as
+    /// soon as a non-metadata record follows it (maps follow their EventInfo). Returns whether `rec`
+    /// was metadata. Events met before their metadata stay undecoded; for files,
+    /// [`Decoder::for_file`] avoids that with a pre-scan.
+    pub fn learn(&mut self, rec: &EventRecord<'_>) -> bool {
+        if crate::schema::registry::Learner::is_metadata(rec) {
+            self.live.observe(rec);
+            return true;
+        }
+        if self.live.has_pending() {
+            self.live.flush(&mut self.registry);
+        }
+        false
+    }
+
+    /// What [`Decoder::learn`] has registered so far.
+    pub fn learned(&self) -> &crate::schema::registry::LearnSummary {
+        self.live.summary()
     }
 
     /// A decoder for one file: a single pre-scan pass feeds `registry` the file's embedded metadata
@@ -956,7 +993,7 @@ impl Decoder {
         if is_eventsource_manifest(rec) {
             ev.event_name = Some("ManifestData".into());
             let p = &rec.payload;
-            if p.len() >= 10 {
+            if p.len() >= 8 {
                 ev.properties.push("Format", Value::U64(p[0] as u64));
                 ev.properties.push("MajorVersion", Value::U64(p[1] as u64));
                 ev.properties.push("MinorVersion", Value::U64(p[2] as u64));
@@ -969,8 +1006,9 @@ impl Decoder {
                     "ChunkNumber",
                     Value::U64(u16::from_le_bytes([p[6], p[7]]) as u64),
                 );
+                // As TraceEvent names it: the whole payload, header included.
                 ev.properties
-                    .push("DataLength", Value::U64((p.len() - 8) as u64));
+                    .push("PayloadLength", Value::U64(p.len() as u64));
                 ev.source = Some(SchemaSource::EventSourceManifest);
             } else {
                 ev.undecoded = Some(format!(
@@ -978,6 +1016,10 @@ impl Decoder {
                     p.len()
                 ));
             }
+            return ev;
+        }
+        if rec.header_type.is_classic() && rec.provider == crate::schema::tdh::METADATA_CLASS {
+            metadata_record(rec, &mut ev);
             return ev;
         }
         let schema = match self.registry.try_lookup(rec) {
@@ -1034,6 +1076,104 @@ impl Decoder {
             }
         }
         ev
+    }
+}
+
+/// KernelTraceControl MetaData records (EventInfo / EventMapInfo): what they describe.
+fn metadata_record(rec: &EventRecord<'_>, ev: &mut DecodedEvent) {
+    use crate::schema::tdh;
+    ev.provider_name = Some("KernelTraceControl".into());
+    ev.task_name = Some("MetaData".into());
+    let p = &mut ev.properties;
+    match rec.descriptor.opcode {
+        tdh::OPCODE_EVENT_INFO => {
+            ev.opcode_name = Some("EventInfo".into());
+            match tdh::parse_event_info(&rec.payload) {
+                Ok(info) => {
+                    let d = &rec.payload;
+                    p.push(
+                        "ProviderGuid",
+                        Value::Guid(Guid::from_le_bytes(d).unwrap_or_default()),
+                    );
+                    p.push(
+                        "EventGuid",
+                        Value::Guid(Guid::from_le_bytes(&d[16..]).unwrap_or_default()),
+                    );
+                    p.push(
+                        "EventId",
+                        Value::U64(u16::from_le_bytes([d[0x20], d[0x21]]) as u64),
+                    );
+                    p.push("Version", Value::U64(d[0x22] as u64));
+                    p.push("Opcode", Value::U64(d[0x25] as u64));
+                    p.push(
+                        "DecodingSource",
+                        Value::U64(u32::from_le_bytes([d[0x30], d[0x31], d[0x32], d[0x33]]) as u64),
+                    );
+                    if let Some(i) = info {
+                        let s = &i.schema;
+                        let name = |v: &Option<String>| {
+                            v.clone().map(Value::String).unwrap_or(Value::Null)
+                        };
+                        p.push("ProviderName", name(&s.provider_name));
+                        p.push("TaskName", name(&s.task_name));
+                        p.push("OpcodeName", name(&s.opcode_name));
+                        p.push("EventName", name(&s.event_name));
+                        p.push("TopLevelProperties", Value::U64(s.properties.len() as u64));
+                    }
+                    ev.source = Some(SchemaSource::Embedded);
+                }
+                Err(e) => ev.undecoded = Some(e.to_string()),
+            }
+        }
+        tdh::OPCODE_MAP_INFO => {
+            ev.opcode_name = Some("EventMapInfo".into());
+            match tdh::parse_map_info(&rec.payload) {
+                Ok((provider, map)) => {
+                    p.push("ProviderGuid", Value::Guid(provider));
+                    p.push("MapName", Value::String(map.name));
+                    p.push("IsBitmap", Value::Bool(map.is_bitmap));
+                    p.push("Entries", Value::U64(map.entries.len() as u64));
+                    ev.source = Some(SchemaSource::Embedded);
+                }
+                Err(e) => ev.undecoded = Some(e.to_string()),
+            }
+        }
+        other => {
+            ev.undecoded = Some(format!(
+                "KernelTraceControl MetaData record of unknown type {other}"
+            ))
+        }
+    }
+}
+
+/// Counts for `etwkit stats`: records, records with properties, and the undecoded ones by provider
+/// (name when known, else the GUID).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DecodeStats {
+    pub records: u64,
+    pub decoded: u64,
+    pub undecoded_by_provider: std::collections::BTreeMap<String, u64>,
+}
+
+impl DecodeStats {
+    pub fn add(&mut self, rec: &EventRecord<'_>, d: &DecodedEvent) {
+        self.records += 1;
+        if d.is_decoded() {
+            self.decoded += 1;
+        } else {
+            let k = d
+                .provider_name
+                .clone()
+                .unwrap_or_else(|| rec.provider.to_string());
+            *self.undecoded_by_provider.entry(k).or_default() += 1;
+        }
+    }
+    pub fn merge(&mut self, o: DecodeStats) {
+        self.records += o.records;
+        self.decoded += o.decoded;
+        for (k, v) in o.undecoded_by_provider {
+            *self.undecoded_by_provider.entry(k).or_default() += v;
+        }
     }
 }
 

@@ -3,6 +3,8 @@
 //! 32- and 64-bit records — independently of the generated tables and of the decoder — and checks the
 //! built-in schema against them: every name, in/out type, length/count link and value map, the place
 //! of every field in both layouts, and each discrepancy the JSON records against Microsoft's prose.
+//! Then the decoder decodes every built payload with the built-in schema and must give back exactly
+//! the values written (ports big-endian, IPv6 text, 4-byte booleans, pointer-sized Process/Endpoint).
 
 mod builtin_support;
 mod common;
@@ -11,6 +13,7 @@ use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use builtin_support::layout;
+use etwkit::decode::{Plan, Value};
 use etwkit::schema::builtin::{self, winsock_afd};
 use etwkit::schema::{Count, EventSchema, Length, PropertyKind, SchemaKey};
 use serde_json::Value as J;
@@ -20,6 +23,8 @@ use serde_json::Value as J;
 enum Expect {
     Pointer(u64),
     Uint(u64),
+    /// an unsigned integer with a hex out-type
+    Hex(u64),
     Int(i64),
     Bool(bool),
     Ipv4(Ipv4Addr),
@@ -156,6 +161,7 @@ fn build(ev: &J, maps: &J, ptr: usize, ipv6_sockaddr: bool) -> Built {
                     Some(m) => {
                         Expect::Mapped(v, maps[m][v.to_string()].as_str().unwrap().to_string())
                     }
+                    None if out_t == "win:HexInt32" => Expect::Hex(v),
                     None => Expect::Uint(v),
                 }
             }
@@ -221,7 +227,7 @@ fn every_afd_event_matches_the_json_in_both_layouts() {
     assert_eq!(events.len(), 96);
     assert_eq!(schemas.len(), 96, "one built-in schema per JSON event");
     let maps = &j["valueMaps"];
-    let mut checked_fields = 0;
+    let (mut checked_fields, mut decoded_fields) = (0, 0);
     for ev in events {
         let id = ev["id"].as_u64().unwrap() as u16;
         let s = &schemas[&id];
@@ -371,6 +377,7 @@ fn every_afd_event_matches_the_json_in_both_layouts() {
                             Expect::Bool(le(bytes) != 0)
                         }
                         (8, 31) => Expect::Status(le(bytes) as u32),
+                        (8, 18) if in_map(s, name, le(bytes)).is_none() => Expect::Hex(le(bytes)),
                         (7, _) => Expect::Int(le(bytes) as u32 as i32 as i64),
                         (8 | 4, _) => match in_map(s, name, le(bytes)) {
                             Some(n) => Expect::Mapped(le(bytes), n),
@@ -381,10 +388,52 @@ fn every_afd_event_matches_the_json_in_both_layouts() {
                     assert_eq!(&got, exp, "event {id} ptr {ptr} {name}");
                     checked_fields += 1;
                 }
+                // the decoder, with the built-in schema, gives back every value the builder wrote
+                let (props, used) = Plan::new(s)
+                    .decode_counted(&b.payload, ptr as u8)
+                    .unwrap_or_else(|e| panic!("event {id} ptr {ptr}: {e}"));
+                assert_eq!(
+                    used,
+                    b.payload.len(),
+                    "event {id} ptr {ptr}: decoder consumed the payload"
+                );
+                assert_eq!(props.len(), b.fields.len());
+                for (name, _, exp) in &b.fields {
+                    let v = props
+                        .get(name)
+                        .unwrap_or_else(|| panic!("event {id}: decoded no {name}"));
+                    assert!(
+                        decoded_is(v, exp),
+                        "event {id} ptr {ptr} {name}: decoded {v:?}, wrote {exp:?}"
+                    );
+                    decoded_fields += 1;
+                }
             }
         }
     }
     assert!(checked_fields > 1000, "{checked_fields}");
+    assert_eq!(decoded_fields, checked_fields);
+}
+
+/// A decoded value against what the builder wrote: ports already in host order, IPv6 as an address,
+/// 4-byte booleans, pointer-sized Process/Endpoint, SOCKADDRs as socket addresses, map names.
+fn decoded_is(v: &Value, exp: &Expect) -> bool {
+    match (exp, v) {
+        (Expect::Pointer(x), Value::Pointer(y) | Value::Hex(y)) => x == y,
+        (Expect::Uint(x), Value::U64(y)) => x == y,
+        (Expect::Hex(x), Value::Hex(y)) => x == y,
+        (Expect::Int(x), Value::I64(y)) => x == y,
+        (Expect::Bool(x), Value::Bool(y)) => x == y,
+        (Expect::Ipv4(x), Value::Ipv4(y)) => x == y,
+        (Expect::Ipv6(x), Value::Ipv6(y)) => x == y,
+        (Expect::Port(x), Value::Port(y)) => x == y,
+        (Expect::Status(x), Value::NtStatus(y)) => x == y,
+        (Expect::SockAddr(fam, port, text), Value::SocketAddress(sa)) => {
+            sa.port() == *port && sa.ip().to_string() == *text && (*fam == 23) == sa.is_ipv6()
+        }
+        (Expect::Mapped(x, n), Value::Mapped { value, name }) => x == value && n == name,
+        _ => false,
+    }
 }
 
 fn le(b: &[u8]) -> u64 {

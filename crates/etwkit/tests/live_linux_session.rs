@@ -102,10 +102,12 @@ fn orphans_are_removed_and_foreign_instances_kept() {
 #[test]
 fn pid_filter_follows_children_and_providers_work_by_guid() {
     root();
-    // An untraced process that will fork two children after tracing starts.
+    // An untraced process that forks two children once told to (after tracing has started: no
+    // timing assumption about how long arming takes).
     let mut parent = Command::new("sh")
         .arg("-c")
-        .arg("sleep 0.3; /bin/sleep 0.01 & /bin/sleep 0.02; wait")
+        .arg("read go; /bin/sleep 0.01 & /bin/sleep 0.02; wait")
+        .stdin(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let ppid = parent.id();
@@ -116,6 +118,11 @@ fn pid_filter_follows_children_and_providers_work_by_guid() {
         .unwrap();
     t.add_pid(ppid).unwrap();
     t.start().unwrap();
+    {
+        use std::io::Write;
+        let mut go = parent.stdin.take().unwrap();
+        go.write_all(b"go\n").unwrap();
+    }
     let stop = t.stop_handle();
     let waiter = std::thread::spawn(move || {
         parent.wait().unwrap();

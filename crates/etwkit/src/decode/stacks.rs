@@ -18,7 +18,9 @@
 //! and [`StackJoiner`] (streaming, records in time order: an event is released once a later timestamp
 //! shows no more stack parts can come; keys not yet defined at release time are left out).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
+
+use crate::schema::registry::FastMap;
 
 use crate::event::{EventRecord, Stack};
 use crate::guid::Guid;
@@ -165,7 +167,7 @@ impl KeyTable {
 /// Stacks by raw timestamp, per thread.
 #[derive(Clone, Debug, Default)]
 pub struct StackIndex {
-    by_ts: BTreeMap<i64, Vec<Entry>>,
+    by_ts: FastMap<i64, Vec<Entry>>,
     keys: KeyTable,
     stacks: usize,
 }
@@ -234,7 +236,7 @@ impl StackIndex {
 
     /// Forgets stacks taken before `raw_timestamp` (key definitions are kept).
     pub fn prune_before(&mut self, raw_timestamp: i64) {
-        self.by_ts = self.by_ts.split_off(&raw_timestamp);
+        self.by_ts.retain(|&t, _| t >= raw_timestamp);
     }
 
     /// StackProcess/StackThread of the stack taken at `raw_timestamp` when exactly one thread's stack
@@ -262,6 +264,7 @@ pub struct StackJoiner {
     pending: VecDeque<EventRecord<'static>>,
     index: StackIndex,
     window: i64,
+    released: u64,
 }
 
 impl StackJoiner {
@@ -271,6 +274,7 @@ impl StackJoiner {
             pending: VecDeque::new(),
             index: StackIndex::new(),
             window: window.max(0),
+            released: 0,
         }
     }
 
@@ -280,9 +284,13 @@ impl StackJoiner {
         ready: &mut Vec<(EventRecord<'static>, Option<Stack>)>,
     ) {
         let st = super::record_stack(&rec, Some(&self.index));
-        // Keep a window of history: time order is by UTC time, raw timestamps may tie or wobble.
-        self.index
-            .prune_before(rec.raw_timestamp.saturating_sub(self.window));
+        // Keep a window of history (time order is by UTC time, raw timestamps may tie or wobble);
+        // prune now and then, not per record.
+        self.released += 1;
+        if self.released % 4096 == 0 {
+            self.index
+                .prune_before(rec.raw_timestamp.saturating_sub(self.window));
+        }
         ready.push((rec, st));
     }
 

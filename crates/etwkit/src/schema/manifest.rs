@@ -197,7 +197,7 @@ pub fn parse_manifest(xml: &str, source: SchemaSource) -> Result<Manifest, Schem
                 let tid = t
                     .attribute("tid")
                     .ok_or_else(|| err(t, "<template> without tid"))?;
-                templates.insert(tid, fields(t, &maps)?);
+                templates.insert(tid, fields(t, &maps, 0)?);
             }
         }
         let Some(evs) = child(p, "events") else {
@@ -269,7 +269,11 @@ pub fn parse_manifest(xml: &str, source: SchemaSource) -> Result<Manifest, Schem
 fn fields(
     parent: Node<'_, '_>,
     maps: &HashMap<&str, Arc<ValueMap>>,
+    depth: usize,
 ) -> Result<Vec<Property>, SchemaError> {
+    if depth > 32 {
+        return Err(err(parent, "structs nest deeper than 32 levels"));
+    }
     let mut out: Vec<Property> = Vec::new();
     for n in parent.children().filter(|c| c.is_element()) {
         let tag = n.tag_name().name();
@@ -308,7 +312,7 @@ fn fields(
             Some(Err(i)) => Length::FromProperty(i),
         };
         let (kind, map) = if tag == "struct" {
-            (PropertyKind::Struct(fields(n, maps)?), None)
+            (PropertyKind::Struct(fields(n, maps, depth + 1)?), None)
         } else {
             let it = n
                 .attribute("inType")

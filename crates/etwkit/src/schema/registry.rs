@@ -100,10 +100,62 @@ pub struct Learner {
     /// EventSource manifest chunks by (provider, pid).
     chunks: HashMap<(Guid, u32), Vec<Option<Vec<u8>>>>,
     done_manifests: Vec<(Guid, String)>,
+    /// (provider, length, byte sum) of manifests already registered: EventSource re-sends its manifest.
+    seen_manifests: std::collections::HashSet<(Guid, usize, u64)>,
     summary: LearnSummary,
 }
 
 impl Learner {
+    /// Whether collected metadata waits for [`Learner::flush`].
+    pub fn has_pending(&self) -> bool {
+        !self.infos.is_empty() || !self.maps.is_empty() || !self.done_manifests.is_empty()
+    }
+
+    /// Registers what was collected so far (incomplete EventSource manifests stay pending).
+    pub fn flush(&mut self, reg: &mut Registry) {
+        for (provider, map) in self.maps.drain(..) {
+            reg.maps.insert((provider, map.name.clone()), Arc::new(map));
+        }
+        for mut info in self.infos.drain(..) {
+            let provider = info.schema.provider;
+            tdh::resolve_maps(provider, &mut info.schema.properties, &reg.maps);
+            if reg.insert(info.key, info.schema) {
+                self.summary.schemas_added += 1;
+            }
+        }
+        for (provider, xml) in std::mem::take(&mut self.done_manifests) {
+            let fingerprint = (
+                provider,
+                xml.len(),
+                xml.as_bytes().iter().map(|&b| b as u64).sum::<u64>(),
+            );
+            if !self.seen_manifests.insert(fingerprint) {
+                continue;
+            }
+            match manifest::parse_manifest(&xml, SchemaSource::EventSourceManifest) {
+                Ok(m) => {
+                    self.summary.eventsource_manifests += 1;
+                    self.summary.schemas_added += reg.add_manifest(m);
+                }
+                Err(e) => self
+                    .summary
+                    .errors
+                    .push(format!("EventSource manifest from {provider}: {e}")),
+            }
+        }
+    }
+
+    /// What was learned so far.
+    pub fn summary(&self) -> &LearnSummary {
+        &self.summary
+    }
+
+    /// Whether `rec` is embedded metadata (EventInfo/EventMapInfo record or EventSource manifest chunk).
+    pub fn is_metadata(rec: &EventRecord<'_>) -> bool {
+        (rec.header_type.is_classic() && rec.provider == tdh::METADATA_CLASS)
+            || crate::decode::is_eventsource_manifest(rec)
+    }
+
     /// Looks at one record; keeps it if it is embedded metadata.
     pub fn observe(&mut self, rec: &EventRecord<'_>) {
         if rec.header_type.is_classic() && rec.provider == tdh::METADATA_CLASS {
@@ -177,36 +229,7 @@ impl Learner {
 
     /// Registers what was collected.
     pub fn finish(mut self, reg: &mut Registry) -> LearnSummary {
-        for (provider, map) in self.maps.drain(..) {
-            reg.maps.insert((provider, map.name.clone()), Arc::new(map));
-        }
-        for mut info in self.infos.drain(..) {
-            let provider = info.schema.provider;
-            tdh::resolve_maps(provider, &mut info.schema.properties, &reg.maps);
-            if reg.insert(info.key, info.schema) {
-                self.summary.schemas_added += 1;
-            }
-        }
-        let mut seen = std::collections::HashSet::new();
-        for (provider, xml) in self.done_manifests.drain(..) {
-            if !seen.insert((
-                provider,
-                xml.len(),
-                xml.as_bytes().iter().map(|&b| b as u64).sum::<u64>(),
-            )) {
-                continue;
-            }
-            match manifest::parse_manifest(&xml, SchemaSource::EventSourceManifest) {
-                Ok(m) => {
-                    self.summary.eventsource_manifests += 1;
-                    self.summary.schemas_added += reg.add_manifest(m);
-                }
-                Err(e) => self
-                    .summary
-                    .errors
-                    .push(format!("EventSource manifest from {provider}: {e}")),
-            }
-        }
+        self.flush(reg);
         for (k, _) in self.chunks.drain() {
             self.summary.errors.push(format!(
                 "EventSource manifest from {} (pid {}) is incomplete",
@@ -214,6 +237,17 @@ impl Learner {
             ));
         }
         self.summary
+    }
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("schemas", &self.schemas.len())
+            .field("provider_names", &self.provider_names.len())
+            .field("maps", &self.maps.len())
+            .field("tracelogging_cached", &self.tracelogging_cached())
+            .finish()
     }
 }
 

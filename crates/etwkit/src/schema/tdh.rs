@@ -105,7 +105,8 @@ pub fn parse_event_info(d: &[u8]) -> Result<Option<EventInfo>, SchemaError> {
         },
         _ => return Ok(None),
     };
-    let props = build_level(d, prop_count, 0, top_count, 0)?;
+    let mut budget = MAX_NODES;
+    let props = build_level(d, prop_count, 0, top_count, 0, &mut budget)?;
     let schema = EventSchema {
         provider,
         provider_name: wstr(d, off(0x34)),
@@ -128,12 +129,17 @@ pub fn parse_event_info(d: &[u8]) -> Result<Option<EventInfo>, SchemaError> {
 }
 
 /// Properties `[start, start+n)` of the global array, as one level of the tree.
+/// Most properties one schema tree may hold once structs are expanded (a struct range may be shared
+/// or even point at itself in a corrupt blob; this keeps such trees from exploding).
+const MAX_NODES: usize = 4096;
+
 fn build_level(
     d: &[u8],
     total: usize,
     start: usize,
     n: usize,
     depth: u32,
+    budget: &mut usize,
 ) -> Result<Vec<Property>, SchemaError> {
     if depth > 16 {
         return Err(SchemaError::new(
@@ -152,6 +158,14 @@ fn build_level(
             ),
         ));
     }
+    if n > *budget {
+        return Err(SchemaError::new(
+            TEI,
+            0x70 + start * 0x18,
+            format!("struct tree exceeds {MAX_NODES} properties"),
+        ));
+    }
+    *budget -= n;
     let mut out = Vec::with_capacity(n);
     for i in start..start + n {
         let p = 0x70 + i * 0x18;
@@ -179,7 +193,14 @@ fn build_level(
         };
         let (kind, length, map) = if flags & 0x1 != 0 {
             (
-                PropertyKind::Struct(build_level(d, total, a as usize, b as usize, depth + 1)?),
+                PropertyKind::Struct(build_level(
+                    d,
+                    total,
+                    a as usize,
+                    b as usize,
+                    depth + 1,
+                    budget,
+                )?),
                 Length::Natural,
                 None,
             )

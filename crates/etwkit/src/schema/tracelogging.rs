@@ -163,7 +163,7 @@ pub fn parse_event(data: &[u8]) -> Result<TlEvent, SchemaError> {
     }
     let mut idx = 0;
     let mut custom = 0;
-    let properties = build(&raw, &mut idx, usize::MAX, &mut custom)?;
+    let properties = build(&raw, &mut idx, usize::MAX, &mut custom, 0)?;
     Ok(TlEvent {
         name,
         tags,
@@ -172,11 +172,15 @@ pub fn parse_event(data: &[u8]) -> Result<TlEvent, SchemaError> {
     })
 }
 
+/// Deepest struct nesting accepted (TraceLogging itself has no limit; decoding recurses per level).
+const MAX_DEPTH: usize = 32;
+
 fn build(
     raw: &[RawField],
     idx: &mut usize,
     n: usize,
     custom: &mut usize,
+    depth: usize,
 ) -> Result<Vec<Property>, SchemaError> {
     let mut out = Vec::new();
     while out.len() < n && *idx < raw.len() {
@@ -203,7 +207,14 @@ fn build(
                     format!("struct {:?} declares 0 members", f.name),
                 ));
             }
-            let m = build(raw, idx, members, custom)?;
+            if depth >= MAX_DEPTH {
+                return Err(SchemaError::new(
+                    META,
+                    f.offset,
+                    format!("struct {:?} nests deeper than {MAX_DEPTH} levels", f.name),
+                ));
+            }
+            let m = build(raw, idx, members, custom, depth + 1)?;
             if m.len() < members {
                 return Err(SchemaError::new(
                     META,
@@ -365,6 +376,19 @@ mod tests {
         bad.extend_from_slice(b"x\0\x04");
         let e = parse_event(&meta(&bad)).unwrap_err();
         assert!(e.reason.contains("declares 5 members"), "{e}");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_not_a_stack_overflow() {
+        let mut b = vec![0u8];
+        b.extend_from_slice(b"E\0");
+        for _ in 0..5000 {
+            b.extend_from_slice(b"s\0");
+            b.extend_from_slice(&[0x80 | 24, 1]);
+        }
+        b.extend_from_slice(b"x\0\x04");
+        let e = parse_event(&meta(&b)).unwrap_err();
+        assert!(e.reason.contains("nests deeper than 32"), "{e}");
     }
 
     #[test]

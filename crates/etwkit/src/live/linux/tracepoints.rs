@@ -94,7 +94,7 @@ impl TpEvent {
             match f.kind {
                 FieldKind::Int => {
                     let (it, ot) = match (f.size, f.signed, f.is_pointer) {
-                        (8, _, true) => (InType::Hex64, OutType::Default),
+                        (8, _, true) => (InType::U64, OutType::Hex),
                         (1, true, _) => (InType::I8, OutType::Default),
                         (1, false, _) => (InType::U8, OutType::Default),
                         (2, true, _) => (InType::I16, OutType::Default),

@@ -1726,10 +1726,10 @@ fn build_schema(id: u16, mask: u8) -> Result<TlSchema, crate::tlg::TlError> {
             continue;
         }
         b = match t {
-            T::Ptr => b.field(name, InType::Hex64, OutType::Default),
+            T::Ptr => b.field(name, InType::U64, OutType::Hex),
             T::U32 | T::Err => b.field(name, InType::U32, OutType::Default),
             T::I32 => b.field(name, InType::I32, OutType::Default),
-            T::Hex32 => b.field(name, InType::Hex32, OutType::Default),
+            T::Hex32 => b.field(name, InType::U32, OutType::Hex),
             T::V4 => b.field(name, InType::U32, OutType::Ipv4),
             T::V6 => b.field_ex(name, InType::Binary, OutType::Ipv6, Arity::Scalar, 0),
             T::Port => b.field(name, InType::U16, OutType::Port),

@@ -1329,6 +1329,26 @@ const TDCD1C0E4: &[FieldDef] = &[
         members: &[],
     },
 ];
+const T2E669EDD: &[FieldDef] = &[
+    FieldDef {
+        name: "ProcessId",
+        in_type: 8,
+        out_type: 0,
+        count: CountDef::One,
+        length: LengthDef::Natural,
+        map: None,
+        members: &[],
+    },
+    FieldDef {
+        name: "TThreadId",
+        in_type: 8,
+        out_type: 0,
+        count: CountDef::One,
+        length: LengthDef::Natural,
+        map: None,
+        members: &[],
+    },
+];
 const T24424039: &[FieldDef] = &[
     FieldDef {
         name: "ProcessId",
@@ -6160,7 +6180,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("Thread"),
         opcode_name: Some("End"),
         keywords_name: None,
-        fields: TDCD1C0E4,
+        fields: T2E669EDD,
     },
     EventDef {
         key: SchemaKey::Mof {
