@@ -2,10 +2,9 @@
 //! (../shared/etl-samples/peers/results.tsv, the `*_decoded_if_fixed` columns), with the built-in
 //! tables, the file's embedded metadata and TraceLogging.
 //!
-//! Known shortfalls are listed with their reason: the peers ship instrumentation manifests for a few
-//! manifest providers that are not in ../shared and that these traces do not embed (no EventInfo
-//! records, no EventSource manifest); `--manifest FILE.man` decodes them when the user has the
-//! manifest.
+//! No shortfalls remain: the providers the peers ship manifests for (CLR, CLR rundown, PowerShell,
+//! Diagnostics-Networking, WinRM) are built in (`schema::builtin::manifests`). SHORTFALLS lists any
+//! sample where a peer decodes more, with the reason; it must stay empty.
 
 mod common;
 
@@ -17,28 +16,7 @@ use etwkit::etl::{EtlFile, Order};
 use etwkit::schema::Registry;
 
 /// (file, why): samples where a peer decodes more than we do.
-const SHORTFALLS: &[(&str, &str)] = &[
-    (
-        "perfview_gcevents.etl",
-        "Microsoft-Windows-DotNETRuntime: peers ship the CLR manifest",
-    ),
-    (
-        "perfview_gcrundownevents.clrRundown.etl",
-        "Microsoft-Windows-DotNETRuntimeRundown: peers ship the CLR rundown manifest",
-    ),
-    (
-        "krabsetw_powershell.etl",
-        "Microsoft-Windows-PowerShell: etl-parser ships its manifest",
-    ),
-    (
-        "pywintrace_eventlog.etl",
-        "provider 36c23e18-0e66-11d9-bbeb-505054503030 (45 events): manifest not in ../shared",
-    ),
-    (
-        "tx_WsRm01.etl",
-        "provider a7975c8f-ac13-49f1-87da-5a984a4ab417 (70 events): manifest not in ../shared",
-    ),
-];
+const SHORTFALLS: &[(&str, &str)] = &[];
 
 #[test]
 fn decoded_at_least_what_peers_decode() {
