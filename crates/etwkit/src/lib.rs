@@ -8,9 +8,11 @@
 //! `etl` (container) → [`event`] (the model) → `schema` (who knows the layout) → `decode` (values) →
 //! `sink` / `analysis`.
 
+pub mod analysis;
 pub mod etl;
 pub mod event;
 pub mod guid;
+pub mod live;
 pub mod schema;
 pub mod time;
 

@@ -1,0 +1,4 @@
+//! Live tracing on Linux.
+
+pub mod heap;
+pub mod unwind;
