@@ -123,8 +123,12 @@ impl HeaderType {
     pub fn pointer_size(self) -> Option<u8> {
         use HeaderType::*;
         match self {
-            System32 | Compact32 | PerfInfo32 | FullHeader32 | Instance32 | EventHeader32 => Some(4),
-            System64 | Compact64 | PerfInfo64 | FullHeader64 | Instance64 | EventHeader64 => Some(8),
+            System32 | Compact32 | PerfInfo32 | FullHeader32 | Instance32 | EventHeader32 => {
+                Some(4)
+            }
+            System64 | Compact64 | PerfInfo64 | FullHeader64 | Instance64 | EventHeader64 => {
+                Some(8)
+            }
             _ => None,
         }
     }
@@ -132,7 +136,10 @@ impl HeaderType {
     /// Kernel (NT Kernel Logger style) records: identity is (group GUID, opcode = hook type, version).
     pub fn is_kernel(self) -> bool {
         use HeaderType::*;
-        matches!(self, System32 | System64 | Compact32 | Compact64 | PerfInfo32 | PerfInfo64)
+        matches!(
+            self,
+            System32 | System64 | Compact32 | Compact64 | PerfInfo32 | PerfInfo64
+        )
     }
 
     /// Classic (MOF) records: identity is (event class GUID, opcode = Class.Type, version).
@@ -247,7 +254,12 @@ pub struct ExtItems<'a> {
 
 impl<'a> ExtItems<'a> {
     pub fn new(buf: &'a [u8]) -> Self {
-        ExtItems { buf, pos: 0, done: buf.is_empty(), malformed: false }
+        ExtItems {
+            buf,
+            pos: 0,
+            done: buf.is_empty(),
+            malformed: false,
+        }
     }
     pub fn malformed(&self) -> bool {
         self.malformed
@@ -325,9 +337,18 @@ impl Stack {
         let match_id = u64::from_le_bytes(d.get(..8)?.try_into().ok()?);
         let addresses = d[8..]
             .chunks_exact(width)
-            .map(|c| if width == 4 { u32::from_le_bytes(c.try_into().unwrap()) as u64 } else { u64::from_le_bytes(c.try_into().unwrap()) })
+            .map(|c| {
+                if width == 4 {
+                    u32::from_le_bytes(c.try_into().unwrap()) as u64
+                } else {
+                    u64::from_le_bytes(c.try_into().unwrap())
+                }
+            })
             .collect();
-        Some(Stack { match_id, addresses })
+        Some(Stack {
+            match_id,
+            addresses,
+        })
     }
 
     /// Encodes as a STACK_TRACE64 item payload.
@@ -389,7 +410,8 @@ impl<'a> EventRecord<'a> {
     }
 
     pub fn related_activity_id(&self) -> Option<Guid> {
-        self.ext_item(ext_type::RELATED_ACTIVITYID).and_then(|i| Guid::from_le_bytes(i.data))
+        self.ext_item(ext_type::RELATED_ACTIVITYID)
+            .and_then(|i| Guid::from_le_bytes(i.data))
     }
 
     /// Provider name from the TraceLogging provider-traits item (u16 size, then a NUL-terminated
@@ -422,7 +444,10 @@ mod tests {
     fn ext_items_round_trip() {
         let mut v = Vec::new();
         encode_ext_item(&mut v, ext_type::RELATED_ACTIVITYID, &[7u8; 16], true);
-        let st = Stack { match_id: 0, addresses: vec![0x1000, 0xffff_f800_0000_0001] };
+        let st = Stack {
+            match_id: 0,
+            addresses: vec![0x1000, 0xffff_f800_0000_0001],
+        };
         encode_ext_item(&mut v, ext_type::STACK_TRACE64, &st.to_ext64(), false);
         let items: Vec<_> = ExtItems::new(&v).collect();
         assert_eq!(items.len(), 2);

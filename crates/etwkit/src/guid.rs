@@ -14,10 +14,20 @@ pub struct Guid {
 }
 
 impl Guid {
-    pub const ZERO: Guid = Guid { data1: 0, data2: 0, data3: 0, data4: [0; 8] };
+    pub const ZERO: Guid = Guid {
+        data1: 0,
+        data2: 0,
+        data3: 0,
+        data4: [0; 8],
+    };
 
     pub const fn new(data1: u32, data2: u16, data3: u16, data4: [u8; 8]) -> Self {
-        Guid { data1, data2, data3, data4 }
+        Guid {
+            data1,
+            data2,
+            data3,
+            data4,
+        }
     }
 
     /// Reads the 16-byte Windows layout. Returns `None` when fewer than 16 bytes are given.
@@ -100,7 +110,10 @@ impl FromStr for Guid {
     type Err = ParseGuidError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let t = s.trim();
-        let t = t.strip_prefix('{').and_then(|t| t.strip_suffix('}')).unwrap_or(t);
+        let t = t
+            .strip_prefix('{')
+            .and_then(|t| t.strip_suffix('}'))
+            .unwrap_or(t);
         let b = t.as_bytes();
         let ok = b.len() == 36
             && b.iter().enumerate().all(|(i, c)| match i {
@@ -148,7 +161,11 @@ mod tests {
         assert_eq!(&b[..4], &[0xd9, 0x80, 0x4f, 0x4d]);
         assert_eq!(Guid::from_le_bytes(&b), Some(g));
         assert_eq!(g.to_string(), "4d4f80d9-c8bd-4d73-bb5b-19c90402c5ac");
-        assert!("4d4f80d9-c8bd-4d73-bb5b-19c90402c5a".parse::<Guid>().is_err());
-        assert!("4d4f80d9xc8bd-4d73-bb5b-19c90402c5ac".parse::<Guid>().is_err());
+        assert!("4d4f80d9-c8bd-4d73-bb5b-19c90402c5a"
+            .parse::<Guid>()
+            .is_err());
+        assert!("4d4f80d9xc8bd-4d73-bb5b-19c90402c5ac"
+            .parse::<Guid>()
+            .is_err());
     }
 }

@@ -49,16 +49,32 @@ pub struct Clock {
 
 impl Clock {
     /// A clock whose raw values already are FILETIMEs.
-    pub const IDENTITY: Clock = Clock { clock_type: ClockType::SystemTime, t0: 0, start_time: 0, frequency: 10_000_000 };
+    pub const IDENTITY: Clock = Clock {
+        clock_type: ClockType::SystemTime,
+        t0: 0,
+        start_time: 0,
+        frequency: 10_000_000,
+    };
 
-    pub fn new(clock_type: ClockType, t0: i64, start_time: i64, perf_freq: i64, cpu_mhz: u32) -> Clock {
+    pub fn new(
+        clock_type: ClockType,
+        t0: i64,
+        start_time: i64,
+        perf_freq: i64,
+        cpu_mhz: u32,
+    ) -> Clock {
         let frequency = match clock_type {
             ClockType::SystemTime => 10_000_000,
             ClockType::CpuCycle if cpu_mhz > 0 => cpu_mhz as i64 * 1_000_000,
             _ if perf_freq > 0 => perf_freq,
             _ => 10_000_000,
         };
-        Clock { clock_type, t0, start_time, frequency }
+        Clock {
+            clock_type,
+            t0,
+            start_time,
+            frequency,
+        }
     }
 
     /// Raw logger timestamp → UTC FILETIME.
@@ -68,7 +84,11 @@ impl Clock {
             ClockType::SystemTime => raw,
             _ => {
                 let delta = raw.wrapping_sub(self.t0) as i128;
-                let ticks = if self.frequency == 10_000_000 { delta } else { delta * 10_000_000 / self.frequency as i128 };
+                let ticks = if self.frequency == 10_000_000 {
+                    delta
+                } else {
+                    delta * 10_000_000 / self.frequency as i128
+                };
                 self.start_time.wrapping_add(ticks as i64)
             }
         }
@@ -80,7 +100,11 @@ impl Clock {
             ClockType::SystemTime => filetime,
             _ => {
                 let delta = filetime.wrapping_sub(self.start_time) as i128;
-                let ticks = if self.frequency == 10_000_000 { delta } else { delta * self.frequency as i128 / 10_000_000 };
+                let ticks = if self.frequency == 10_000_000 {
+                    delta
+                } else {
+                    delta * self.frequency as i128 / 10_000_000
+                };
                 self.t0.wrapping_add(ticks as i64)
             }
         }
@@ -118,7 +142,13 @@ pub fn write_rfc3339(out: &mut impl std::fmt::Write, filetime: i64) -> std::fmt:
     let days = secs.div_euclid(86_400);
     let sod = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
-    write!(out, "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{frac:07}Z", sod / 3600, sod / 60 % 60, sod % 60)
+    write!(
+        out,
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{frac:07}Z",
+        sod / 3600,
+        sod / 60 % 60,
+        sod % 60
+    )
 }
 
 pub fn format_rfc3339(filetime: i64) -> String {
@@ -140,10 +170,22 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
         }
         t.parse().ok()
     };
-    if b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b't' || b[10] == b' ') || b[13] != b':' || b[16] != b':' {
+    if b[4] != b'-'
+        || b[7] != b'-'
+        || !(b[10] == b'T' || b[10] == b't' || b[10] == b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return None;
     }
-    let (y, mo, d, h, mi, se) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
+    let (y, mo, d, h, mi, se) = (
+        num(0..4)?,
+        num(5..7)?,
+        num(8..10)?,
+        num(11..13)?,
+        num(14..16)?,
+        num(17..19)?,
+    );
     if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
         return None;
     }
@@ -194,15 +236,30 @@ mod tests {
         let s = format_rfc3339(132_670_374_579_762_397);
         assert_eq!(s, "2021-06-01T16:10:57.9762397Z");
         assert_eq!(parse_rfc3339(&s), Some(132_670_374_579_762_397));
-        assert_eq!(parse_rfc3339("2021-06-01T21:40:57.9762397+05:30"), Some(132_670_374_579_762_397));
-        assert_eq!(format_rfc3339(FILETIME_UNIX_EPOCH), "1970-01-01T00:00:00.0000000Z");
-        assert_eq!(parse_rfc3339("2021-06-01 16:10:57"), Some(132_670_374_570_000_000));
+        assert_eq!(
+            parse_rfc3339("2021-06-01T21:40:57.9762397+05:30"),
+            Some(132_670_374_579_762_397)
+        );
+        assert_eq!(
+            format_rfc3339(FILETIME_UNIX_EPOCH),
+            "1970-01-01T00:00:00.0000000Z"
+        );
+        assert_eq!(
+            parse_rfc3339("2021-06-01 16:10:57"),
+            Some(132_670_374_570_000_000)
+        );
         assert_eq!(parse_rfc3339("yesterday"), None);
     }
 
     #[test]
     fn qpc_clock_matches_pktmon_sample() {
-        let c = Clock::new(ClockType::Qpc, 175_055_121_578, 132_670_374_575_408_593, 10_000_000, 0);
+        let c = Clock::new(
+            ClockType::Qpc,
+            175_055_121_578,
+            132_670_374_575_408_593,
+            10_000_000,
+            0,
+        );
         assert_eq!(c.to_filetime(175_059_475_382), 132_670_374_579_762_397);
         assert_eq!(c.to_raw(132_670_374_579_762_397), 175_059_475_382);
     }

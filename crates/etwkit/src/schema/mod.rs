@@ -106,7 +106,15 @@ pub struct EventSchema {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SchemaKey {
     /// Manifest (and EventSource) events: (provider GUID, event id, version).
-    Manifest { provider: Guid, id: u16, version: u8 },
+    Manifest {
+        provider: Guid,
+        id: u16,
+        version: u8,
+    },
     /// Kernel and classic MOF events: (group or event-class GUID, opcode / hook type, version).
-    Mof { class: Guid, opcode: u8, version: u8 },
+    Mof {
+        class: Guid,
+        opcode: u8,
+        version: u8,
+    },
 }

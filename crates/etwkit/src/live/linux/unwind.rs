@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
-use object::{Object, ObjectSection, ObjectSegment};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 
 use crate::analysis::heap::{Frame, StackNamer};
 
@@ -49,13 +49,22 @@ impl ProcessMaps {
             if !perms.contains('x') || !path.starts_with('/') {
                 continue;
             }
-            let Some((a, b)) = range.split_once('-') else { continue };
-            let (Ok(start), Ok(end), Ok(pgoff)) =
-                (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16), u64::from_str_radix(off, 16))
-            else {
+            let Some((a, b)) = range.split_once('-') else {
                 continue;
             };
-            m.insert(Mapping { start, end, pgoff, path: Arc::from(Path::new(&path)) });
+            let (Ok(start), Ok(end), Ok(pgoff)) = (
+                u64::from_str_radix(a, 16),
+                u64::from_str_radix(b, 16),
+                u64::from_str_radix(off, 16),
+            ) else {
+                continue;
+            };
+            m.insert(Mapping {
+                start,
+                end,
+                pgoff,
+                path: Arc::from(Path::new(&path)),
+            });
         }
         Ok(m)
     }
@@ -65,7 +74,8 @@ impl ProcessMaps {
         if self.mappings.iter().any(|m| *m == map) {
             return false;
         }
-        self.mappings.retain(|m| m.end <= map.start || m.start >= map.end);
+        self.mappings
+            .retain(|m| m.end <= map.start || m.start >= map.end);
         let pos = self.mappings.partition_point(|m| m.start < map.start);
         self.mappings.insert(pos, map);
         true
@@ -112,11 +122,18 @@ impl ElfInfo {
         for name in [".text", ".eh_frame", ".eh_frame_hdr", ".got"] {
             if let Some(s) = file.section_by_name(name) {
                 let svma = s.address()..s.address() + s.size();
-                let bytes = s.file_range().map(|(o, l)| o as usize..(o + l) as usize).unwrap_or(0..0);
+                let bytes = s
+                    .file_range()
+                    .map(|(o, l)| o as usize..(o + l) as usize)
+                    .unwrap_or(0..0);
                 sections.insert(name, (svma, bytes));
             }
         }
-        Some(ElfInfo { data, segments, sections })
+        Some(ElfInfo {
+            data,
+            segments,
+            sections,
+        })
     }
 
     /// The address the file's vaddr 0 lands at, for a mapping of it.
@@ -129,11 +146,18 @@ impl ElfInfo {
             .copied()
             .unwrap_or((map.pgoff, map.pgoff, 0));
         // avma = start + (file_off - pgoff); file_off = svma - p_vaddr + p_offset.
-        map.start.wrapping_sub(map.pgoff).wrapping_add(seg.1).wrapping_sub(seg.0)
+        map.start
+            .wrapping_sub(map.pgoff)
+            .wrapping_add(seg.1)
+            .wrapping_sub(seg.0)
     }
 
     fn module(&self, map: &Mapping) -> Module<FileBytes> {
-        let bytes = |name: &str| self.sections.get(name).map(|(_, r)| FileBytes(self.data.clone(), r.clone()));
+        let bytes = |name: &str| {
+            self.sections
+                .get(name)
+                .map(|(_, r)| FileBytes(self.data.clone(), r.clone()))
+        };
         let svma = |name: &str| self.sections.get(name).map(|(s, _)| s.clone());
         let info = ExplicitModuleSectionInfo {
             base_svma: 0,
@@ -151,7 +175,12 @@ impl ElfInfo {
             text_segment_svma: None,
             text_segment: None,
         };
-        Module::new(map.path.display().to_string(), map.start..map.end, self.base_avma(map), info)
+        Module::new(
+            map.path.display().to_string(),
+            map.start..map.end,
+            self.base_avma(map),
+            info,
+        )
     }
 }
 
@@ -184,7 +213,11 @@ pub struct UserRegs {
 
 impl Unwinder {
     pub fn new() -> Unwinder {
-        Unwinder { files: HashMap::new(), procs: HashMap::new(), cache: CacheX86_64::new() }
+        Unwinder {
+            files: HashMap::new(),
+            procs: HashMap::new(),
+            cache: CacheX86_64::new(),
+        }
     }
 
     fn proc(&mut self, pid: u32) -> &mut ProcUnwind {
@@ -196,7 +229,10 @@ impl Unwinder {
     }
 
     fn elf(&mut self, path: &Arc<Path>) -> Option<Arc<ElfInfo>> {
-        self.files.entry(path.clone()).or_insert_with(|| ElfInfo::load(path).map(Arc::new)).clone()
+        self.files
+            .entry(path.clone())
+            .or_insert_with(|| ElfInfo::load(path).map(Arc::new))
+            .clone()
     }
 
     /// Records a new executable mapping of `pid`.
@@ -235,13 +271,19 @@ impl Unwinder {
 
     /// All processes' mappings (for symbolizing after the processes are gone).
     pub fn all_maps(&self) -> HashMap<u32, ProcessMaps> {
-        self.procs.iter().map(|(k, v)| (*k, v.maps.clone())).collect()
+        self.procs
+            .iter()
+            .map(|(k, v)| (*k, v.maps.clone()))
+            .collect()
     }
 
     /// Unwinds from `regs` over `stack` (the copy of user memory starting at `regs.sp`). The first
     /// address is `regs.ip`; the rest are return addresses. At most `max` frames.
     pub fn unwind(&mut self, pid: u32, regs: UserRegs, stack: &[u8], max: usize) -> Vec<u64> {
-        let known = self.procs.get(&pid).is_some_and(|p| p.maps.find(regs.ip).is_some());
+        let known = self
+            .procs
+            .get(&pid)
+            .is_some_and(|p| p.maps.find(regs.ip).is_some());
         if !known {
             let p = self.proc(pid);
             if !p.refreshed_for_miss {
@@ -249,7 +291,9 @@ impl Unwinder {
                 let _ = self.load_proc_maps(pid);
             }
         }
-        let Some(p) = self.procs.get(&pid) else { return vec![regs.ip] };
+        let Some(p) = self.procs.get(&pid) else {
+            return vec![regs.ip];
+        };
         let sp = regs.sp;
         let mut read = |addr: u64| -> Result<u64, ()> {
             let off = addr.checked_sub(sp).ok_or(())? as usize;
@@ -257,7 +301,12 @@ impl Unwinder {
             Ok(u64::from_le_bytes(b.try_into().map_err(|_| ())?))
         };
         let mut out = Vec::with_capacity(16);
-        let mut it = p.unwinder.iter_frames(regs.ip, UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp), &mut self.cache, &mut read);
+        let mut it = p.unwinder.iter_frames(
+            regs.ip,
+            UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp),
+            &mut self.cache,
+            &mut read,
+        );
         while out.len() < max {
             match it.next() {
                 Ok(Some(f)) => out.push(f.address()),
@@ -285,9 +334,20 @@ pub struct Symbolizer {
     cache: HashMap<(PathBuf, u64), Frame>,
 }
 
-/// The PT_LOAD segments of a file, to turn a mapping into a load bias.
+/// The PT_LOAD segments of a file (to turn a mapping into a load bias) and its function symbols
+/// (address, size, name), sorted: a name is given only to an address inside the symbol's extent
+/// (Debian's libc has no .symtab; the nearest exported symbol is usually the wrong function).
 struct ElfBase {
     segments: Vec<(u64, u64, u64)>,
+    funcs: Vec<(u64, u64, String)>,
+}
+
+impl ElfBase {
+    fn symbol(&self, probe: u64) -> Option<&str> {
+        let i = self.funcs.partition_point(|(a, _, _)| *a <= probe);
+        let (a, size, name) = self.funcs.get(i.checked_sub(1)?)?;
+        (probe < a + (*size).max(1)).then_some(name.as_str())
+    }
 }
 
 impl Symbolizer {
@@ -298,7 +358,9 @@ impl Symbolizer {
     /// Symbolizes `addr` in a process with mappings `maps`. `is_return` means the address is a return
     /// address: the call instruction before it is looked up.
     pub fn symbolize(&mut self, maps: Option<&ProcessMaps>, addr: u64, is_return: bool) -> Frame {
-        let Some(map) = maps.and_then(|m| m.find(addr)) else { return Frame::unknown(addr) };
+        let Some(map) = maps.and_then(|m| m.find(addr)) else {
+            return Frame::unknown(addr);
+        };
         let path = map.path.to_path_buf();
         let entry = self.loaders.entry(path.clone()).or_insert_with(|| {
             let loader = addr2line::Loader::new(&path).ok()?;
@@ -311,33 +373,72 @@ impl Symbolizer {
                     (s.address(), off, size)
                 })
                 .collect();
-            Some((loader, ElfBase { segments }))
+            let mut funcs: Vec<(u64, u64, String)> = file
+                .symbols()
+                .chain(file.dynamic_symbols())
+                .filter(|s| {
+                    s.kind() == object::SymbolKind::Text && s.address() != 0 && s.size() > 0
+                })
+                .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+                .collect();
+            funcs.sort();
+            funcs.dedup_by_key(|f| f.0);
+            Some((loader, ElfBase { segments, funcs }))
         });
         let module = path.file_name().map(|f| f.to_string_lossy().into_owned());
-        let Some((loader, base)) = entry else { return Frame { address: addr, module, ..Default::default() } };
+        let Some((loader, base)) = entry else {
+            return Frame {
+                address: addr,
+                module,
+                ..Default::default()
+            };
+        };
         let seg = base
             .segments
             .iter()
             .find(|(_, off, size)| map.pgoff >= *off & !0xfff && map.pgoff < off + size.max(&1))
             .copied()
             .unwrap_or((map.pgoff, map.pgoff, 0));
-        let bias = map.start.wrapping_sub(map.pgoff).wrapping_add(seg.1).wrapping_sub(seg.0);
+        let bias = map
+            .start
+            .wrapping_sub(map.pgoff)
+            .wrapping_add(seg.1)
+            .wrapping_sub(seg.0);
         let svma = addr.wrapping_sub(bias);
-        let probe = if is_return { svma.saturating_sub(1) } else { svma };
+        let probe = if is_return {
+            svma.saturating_sub(1)
+        } else {
+            svma
+        };
         if let Some(f) = self.cache.get(&(path.clone(), probe)) {
-            return Frame { address: addr, ..f.clone() };
+            return Frame {
+                address: addr,
+                ..f.clone()
+            };
         }
-        let mut frame = Frame { address: addr, module, ..Default::default() };
+        let mut frame = Frame {
+            address: addr,
+            module,
+            ..Default::default()
+        };
         if let Ok(mut frames) = loader.find_frames(probe) {
             // Innermost first: the function the source code shows at this address (possibly inlined).
             if let Ok(Some(f)) = frames.next() {
-                frame.function = f.function.as_ref().and_then(|n| n.demangle().ok().map(|s| s.into_owned()));
-                frame.file = f.location.as_ref().and_then(|l| l.file.map(|s| s.to_string()));
+                frame.function = f
+                    .function
+                    .as_ref()
+                    .and_then(|n| n.demangle().ok().map(|s| s.into_owned()));
+                frame.file = f
+                    .location
+                    .as_ref()
+                    .and_then(|l| l.file.map(|s| s.to_string()));
                 frame.line = f.location.as_ref().and_then(|l| l.line);
             }
         }
         if frame.function.is_none() {
-            frame.function = loader.find_symbol(probe).map(|s| addr2line::demangle_auto(s.into(), None).into_owned());
+            frame.function = base
+                .symbol(probe)
+                .map(|s| addr2line::demangle_auto(s.into(), None).into_owned());
         }
         self.cache.insert((path, probe), frame.clone());
         frame
@@ -345,7 +446,11 @@ impl Symbolizer {
 
     /// Symbolizes a whole stack (first address is an instruction pointer, the rest return addresses).
     pub fn symbolize_stack(&mut self, maps: Option<&ProcessMaps>, stack: &[u64]) -> Vec<Frame> {
-        stack.iter().enumerate().map(|(i, &a)| self.symbolize(maps, a, i > 0)).collect()
+        stack
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| self.symbolize(maps, a, i > 0))
+            .collect()
     }
 }
 
@@ -357,7 +462,10 @@ pub struct LinuxStackNamer {
 
 impl LinuxStackNamer {
     pub fn new(maps: HashMap<u32, ProcessMaps>) -> LinuxStackNamer {
-        LinuxStackNamer { symbolizer: Symbolizer::new(), maps }
+        LinuxStackNamer {
+            symbolizer: Symbolizer::new(),
+            maps,
+        }
     }
 }
 

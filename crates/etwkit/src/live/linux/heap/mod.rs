@@ -14,6 +14,7 @@
 
 pub mod perf;
 pub mod probes;
+pub mod tracefs;
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -26,7 +27,7 @@ use std::sync::Arc;
 
 use crate::analysis::heap::{HeapOp, HeapOpKind};
 use crate::live::linux::unwind::{Mapping, Unwinder, UserRegs};
-use perf::{reg_idx, PerfEventAttr, Ring, UprobePmu};
+use perf::{reg_idx, PerfEventAttr, Ring};
 use probes::{Func, ProbeSite};
 
 /// Errors of the heap tracer.
@@ -43,7 +44,10 @@ pub enum HeapError {
 }
 
 fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> HeapError {
-    move |source| HeapError::Io { context: context.into(), source }
+    move |source| HeapError::Io {
+        context: context.into(),
+        source,
+    }
 }
 
 /// Which heap events carry a stack (the STACK_TRACING_EVENT_ID list of StartHeapTrace).
@@ -55,8 +59,16 @@ pub struct StackEvents {
 }
 
 impl StackEvents {
-    pub const NONE: StackEvents = StackEvents { alloc: false, realloc: false, free: false };
-    pub const ALLOC: StackEvents = StackEvents { alloc: true, realloc: true, free: false };
+    pub const NONE: StackEvents = StackEvents {
+        alloc: false,
+        realloc: false,
+        free: false,
+    };
+    pub const ALLOC: StackEvents = StackEvents {
+        alloc: true,
+        realloc: true,
+        free: false,
+    };
 
     /// Parses `alloc,realloc,free` (any subset; `none` for none).
     pub fn parse(s: &str) -> Result<StackEvents, String> {
@@ -67,7 +79,11 @@ impl StackEvents {
                 "realloc" => e.realloc = true,
                 "free" => e.free = true,
                 "none" => {}
-                other => return Err(format!("unknown stack event {other:?} (expected alloc, realloc, free or none)")),
+                other => {
+                    return Err(format!(
+                        "unknown stack event {other:?} (expected alloc, realloc, free or none)"
+                    ))
+                }
             }
         }
         Ok(e)
@@ -96,7 +112,12 @@ pub struct HeapOptions {
 
 impl Default for HeapOptions {
     fn default() -> Self {
-        HeapOptions { stacks: StackEvents::ALLOC, stack_bytes: 16 * 1024, ring_pages: 1024, max_frames: 64 }
+        HeapOptions {
+            stacks: StackEvents::ALLOC,
+            stack_bytes: 8 * 1024,
+            ring_pages: 4096,
+            max_frames: 64,
+        }
     }
 }
 
@@ -114,9 +135,12 @@ pub fn spawn_suspended(cmd: &mut Command) -> Result<SuspendedChild, HeapError> {
     unsafe {
         cmd.pre_exec(perf::ptrace_traceme);
     }
-    let child = cmd.spawn().map_err(io_err(format!("cannot start {:?}", cmd.get_program())))?;
+    let child = cmd
+        .spawn()
+        .map_err(io_err(format!("cannot start {:?}", cmd.get_program())))?;
     let pid = child.id() as i32;
-    perf::wait_stopped(pid).map_err(io_err("waiting for the started command to stop after exec"))?;
+    perf::wait_stopped(pid)
+        .map_err(io_err("waiting for the started command to stop after exec"))?;
     Ok(SuspendedChild { child })
 }
 
@@ -126,7 +150,8 @@ impl SuspendedChild {
     }
     /// Detaches (ptrace) and lets the program run. The returned `Child` is waited as usual.
     pub fn resume(self) -> Result<Child, HeapError> {
-        perf::ptrace_detach(self.child.id() as i32).map_err(io_err("resuming the started command"))?;
+        perf::ptrace_detach(self.child.id() as i32)
+            .map_err(io_err("resuming the started command"))?;
         Ok(self.child)
     }
 }
@@ -177,7 +202,6 @@ pub struct HeapTraceStats {
 
 /// A live heap trace of some processes. Drive it with [`HeapTrace::process`].
 pub struct HeapTrace {
-    pmu: UprobePmu,
     opts: HeapOptions,
     sites: HashMap<std::path::PathBuf, Vec<ProbeSite>>,
     cpus: Vec<i32>,
@@ -193,22 +217,36 @@ pub struct HeapTrace {
     clock: (u64, u64),
     stop: Arc<AtomicBool>,
     stats: HeapTraceStats,
+    /// Tracepoint id of each (probe site, return?) defined in tracefs.
+    tp_ids: HashMap<(std::path::PathBuf, u64, bool), u64>,
+    /// Declared last: dropped after every perf fd is closed.
+    defs: tracefs::UprobeDefs,
 }
 
 /// Starts heap tracing of running processes (every thread), like StartHeapTrace with a PID list.
 pub fn heap_trace(pids: &[u32], stack_events: StackEvents) -> Result<HeapTrace, HeapError> {
-    HeapTrace::attach(pids, HeapOptions { stacks: stack_events, ..Default::default() })
+    HeapTrace::attach(
+        pids,
+        HeapOptions {
+            stacks: stack_events,
+            ..Default::default()
+        },
+    )
 }
 
 impl HeapTrace {
     fn new(opts: HeapOptions) -> Result<HeapTrace, HeapError> {
-        let pmu = UprobePmu::detect().map_err(|e| HeapError::Setup(e.to_string()))?;
+        let defs = tracefs::UprobeDefs::new().map_err(HeapError::Setup)?;
         perf::raise_fd_limit();
         if !opts.ring_pages.is_power_of_two() {
-            return Err(HeapError::Setup(format!("ring_pages must be a power of two, not {}", opts.ring_pages)));
+            return Err(HeapError::Setup(format!(
+                "ring_pages must be a power of two, not {}",
+                opts.ring_pages
+            )));
         }
         Ok(HeapTrace {
-            pmu,
+            tp_ids: HashMap::new(),
+            defs,
             opts,
             sites: HashMap::new(),
             cpus: perf::online_cpus(),
@@ -238,7 +276,10 @@ impl HeapTrace {
 
     /// Arms tracing on a [`SuspendedChild`] (its libc is not mapped yet: the probes go on the libc this
     /// process uses, which the dynamic loader will map). Call [`SuspendedChild::resume`] afterwards.
-    pub fn for_suspended(child: &SuspendedChild, opts: HeapOptions) -> Result<HeapTrace, HeapError> {
+    pub fn for_suspended(
+        child: &SuspendedChild,
+        opts: HeapOptions,
+    ) -> Result<HeapTrace, HeapError> {
         let mut t = HeapTrace::new(opts)?;
         t.add_process(child.pid(), true)?;
         Ok(t)
@@ -249,9 +290,25 @@ impl HeapTrace {
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             return Err(HeapError::NoProcess(pid));
         }
-        let libc = probes::libc_path(if suspended { None } else { Some(pid) }).map_err(HeapError::Setup)?;
+        let libc = probes::libc_path(if suspended { None } else { Some(pid) })
+            .map_err(HeapError::Setup)?;
         if !self.sites.contains_key(&libc) {
             let s = probes::resolve(&libc).map_err(HeapError::Setup)?;
+            for (i, site) in s.iter().enumerate() {
+                for ret in [false, true] {
+                    if ret && !site.func.returns() {
+                        continue;
+                    }
+                    let id = self.defs.define(site, ret, i).map_err(|e| {
+                        match e.contains("Permission denied") {
+                            true => HeapError::Permission(e),
+                            false => HeapError::Setup(e),
+                        }
+                    })?;
+                    self.tp_ids
+                        .insert((site.path.clone(), site.offset, ret), id);
+                }
+            }
             self.sites.insert(libc.clone(), s);
         }
         let _ = self.unwinder.load_proc_maps(pid);
@@ -262,7 +319,10 @@ impl HeapTrace {
             if tids.is_empty() {
                 return Err(HeapError::NoProcess(pid));
             }
-            let new: Vec<u32> = tids.into_iter().filter(|t| !self.attached_tids.contains(t)).collect();
+            let new: Vec<u32> = tids
+                .into_iter()
+                .filter(|t| !self.attached_tids.contains(t))
+                .collect();
             if new.is_empty() {
                 break;
             }
@@ -270,7 +330,8 @@ impl HeapTrace {
                 match self.attach_thread(&libc, tid) {
                     Ok(()) => {}
                     // The thread exited between listing and opening.
-                    Err(HeapError::Io { source, .. }) if source.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(HeapError::Io { source, .. })
+                        if source.raw_os_error() == Some(libc::ESRCH) => {}
                     Err(e) => return Err(e),
                 }
                 self.attached_tids.insert(tid);
@@ -303,7 +364,7 @@ impl HeapTrace {
                             | perf::FLAG_USE_CLOCKID
                             | perf::FLAG_WATERMARK,
                         clockid: libc::CLOCK_MONOTONIC,
-                        wakeup_events: (self.opts.ring_pages as u32 * 4096) / 4,
+                        wakeup_events: (self.opts.ring_pages as u32 * 4096) / 8,
                         ..Default::default()
                     };
                     if !ret && self.opts.stacks.wants(site.func) && self.opts.stack_bytes > 0 {
@@ -317,10 +378,12 @@ impl HeapTrace {
                     }
                     if first {
                         // Side-band (mmaps, forks, exits, comm) once per thread and CPU.
-                        attr.flags |= perf::FLAG_MMAP | perf::FLAG_MMAP2 | perf::FLAG_COMM | perf::FLAG_TASK;
+                        attr.flags |=
+                            perf::FLAG_MMAP | perf::FLAG_MMAP2 | perf::FLAG_COMM | perf::FLAG_TASK;
                         first = false;
                     }
-                    let fd = perf::open_uprobe(&self.pmu, &site.path, site.offset, ret, tid as i32, cpu, &attr)
+                    let tp = self.tp_ids[&(site.path.clone(), site.offset, ret)];
+                    let fd = perf::open_tracepoint(tp, tid as i32, cpu, &attr)
                         .map_err(|e| match e.raw_os_error() {
                             Some(libc::EACCES) | Some(libc::EPERM) => HeapError::Permission(e.to_string()),
                             _ => HeapError::Io {
@@ -335,12 +398,20 @@ impl HeapTrace {
                             },
                         })?;
                     let id = perf::event_id(&fd).map_err(io_err("PERF_EVENT_IOC_ID"))?;
-                    self.ids.insert(id, ProbeKind { func: site.func, ret });
+                    self.ids.insert(
+                        id,
+                        ProbeKind {
+                            func: site.func,
+                            ret,
+                        },
+                    );
                     if let Some(ring) = self.rings.get(&cpu) {
-                        perf::set_output(&fd, &ring.fd).map_err(io_err("PERF_EVENT_IOC_SET_OUTPUT"))?;
+                        perf::set_output(&fd, &ring.fd)
+                            .map_err(io_err("PERF_EVENT_IOC_SET_OUTPUT"))?;
                         self.fds.push(fd);
                     } else {
-                        let ring = Ring::map(fd, self.opts.ring_pages).map_err(io_err("mmap of the perf ring"))?;
+                        let ring = Ring::map(fd, self.opts.ring_pages)
+                            .map_err(io_err("mmap of the perf ring"))?;
                         self.rings.insert(cpu, ring);
                     }
                     self.stats.probe_fds += 1;
@@ -371,7 +442,10 @@ impl HeapTrace {
 
     /// Delivers heap operations in time order until every root process has exited, the stop flag is
     /// set, or `f` breaks. Every op reaches `f` exactly once.
-    pub fn process(&mut self, mut f: impl FnMut(&HeapOp) -> ControlFlow<()>) -> Result<(), HeapError> {
+    pub fn process(
+        &mut self,
+        mut f: impl FnMut(&HeapOp) -> ControlFlow<()>,
+    ) -> Result<(), HeapError> {
         loop {
             let done = self.stop.load(Ordering::Relaxed) || self.all_roots_gone();
             if !done {
@@ -381,44 +455,72 @@ impl HeapTrace {
             self.drain_rings();
             // Samples of one thread can sit in two CPU rings; order by time and hold back the last
             // few milliseconds, which a slower ring may still be writing.
-            let horizon = if done { u64::MAX } else { perf::clocks_now().0.saturating_sub(20_000_000) };
+            let horizon = if done {
+                u64::MAX
+            } else {
+                perf::clocks_now().0.saturating_sub(20_000_000)
+            };
             if self.deliver(horizon, &mut f).is_break() {
                 return Ok(());
             }
             if done {
-                self.stats.pending_at_end = self.threads.values().map(|v| v.iter().filter(|c| !c.nested).count() as u64).sum();
+                self.stats.pending_at_end = self
+                    .threads
+                    .values()
+                    .map(|v| v.iter().filter(|c| !c.nested).count() as u64)
+                    .sum();
                 return Ok(());
             }
         }
     }
 
     fn all_roots_gone(&self) -> bool {
-        self.roots.iter().all(|p| self.exited.contains(p) || !process_alive(*p))
+        self.roots
+            .iter()
+            .all(|p| self.exited.contains(p) || !process_alive(*p))
     }
 
     fn drain_rings(&mut self) {
         let mut cpus: Vec<i32> = self.rings.keys().copied().collect();
         cpus.sort();
-        let mut records: Vec<Vec<u8>> = Vec::new();
+        // Pass 1: side-band records of every ring first (a library mapped on one CPU must be known
+        // before unwinding a sample taken on another).
+        let mut seen = HashMap::new();
+        for &cpu in &cpus {
+            let Some(mut ring) = self.rings.remove(&cpu) else {
+                continue;
+            };
+            let mut side = Vec::new();
+            let head = ring.read(false, |_, rec| {
+                if u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]) != perf::RECORD_SAMPLE {
+                    side.push(rec.to_vec());
+                }
+            });
+            seen.insert(cpu, head);
+            self.rings.insert(cpu, ring);
+            for rec in side {
+                self.side_band(&rec);
+            }
+        }
+        // Pass 2: samples, parsed in place (stacks unwound while the copy is in the ring); side-band
+        // records that arrived after pass 1 are applied here.
         let mut samples: Vec<Parsed> = Vec::new();
         for cpu in cpus {
-            let Some(mut ring) = self.rings.remove(&cpu) else { continue };
-            // Side-band records are copied out (few, applied after); samples are parsed in place
-            // (stacks unwound while the copy is in the ring).
-            ring.drain(|rec| {
+            let Some(mut ring) = self.rings.remove(&cpu) else {
+                continue;
+            };
+            let seen_head = seen.get(&cpu).copied().unwrap_or(0);
+            ring.read(true, |pos, rec| {
                 let t = u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]);
                 if t == perf::RECORD_SAMPLE {
                     if let Some(p) = self.parse_sample(rec) {
                         samples.push(p);
                     }
-                } else {
-                    records.push(rec.to_vec());
+                } else if pos >= seen_head {
+                    self.side_band(rec);
                 }
             });
             self.rings.insert(cpu, ring);
-        }
-        for rec in records {
-            self.side_band(&rec);
         }
         self.pending.extend(samples);
     }
@@ -426,8 +528,16 @@ impl HeapTrace {
     fn side_band(&mut self, rec: &[u8]) {
         let t = u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]);
         let body = &rec[8..];
-        let u32_at = |o: usize| body.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).unwrap_or(0);
-        let u64_at = |o: usize| body.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap())).unwrap_or(0);
+        let u32_at = |o: usize| {
+            body.get(o..o + 4)
+                .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+                .unwrap_or(0)
+        };
+        let u64_at = |o: usize| {
+            body.get(o..o + 8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+                .unwrap_or(0)
+        };
         match t {
             perf::RECORD_LOST => self.stats.lost_samples += u64_at(8),
             perf::RECORD_LOST_SAMPLES => self.stats.lost_samples += u64_at(0),
@@ -447,12 +557,20 @@ impl HeapTrace {
                 // pid, tid, addr, len, pgoff, (maj, min, ino, ino_gen | build id), prot, flags, filename.
                 let pid = u32_at(0);
                 let (addr, len, pgoff) = (u64_at(8), u64_at(16), u64_at(24));
-                let prot = u32_at(64);
-                let name = body.get(72..).unwrap_or(&[]);
+                let prot = u32_at(56);
+                let name = body.get(64..).unwrap_or(&[]);
                 let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
                 if prot & libc::PROT_EXEC as u32 != 0 && name.first() == Some(&b'/') {
                     let path = std::path::Path::new(std::str::from_utf8(name).unwrap_or(""));
-                    self.unwinder.add_mapping(pid, Mapping { start: addr, end: addr + len, pgoff, path: Arc::from(path) });
+                    self.unwinder.add_mapping(
+                        pid,
+                        Mapping {
+                            start: addr,
+                            end: addr + len,
+                            pgoff,
+                            path: Arc::from(path),
+                        },
+                    );
                 }
             }
             _ => {}
@@ -477,8 +595,9 @@ impl HeapTrace {
             }
         }
         let mut stack = None;
-        let has_stack = (!kind.ret && self.opts.stacks.wants(kind.func) && self.opts.stack_bytes > 0)
-            || (kind.ret && kind.func == Func::PosixMemalign);
+        let has_stack =
+            (!kind.ret && self.opts.stacks.wants(kind.func) && self.opts.stack_bytes > 0)
+                || (kind.ret && kind.func == Func::PosixMemalign);
         if has_stack {
             let size = r.u64()? as usize;
             let data = r.bytes(size)?;
@@ -486,16 +605,30 @@ impl HeapTrace {
             let data = &data[..dyn_size.min(data.len())];
             if kind.ret {
                 // posix_memalign's return: keep the copied words; *memptr is looked up at pairing.
-                let words: Vec<u64> = data.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+                let words: Vec<u64> = data
+                    .chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                    .collect();
                 stack = Some(Arc::from(words));
             } else if abi != 0 {
-                let regs = UserRegs { ip: regs[reg_idx::IP], sp: regs[reg_idx::SP], bp: regs[reg_idx::BP] };
+                let regs = UserRegs {
+                    ip: regs[reg_idx::IP],
+                    sp: regs[reg_idx::SP],
+                    bp: regs[reg_idx::BP],
+                };
                 let frames = self.unwinder.unwind(pid, regs, data, self.opts.max_frames);
                 self.stats.stacks_unwound += 1;
                 stack = Some(Arc::from(frames));
             }
         }
-        Some(Parsed { time, pid, tid, kind, regs, stack })
+        Some(Parsed {
+            time,
+            pid,
+            tid,
+            kind,
+            regs,
+            stack,
+        })
     }
 
     fn filetime(&self, mono_ns: u64) -> i64 {
@@ -504,7 +637,11 @@ impl HeapTrace {
         (real / 100) as i64 + 116_444_736_000_000_000
     }
 
-    fn deliver(&mut self, horizon: u64, f: &mut impl FnMut(&HeapOp) -> ControlFlow<()>) -> ControlFlow<()> {
+    fn deliver(
+        &mut self,
+        horizon: u64,
+        f: &mut impl FnMut(&HeapOp) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
         self.pending.sort_by_key(|p| p.time);
         let n = self.pending.partition_point(|p| p.time <= horizon);
         let ready: Vec<Parsed> = self.pending.drain(..n).collect();
@@ -521,7 +658,14 @@ impl HeapTrace {
         let timestamp = self.filetime(p.time);
         let calls = self.threads.entry(p.tid).or_default();
         let regs = &p.regs;
-        let op = |kind, stack| HeapOp { pid: p.pid, tid: p.tid, timestamp, api: p.kind.func.name(), kind, stack };
+        let op = |kind, stack| HeapOp {
+            pid: p.pid,
+            tid: p.tid,
+            timestamp,
+            api: p.kind.func.name(),
+            kind,
+            stack,
+        };
         if !p.kind.ret {
             let nested = !calls.is_empty();
             if p.kind.func == Func::Free {
@@ -556,28 +700,49 @@ impl HeapTrace {
         }
         let ret = regs[reg_idx::AX];
         let kind = match c.func {
-            Func::Malloc | Func::Valloc | Func::Pvalloc => (ret != 0).then_some(HeapOpKind::Alloc { address: ret, size: c.a0 }),
-            Func::Calloc => (ret != 0).then_some(HeapOpKind::Alloc { address: ret, size: c.a0.wrapping_mul(c.a1) }),
-            Func::Memalign => (ret != 0).then_some(HeapOpKind::Alloc { address: ret, size: c.a1 }),
+            Func::Malloc | Func::Valloc | Func::Pvalloc => {
+                (ret != 0).then_some(HeapOpKind::Alloc {
+                    address: ret,
+                    size: c.a0,
+                })
+            }
+            Func::Calloc => (ret != 0).then_some(HeapOpKind::Alloc {
+                address: ret,
+                size: c.a0.wrapping_mul(c.a1),
+            }),
+            Func::Memalign => (ret != 0).then_some(HeapOpKind::Alloc {
+                address: ret,
+                size: c.a1,
+            }),
             Func::PosixMemalign => {
                 if ret as u32 != 0 {
                     None
                 } else {
                     let memptr = c.a0;
                     let sp = regs[reg_idx::SP];
-                    let from_copy = memptr
-                        .checked_sub(sp)
-                        .filter(|d| d % 8 == 0)
-                        .and_then(|d| p.stack.as_ref().and_then(|s| s.get((d / 8) as usize).copied()));
+                    let from_copy = memptr.checked_sub(sp).filter(|d| d % 8 == 0).and_then(|d| {
+                        p.stack
+                            .as_ref()
+                            .and_then(|s| s.get((d / 8) as usize).copied())
+                    });
                     let value = from_copy.or_else(|| {
                         let mut b = [0u8; 8];
-                        perf::read_process_memory(p.pid as i32, memptr, &mut b).ok().map(|_| u64::from_le_bytes(b))
+                        perf::read_process_memory(p.pid as i32, memptr, &mut b)
+                            .ok()
+                            .map(|_| u64::from_le_bytes(b))
                     });
-                    value.map(|address| HeapOpKind::Alloc { address, size: c.a2 })
+                    value.map(|address| HeapOpKind::Alloc {
+                        address,
+                        size: c.a2,
+                    })
                 }
             }
             Func::Realloc | Func::ReallocArray => {
-                let size = if c.func == Func::ReallocArray { c.a1.wrapping_mul(c.a2) } else { c.a1 };
+                let size = if c.func == Func::ReallocArray {
+                    c.a1.wrapping_mul(c.a2)
+                } else {
+                    c.a1
+                };
                 let old = c.a0;
                 if old == 0 {
                     (ret != 0).then_some(HeapOpKind::Alloc { address: ret, size })
@@ -586,7 +751,11 @@ impl HeapTrace {
                 } else if ret == 0 {
                     None
                 } else {
-                    Some(HeapOpKind::Realloc { old_address: old, new_address: ret, new_size: size })
+                    Some(HeapOpKind::Realloc {
+                        old_address: old,
+                        new_address: ret,
+                        new_size: size,
+                    })
                 }
             }
             Func::Free => None,
@@ -594,7 +763,14 @@ impl HeapTrace {
         if kind.is_none() && !(c.func.is_realloc() && c.a0 != 0 && ret != 0) {
             self.stats.failed_allocations += 1;
         }
-        kind.map(|k| HeapOp { pid: p.pid, tid: p.tid, timestamp, api: c.func.name(), kind: k, stack: c.stack })
+        kind.map(|k| HeapOp {
+            pid: p.pid,
+            tid: p.tid,
+            timestamp,
+            api: c.func.name(),
+            kind: k,
+            stack: c.stack,
+        })
     }
 }
 
@@ -624,7 +800,10 @@ impl<'a> Cursor<'a> {
 /// Thread ids of a process (`/proc/PID/task`).
 pub fn list_tids(pid: u32) -> Vec<u32> {
     let mut v: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v
@@ -634,7 +813,9 @@ pub fn list_tids(pid: u32) -> Vec<u32> {
 pub fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(s) => {
-            let state = s.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next());
+            let state = s
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.trim_start().chars().next());
             !matches!(state, Some('Z') | Some('X') | None)
         }
         Err(_) => false,

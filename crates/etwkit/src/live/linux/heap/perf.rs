@@ -70,8 +70,13 @@ pub mod reg {
     pub const IP: u32 = 8;
 }
 /// The registers every heap sample carries, in the order the kernel writes them (ascending number).
-pub const REGS_MASK: u64 =
-    1 << reg::AX | 1 << reg::DX | 1 << reg::SI | 1 << reg::DI | 1 << reg::BP | 1 << reg::SP | 1 << reg::IP;
+pub const REGS_MASK: u64 = 1 << reg::AX
+    | 1 << reg::DX
+    | 1 << reg::SI
+    | 1 << reg::DI
+    | 1 << reg::BP
+    | 1 << reg::SP
+    | 1 << reg::IP;
 /// Index of each register in a sample's register array (order of `REGS_MASK` bits).
 pub mod reg_idx {
     pub const AX: usize = 0;
@@ -108,12 +113,29 @@ impl UprobePmu {
     pub fn detect() -> io::Result<UprobePmu> {
         let dir = Path::new("/sys/bus/event_source/devices/uprobe");
         let t = std::fs::read_to_string(dir.join("type")).map_err(|e| {
-            io::Error::new(e.kind(), format!("uprobe PMU not available ({}/type: {e}); kernel needs CONFIG_UPROBE_EVENTS", dir.display()))
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "uprobe PMU not available ({}/type: {e}); kernel needs CONFIG_UPROBE_EVENTS",
+                    dir.display()
+                ),
+            )
         })?;
-        let type_ = t.trim().parse().map_err(|_| io::Error::other(format!("bad uprobe PMU type {t:?}")))?;
-        let f = std::fs::read_to_string(dir.join("format/retprobe")).unwrap_or_else(|_| "config:0".into());
-        let retprobe_bit = f.trim().strip_prefix("config:").and_then(|b| b.parse().ok()).unwrap_or(0);
-        Ok(UprobePmu { type_, retprobe_bit })
+        let type_ = t
+            .trim()
+            .parse()
+            .map_err(|_| io::Error::other(format!("bad uprobe PMU type {t:?}")))?;
+        let f = std::fs::read_to_string(dir.join("format/retprobe"))
+            .unwrap_or_else(|_| "config:0".into());
+        let retprobe_bit = f
+            .trim()
+            .strip_prefix("config:")
+            .and_then(|b| b.parse().ok())
+            .unwrap_or(0);
+        Ok(UprobePmu {
+            type_,
+            retprobe_bit,
+        })
     }
 }
 
@@ -162,6 +184,25 @@ pub fn open_uprobe(
     perf_event_open(&attr, tid, cpu)
 }
 
+/// Opens a tracepoint event (`config` = id from tracefs `events/GROUP/NAME/id`) for thread `tid` on
+/// `cpu`. Used for uprobes defined (never enabled) in tracefs: unlike the uprobe PMU, whose
+/// `config1` is a path pointer the kernel re-reads from the *child's* memory when a thread inherits
+/// the event (so `inherit` breaks clone()), tracepoint events inherit into new threads.
+pub fn open_tracepoint(
+    id: u64,
+    tid: i32,
+    cpu: i32,
+    template: &PerfEventAttr,
+) -> io::Result<OwnedFd> {
+    const PERF_TYPE_TRACEPOINT: u32 = 2;
+    let mut attr = *template;
+    attr.type_ = PERF_TYPE_TRACEPOINT;
+    attr.size = std::mem::size_of::<PerfEventAttr>() as u32;
+    attr.config = id;
+    attr.sample_period = 1;
+    perf_event_open(&attr, tid, cpu)
+}
+
 /// The kernel's id for an event (what PERF_SAMPLE_IDENTIFIER carries; inherited copies report the
 /// parent's id).
 pub fn event_id(fd: &OwnedFd) -> io::Result<u64> {
@@ -177,7 +218,13 @@ pub fn event_id(fd: &OwnedFd) -> io::Result<u64> {
 /// Sends `fd`'s records into the ring of `ring_fd` (same CPU).
 pub fn set_output(fd: &OwnedFd, ring_fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: plain ioctl on two descriptors we own; no memory is passed.
-    let r = unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_SET_OUTPUT as _, ring_fd.as_raw_fd() as libc::c_ulong) };
+    let r = unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            PERF_EVENT_IOC_SET_OUTPUT as _,
+            ring_fd.as_raw_fd() as libc::c_ulong,
+        )
+    };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -186,7 +233,13 @@ pub fn set_output(fd: &OwnedFd, ring_fd: &OwnedFd) -> io::Result<()> {
 
 pub fn enable(fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: plain ioctl on a descriptor we own; no memory is passed.
-    let r = unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_ENABLE as _, 0 as libc::c_ulong) };
+    let r = unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            PERF_EVENT_IOC_ENABLE as _,
+            0 as libc::c_ulong,
+        )
+    };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -235,21 +288,30 @@ impl Ring {
             let size = std::ptr::read_volatile(base.add(1048) as *const u64) as usize;
             (off, size)
         };
-        let (data_offset, data_size) =
-            if data_size == 0 { (page, page * data_pages) } else { (data_offset, data_size) };
-        Ok(Ring { fd, base, map_len, data_offset, data_size, scratch: Vec::new() })
+        let (data_offset, data_size) = if data_size == 0 {
+            (page, page * data_pages)
+        } else {
+            (data_offset, data_size)
+        };
+        Ok(Ring {
+            fd,
+            base,
+            map_len,
+            data_offset,
+            data_size,
+            scratch: Vec::new(),
+        })
     }
 
-    /// Calls `f` with every complete record now in the ring (header included), then releases them.
-    /// Returns the number of records.
-    pub fn drain(&mut self, mut f: impl FnMut(&[u8])) -> usize {
+    /// Calls `f(position, record)` for every complete record now in the ring (header included);
+    /// with `consume`, releases them to the kernel afterwards. Returns the head position reached.
+    pub fn read(&mut self, consume: bool, mut f: impl FnMut(u64, &[u8])) -> u64 {
         // SAFETY: data_head (offset 1024) is written by the kernel; read it volatile, then an acquire
         // fence orders our reads of the data after it (the protocol of perf_event_mmap_page).
         let head = unsafe { std::ptr::read_volatile(self.base.add(1024) as *const u64) };
         fence(Ordering::Acquire);
         // SAFETY: data_tail (offset 1032) is ours to read and write.
         let mut tail = unsafe { std::ptr::read_volatile(self.base.add(1032) as *const u64) };
-        let mut n = 0;
         let size = self.data_size as u64;
         while tail + 8 <= head {
             let off = (tail % size) as usize;
@@ -262,22 +324,25 @@ impl Ring {
             if off + len <= self.data_size {
                 // SAFETY: [off, off+len) lies inside the data area, which the kernel will not
                 // overwrite before we advance data_tail past it.
-                let rec = unsafe { std::slice::from_raw_parts(self.base.add(self.data_offset + off), len) };
-                f(rec);
+                let rec = unsafe {
+                    std::slice::from_raw_parts(self.base.add(self.data_offset + off), len)
+                };
+                f(tail, rec);
             } else {
                 let mut buf = std::mem::take(&mut self.scratch);
                 buf.resize(len, 0);
                 self.copy_out(off, &mut buf);
-                f(&buf);
+                f(tail, &buf);
                 self.scratch = buf;
             }
             tail += len as u64;
-            n += 1;
         }
-        fence(Ordering::Release);
-        // SAFETY: publish the new tail so the kernel may reuse the space (release fence above).
-        unsafe { std::ptr::write_volatile(self.base.add(1032) as *mut u64, tail) };
-        n
+        if consume {
+            fence(Ordering::Release);
+            // SAFETY: publish the new tail so the kernel may reuse the space (release fence above).
+            unsafe { std::ptr::write_volatile(self.base.add(1032) as *mut u64, tail) };
+        }
+        tail
     }
 
     fn copy_out(&self, off: usize, out: &mut [u8]) {
@@ -285,8 +350,16 @@ impl Ring {
         // SAFETY: both source ranges lie inside the mapped data area (`off < data_size`, `first` is
         // clamped to the end of it, the remainder starts at the beginning), and `out` is our own buffer.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.base.add(self.data_offset + off), out.as_mut_ptr(), first);
-            std::ptr::copy_nonoverlapping(self.base.add(self.data_offset), out.as_mut_ptr().add(first), out.len() - first);
+            std::ptr::copy_nonoverlapping(
+                self.base.add(self.data_offset + off),
+                out.as_mut_ptr(),
+                first,
+            );
+            std::ptr::copy_nonoverlapping(
+                self.base.add(self.data_offset),
+                out.as_mut_ptr().add(first),
+                out.len() - first,
+            );
         }
     }
 }
@@ -302,7 +375,14 @@ impl Drop for Ring {
 
 /// Waits until one of `fds` is readable or `timeout_ms` passes.
 pub fn poll_fds(fds: &[i32], timeout_ms: i32) -> io::Result<()> {
-    let mut p: Vec<libc::pollfd> = fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
     // SAFETY: `p` is a valid array of pollfd of the length we pass.
     let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
     if r < 0 {
@@ -316,8 +396,14 @@ pub fn poll_fds(fds: &[i32], timeout_ms: i32) -> io::Result<()> {
 
 /// CLOCK_MONOTONIC and CLOCK_REALTIME now, in ns (to map perf times, taken on CLOCK_MONOTONIC, to UTC).
 pub fn clocks_now() -> (u64, u64) {
-    let mut m = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    let mut r = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut m = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let mut r = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes one timespec to each valid pointer.
     unsafe {
         libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut m);
@@ -344,13 +430,18 @@ pub fn online_cpus() -> Vec<i32> {
             return v;
         }
     }
-    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let n = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     (0..n as i32).collect()
 }
 
 /// Raises the soft RLIMIT_NOFILE to the hard limit (each probe costs one fd per thread and CPU).
 pub fn raise_fd_limit() {
-    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit/setrlimit read/write one rlimit struct through valid pointers.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 && rl.rlim_cur < rl.rlim_max {
@@ -363,7 +454,14 @@ pub fn raise_fd_limit() {
 /// ptrace requests used by the spawn-suspended helper.
 pub fn ptrace_traceme() -> io::Result<()> {
     // SAFETY: PTRACE_TRACEME takes no pointers; called in the child between fork and exec.
-    let r = unsafe { libc::ptrace(libc::PTRACE_TRACEME, 0, std::ptr::null_mut::<libc::c_void>(), std::ptr::null_mut::<libc::c_void>()) };
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_TRACEME,
+            0,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+        )
+    };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -381,14 +479,23 @@ pub fn wait_stopped(pid: i32) -> io::Result<()> {
     if libc::WIFSTOPPED(status) {
         Ok(())
     } else {
-        Err(io::Error::other(format!("child {pid} did not stop after exec (wait status {status:#x})")))
+        Err(io::Error::other(format!(
+            "child {pid} did not stop after exec (wait status {status:#x})"
+        )))
     }
 }
 
 /// Detaches from a ptrace-stopped child and lets it run (no signal delivered).
 pub fn ptrace_detach(pid: i32) -> io::Result<()> {
     // SAFETY: PTRACE_DETACH with data 0 (no signal); no pointers are dereferenced.
-    let r = unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, std::ptr::null_mut::<libc::c_void>(), std::ptr::null_mut::<libc::c_void>()) };
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_DETACH,
+            pid,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+        )
+    };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -398,8 +505,14 @@ pub fn ptrace_detach(pid: i32) -> io::Result<()> {
 /// Reads `len` bytes of another process's memory (used for posix_memalign's out-pointer when it is
 /// not in the copied stack).
 pub fn read_process_memory(pid: i32, addr: u64, out: &mut [u8]) -> io::Result<()> {
-    let local = libc::iovec { iov_base: out.as_mut_ptr() as *mut libc::c_void, iov_len: out.len() };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: out.len() };
+    let local = libc::iovec {
+        iov_base: out.as_mut_ptr() as *mut libc::c_void,
+        iov_len: out.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: out.len(),
+    };
     // SAFETY: `local` describes our own writable buffer; the kernel checks the remote range.
     let r = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
     if r < 0 {

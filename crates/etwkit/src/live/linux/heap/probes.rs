@@ -74,7 +74,8 @@ pub struct ProbeSite {
 /// Finds the probe sites of every allocator function in a libc (or any ELF exporting them).
 pub fn resolve(path: &Path) -> Result<Vec<ProbeSite>, String> {
     let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let file = object::File::parse(&data[..]).map_err(|e| format!("{} is not an ELF file: {e}", path.display()))?;
+    let file = object::File::parse(&data[..])
+        .map_err(|e| format!("{} is not an ELF file: {e}", path.display()))?;
     let segs: Vec<(u64, u64, u64)> = file
         .segments()
         .map(|s| {
@@ -83,7 +84,9 @@ pub fn resolve(path: &Path) -> Result<Vec<ProbeSite>, String> {
         })
         .collect();
     let to_off = |vaddr: u64| -> Option<u64> {
-        segs.iter().find(|(va, _, size)| vaddr >= *va && vaddr < va + size).map(|(va, off, _)| vaddr - va + off)
+        segs.iter()
+            .find(|(va, _, size)| vaddr >= *va && vaddr < va + size)
+            .map(|(va, off, _)| vaddr - va + off)
     };
     let mut by_name = std::collections::HashMap::new();
     for sym in file.dynamic_symbols().chain(file.symbols()) {
@@ -96,14 +99,25 @@ pub fn resolve(path: &Path) -> Result<Vec<ProbeSite>, String> {
     }
     let mut out: Vec<ProbeSite> = Vec::new();
     for func in Func::ALL {
-        let Some(vaddr) = func.symbols().iter().find_map(|s| by_name.get(*s).copied()) else { continue };
-        let Some(offset) = to_off(vaddr) else { continue };
+        let Some(vaddr) = func.symbols().iter().find_map(|s| by_name.get(*s).copied()) else {
+            continue;
+        };
+        let Some(offset) = to_off(vaddr) else {
+            continue;
+        };
         if out.iter().any(|p| p.offset == offset) {
             continue;
         }
-        let mut site = ProbeSite { func, path: path.to_path_buf(), offset, skipped: 0 };
+        let mut site = ProbeSite {
+            func,
+            path: path.to_path_buf(),
+            offset,
+            skipped: 0,
+        };
         if func == Func::Free {
-            let code = data.get(offset as usize..offset as usize + 16).unwrap_or(&[]);
+            let code = data
+                .get(offset as usize..offset as usize + 16)
+                .unwrap_or(&[]);
             site.skipped = skip_null_check(code);
             site.offset += site.skipped;
         }
@@ -146,7 +160,8 @@ pub fn libc_path(pid: Option<u32>) -> Result<PathBuf, String> {
             }
         }
     }
-    let m = std::fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
+    let m =
+        std::fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
     find(&m).ok_or_else(|| "no libc mapped in this process".to_string())
 }
 
@@ -158,8 +173,19 @@ mod tests {
     fn finds_glibc_allocators() {
         let libc = libc_path(None).unwrap();
         let sites = resolve(&libc).unwrap();
-        for f in [Func::Malloc, Func::Calloc, Func::Realloc, Func::Free, Func::PosixMemalign, Func::Memalign] {
-            assert!(sites.iter().any(|s| s.func == f), "{f:?} missing in {}", libc.display());
+        for f in [
+            Func::Malloc,
+            Func::Calloc,
+            Func::Realloc,
+            Func::Free,
+            Func::PosixMemalign,
+            Func::Memalign,
+        ] {
+            assert!(
+                sites.iter().any(|s| s.func == f),
+                "{f:?} missing in {}",
+                libc.display()
+            );
         }
         // Offsets are distinct and inside the file.
         let len = std::fs::metadata(&libc).unwrap().len();
@@ -168,7 +194,10 @@ mod tests {
 
     #[test]
     fn null_check_skip() {
-        assert_eq!(skip_null_check(&[0x48, 0x85, 0xff, 0x0f, 0x84, 0xbf, 0, 0, 0, 0x55]), 9);
+        assert_eq!(
+            skip_null_check(&[0x48, 0x85, 0xff, 0x0f, 0x84, 0xbf, 0, 0, 0, 0x55]),
+            9
+        );
         assert_eq!(skip_null_check(&[0x48, 0x85, 0xff, 0x74, 0x10, 0x55]), 5);
         assert_eq!(skip_null_check(&[0x41, 0x54]), 0);
     }
