@@ -2,19 +2,55 @@
 
 use clap::{Parser, Subcommand};
 
+mod dump;
+mod info;
+mod progress;
+mod relog;
+mod stats;
+
 #[derive(Parser)]
-#[command(name = "etwkit", version, about = "Event Tracing for Windows, done right, on every OS")]
+#[command(
+    name = "etwkit",
+    version,
+    about = "Event Tracing for Windows, done right, on every OS"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Show the logfile header of an ETL file.
+    Info(info::Args),
+    /// Count records, header types, providers, buffers and losses of an ETL file.
+    Stats(stats::Args),
+    /// Print the events of an ETL file, one per line.
+    Dump(dump::Args),
+    /// Copy matching records of ETL files, merged in time order, into a new ETL file.
+    Relog(relog::Args),
+}
 
-fn main() -> anyhow::Result<()> {
+fn main() {
     let cli = Cli::parse();
-    match cli.command {
-        None => Ok(()),
+    let result = match cli.command {
+        Some(Command::Info(a)) => info::run(a),
+        Some(Command::Stats(a)) => stats::run(a),
+        Some(Command::Dump(a)) => dump::run(a),
+        Some(Command::Relog(a)) => relog::run(a),
+        None => {
+            use clap::CommandFactory;
+            Cli::command().print_help().map_err(Into::into)
+        }
+    };
+    if let Err(e) = result {
+        // A closed pipe (e.g. `etwkit dump f.etl | head`) is not an error worth a message.
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        {
+            std::process::exit(0);
+        }
+        eprintln!("etwkit: {e:#}");
+        std::process::exit(1);
     }
 }

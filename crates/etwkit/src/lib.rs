@@ -11,10 +11,13 @@
 pub mod analysis;
 pub mod etl;
 pub mod event;
+pub mod filter;
 pub mod guid;
 pub mod live;
 pub mod schema;
+pub mod sink;
 pub mod time;
+pub mod tlg;
 
 pub use event::{EventDescriptor, EventRecord, HeaderType};
 pub use guid::Guid;

@@ -38,7 +38,11 @@ pub fn samples_dir(test: &str) -> Option<PathBuf> {
 pub fn sample(name: &str, test: &str) -> Option<PathBuf> {
     let dir = samples_dir(test)?;
     let p = dir.join(name);
-    assert!(p.is_file(), "{test}: sample {name} is not in {}", dir.display());
+    assert!(
+        p.is_file(),
+        "{test}: sample {name} is not in {}",
+        dir.display()
+    );
     Some(p)
 }
 

@@ -1,0 +1,91 @@
+//! `etwkit info FILE`: the logfile header.
+
+use anyhow::Context;
+use etwkit::etl::EtlFile;
+use etwkit::time::format_rfc3339;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The ETL file.
+    file: std::path::PathBuf,
+    #[arg(long, value_enum, default_value = "text")]
+    format: TextOrJson,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+pub enum TextOrJson {
+    Text,
+    Json,
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let f = EtlFile::open(&a.file)?;
+    let h = f.header();
+    if a.format == TextOrJson::Json {
+        let mut v = serde_json::to_value(h).context("serialize header")?;
+        let o = v.as_object_mut().expect("object");
+        o.insert("version".into(), h.version_string().into());
+        o.insert("start_time_utc".into(), format_rfc3339(h.start_time).into());
+        o.insert(
+            "end_time_utc".into(),
+            if h.end_time != 0 {
+                format_rfc3339(h.end_time).into()
+            } else {
+                serde_json::Value::Null
+            },
+        );
+        o.insert("boot_time_utc".into(), format_rfc3339(h.boot_time).into());
+        o.insert("closed_cleanly".into(), h.closed_cleanly().into());
+        o.insert("buffers_in_file".into(), f.buffers().len().into());
+        o.insert("header_error".into(), f.header_error().into());
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    if let Some(e) = f.header_error() {
+        println!("warning: {e}");
+    }
+    println!(
+        "file                 {} ({} bytes, {} buffers)",
+        a.file.display(),
+        f.len(),
+        f.buffers().len()
+    );
+    println!("logger               {}", h.logger_name);
+    println!("log file name        {}", h.log_file_name);
+    println!(
+        "format version       {} (OS build {})",
+        h.version_string(),
+        h.provider_version
+    );
+    println!(
+        "pointer size         {} (header layout {}-bit)",
+        h.pointer_size,
+        h.layout_pointer_size as u32 * 8
+    );
+    println!(
+        "processors           {} ({} MHz)",
+        h.number_of_processors, h.cpu_speed_mhz
+    );
+    println!("buffer size          {} bytes (logical)", h.buffer_size);
+    println!("log file mode        0x{:08x}", h.log_file_mode);
+    println!(
+        "clock                {:?}, perf frequency {} Hz, timer resolution {} x 100ns",
+        h.clock_type, h.perf_freq, h.timer_resolution
+    );
+    println!("start time           {}", format_rfc3339(h.start_time));
+    if h.end_time != 0 {
+        println!("end time             {}", format_rfc3339(h.end_time));
+    } else {
+        println!("end time             (none: the logger did not close this file cleanly)");
+    }
+    println!("boot time            {}", format_rfc3339(h.boot_time));
+    println!(
+        "time zone            bias {} min ({} / {})",
+        h.bias_minutes, h.time_zone_standard_name, h.time_zone_daylight_name
+    );
+    println!("buffers written      {}", h.buffers_written);
+    println!("events lost          {}", h.events_lost);
+    println!("buffers lost         {}", h.buffers_lost);
+    println!("max file size        {} MB", h.maximum_file_size);
+    Ok(())
+}

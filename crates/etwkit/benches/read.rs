@@ -1,0 +1,100 @@
+//! Reader throughput on one file (default: the largest sample, perfview_net.4.5.x86.etl):
+//! record walk (one core), time-ordered walk, parallel stats, and JSON-lines rendering.
+//! `cargo bench -p etwkit --bench read [-- FILE]`; prints MB/s per pass (best of 5).
+
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use etwkit::etl::{stats::file_stats, EtlFile, Order};
+use etwkit::sink::{json::JsonLines, EventView, Sink};
+
+fn best_of<F: FnMut() -> u64>(n: usize, mut f: F) -> (f64, u64) {
+    let mut best = f64::MAX;
+    let mut out = 0;
+    for _ in 0..n {
+        let t = Instant::now();
+        out = f();
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    (best, out)
+}
+
+fn main() {
+    let path = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../../shared/etl-samples/perfview_net.4.5.x86.etl")
+        });
+    let f = match EtlFile::open(&path) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("bench read: {e} (pass a file, or run next to ../shared)");
+            return;
+        }
+    };
+    let mb = f.len() as f64 / 1e6;
+    println!("file: {} ({mb:.1} MB)", path.display());
+    let (t, n) = best_of(5, || {
+        let mut bytes = 0u64;
+        let records = f
+            .for_each(Order::File, |r| {
+                bytes += r.payload.len() as u64;
+                ControlFlow::Continue(())
+            })
+            .records;
+        std::hint::black_box(bytes);
+        records
+    });
+    println!(
+        "walk, file order, 1 core:   {:8.0} MB/s  ({n} records, {:.1} ms)",
+        mb / t,
+        t * 1e3
+    );
+    let (t, _) = best_of(5, || {
+        f.for_each(Order::Time, |_| ControlFlow::Continue(()))
+            .records
+    });
+    println!(
+        "walk, time order, 1 core:   {:8.0} MB/s  ({:.1} ms)",
+        mb / t,
+        t * 1e3
+    );
+    let (t, _) = best_of(5, || file_stats(&f).records);
+    println!(
+        "stats, parallel:            {:8.0} MB/s  ({:.1} ms)",
+        mb / t,
+        t * 1e3
+    );
+    let (t, bytes) = best_of(3, || {
+        let mut counter = Counter(0);
+        let mut sink = JsonLines::new(&mut counter);
+        f.for_each(Order::Time, |r| {
+            sink.event(&EventView::bare(&r.event)).unwrap();
+            ControlFlow::Continue(())
+        });
+        sink.finish().unwrap();
+        drop(sink);
+        counter.0
+    });
+    println!(
+        "JSON lines, time order:     {:8.0} MB/s  ({:.1} ms, {:.0} MB of JSON)",
+        mb / t,
+        t * 1e3,
+        bytes as f64 / 1e6
+    );
+}
+
+struct Counter(u64);
+impl std::io::Write for Counter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0 += b.len() as u64;
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,769 @@
+//! Reading an ETL file: the buffer chain, decompression, record walks in file order, in time order
+//! (k-way merge across per-CPU buffers) and in parallel by buffer.
+
+use std::borrow::Cow;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::ops::{ControlFlow, Deref};
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+
+use crate::event::{EventRecord, HeaderType};
+use crate::time::Clock;
+
+use super::buffer::{BufferHeader, BUFFER_HEADER_SIZE};
+use super::compression;
+use super::logfile_header::LogfileHeader;
+use super::record::{self, BufferContext, Next};
+
+/// Largest uncompressed buffer we accept (ETW allows at most 16 MiB buffers... we leave headroom). A
+/// header claiming more is corrupt, and refusing it keeps allocation bounded.
+pub const MAX_BUFFER_SIZE: u32 = 64 << 20;
+
+/// Errors that stop a file from being read at all. Everything else is counted in [`ReadSummary`].
+#[derive(Debug, thiserror::Error)]
+pub enum EtlError {
+    #[error("cannot open {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: empty file (0 bytes), not an ETL trace")]
+    Empty { path: PathBuf },
+    #[error("{path}: not an ETL file: {reason}")]
+    NotEtl { path: PathBuf, reason: String },
+}
+
+/// Record iteration order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Order {
+    /// Buffer by buffer as stored (per-CPU buffers interleave, so time goes back and forth).
+    #[default]
+    File,
+    /// By timestamp across all buffers (stable: equal timestamps keep file order).
+    Time,
+}
+
+/// Something that could not be read; the walk went on past it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ReadIssue {
+    /// File offset of the buffer concerned.
+    pub file_offset: u64,
+    pub buffer_index: Option<usize>,
+    /// Offset of the record inside the buffer's (uncompressed) data, header included.
+    pub record_offset: Option<usize>,
+    pub reason: String,
+}
+
+/// Where a buffer is and what its header says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BufferInfo {
+    pub index: usize,
+    pub file_offset: u64,
+    pub header: BufferHeader,
+    /// The file ends inside this buffer.
+    pub truncated: bool,
+}
+
+/// One record as read from a file: the model plus where it came from and its raw bytes.
+#[derive(Clone, Debug)]
+pub struct Record<'a> {
+    pub event: EventRecord<'a>,
+    /// The whole on-disk record, header included.
+    pub raw: &'a [u8],
+    pub buffer_index: usize,
+    /// Offset of the record inside the buffer, counting the 0x48-byte buffer header.
+    pub offset: usize,
+}
+
+impl<'a> Deref for Record<'a> {
+    type Target = EventRecord<'a>;
+    fn deref(&self) -> &EventRecord<'a> {
+        &self.event
+    }
+}
+
+/// Counts of a walk.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ReadSummary {
+    pub records: u64,
+    pub buffers: u64,
+    pub compressed_buffers: u64,
+    pub bad_buffers: u64,
+    pub bad_records: u64,
+    /// At most [`MAX_ISSUES`] issues are kept; `issues_dropped` counts the rest.
+    pub issues: Vec<ReadIssue>,
+    pub issues_dropped: u64,
+}
+
+/// Issues kept per walk.
+pub const MAX_ISSUES: usize = 1000;
+
+impl ReadSummary {
+    fn issue(&mut self, i: ReadIssue) {
+        if self.issues.len() < MAX_ISSUES {
+            self.issues.push(i);
+        } else {
+            self.issues_dropped += 1;
+        }
+    }
+
+    fn merge(mut self, o: ReadSummary) -> ReadSummary {
+        self.records += o.records;
+        self.buffers += o.buffers;
+        self.compressed_buffers += o.compressed_buffers;
+        self.bad_buffers += o.bad_buffers;
+        self.bad_records += o.bad_records;
+        self.issues_dropped += o.issues_dropped;
+        for i in o.issues {
+            self.issue(i);
+        }
+        self
+    }
+}
+
+enum Data {
+    Map(memmap2::Mmap),
+    Vec(Vec<u8>),
+}
+
+impl Deref for Data {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Data::Map(m) => m,
+            Data::Vec(v) => v,
+        }
+    }
+}
+
+/// An open ETL file.
+pub struct EtlFile {
+    data: Data,
+    path: PathBuf,
+    header: LogfileHeader,
+    header_error: Option<String>,
+    clock: Clock,
+    buffers: Vec<BufferInfo>,
+    chain_issues: Vec<ReadIssue>,
+    /// Buffers the chain walk had to skip over (corrupt headers).
+    chain_bad_buffers: u64,
+}
+
+impl std::fmt::Debug for EtlFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtlFile")
+            .field("path", &self.path)
+            .field("len", &self.data.len())
+            .field("buffers", &self.buffers.len())
+            .finish()
+    }
+}
+
+fn default_header() -> LogfileHeader {
+    LogfileHeader {
+        buffer_size: 0,
+        version: [0; 4],
+        provider_version: 0,
+        number_of_processors: 0,
+        end_time: 0,
+        timer_resolution: 0,
+        maximum_file_size: 0,
+        log_file_mode: 0,
+        buffers_written: 0,
+        start_buffers: 0,
+        pointer_size: 8,
+        events_lost: 0,
+        cpu_speed_mhz: 0,
+        bias_minutes: 0,
+        time_zone_standard_name: String::new(),
+        time_zone_daylight_name: String::new(),
+        boot_time: 0,
+        perf_freq: 0,
+        start_time: 0,
+        clock_type: crate::time::ClockType::SystemTime,
+        buffers_lost: 0,
+        logger_name: String::new(),
+        log_file_name: String::new(),
+        layout_pointer_size: 8,
+    }
+}
+
+/// Is there a plausible buffer at `off` whose successor is plausible too (or the end of the file)?
+fn chains_at(data: &[u8], off: usize) -> bool {
+    let Some(h) = BufferHeader::parse(&data[off..]) else {
+        return false;
+    };
+    if !h.plausible(MAX_BUFFER_SIZE) {
+        return false;
+    }
+    let end = off + h.buffer_size as usize;
+    if end >= data.len() {
+        return end == data.len();
+    }
+    BufferHeader::parse(&data[end..]).is_some_and(|n| n.plausible(MAX_BUFFER_SIZE))
+}
+
+impl EtlFile {
+    /// Opens and memory-maps a file, walks the buffer chain and reads the logfile header.
+    pub fn open(path: impl AsRef<Path>) -> Result<EtlFile, EtlError> {
+        let path = path.as_ref().to_path_buf();
+        let file = std::fs::File::open(&path).map_err(|source| EtlError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let len = file
+            .metadata()
+            .map_err(|source| EtlError::Io {
+                path: path.clone(),
+                source,
+            })?
+            .len();
+        if len == 0 {
+            return Err(EtlError::Empty { path });
+        }
+        let map = super::mmap::map(&file).map_err(|source| EtlError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        Self::from_data(Data::Map(map), path)
+    }
+
+    /// Reads an ETL image held in memory.
+    pub fn from_vec(bytes: Vec<u8>) -> Result<EtlFile, EtlError> {
+        let path = PathBuf::from("<memory>");
+        if bytes.is_empty() {
+            return Err(EtlError::Empty { path });
+        }
+        Self::from_data(Data::Vec(bytes), path)
+    }
+
+    fn from_data(data: Data, path: PathBuf) -> Result<EtlFile, EtlError> {
+        let d: &[u8] = &data;
+        let first = BufferHeader::parse(d).ok_or_else(|| EtlError::NotEtl {
+            path: path.clone(),
+            reason: format!(
+                "{} bytes is shorter than one 72-byte buffer header",
+                d.len()
+            ),
+        })?;
+        if !first.plausible(MAX_BUFFER_SIZE) {
+            return Err(EtlError::NotEtl {
+                path,
+                reason: format!(
+                    "no WMI_BUFFER_HEADER at offset 0 (BufferSize {}, valid length {}, flags 0x{:x}, type {})",
+                    first.buffer_size,
+                    first.valid_length(),
+                    first.flags,
+                    first.buffer_type
+                ),
+            });
+        }
+        let mut chain_issues = Vec::new();
+        let mut buffers = Vec::new();
+        let mut chain_bad_buffers = 0;
+        let mut off = 0usize;
+        while off < d.len() {
+            if d.len() - off < BUFFER_HEADER_SIZE {
+                chain_issues.push(ReadIssue {
+                    file_offset: off as u64,
+                    buffer_index: None,
+                    record_offset: None,
+                    reason: format!(
+                        "{} trailing bytes are shorter than a buffer header",
+                        d.len() - off
+                    ),
+                });
+                break;
+            }
+            let h = BufferHeader::parse(&d[off..]).expect("length checked");
+            if !h.plausible(MAX_BUFFER_SIZE) {
+                chain_bad_buffers += 1;
+                let resync = (off + 1..=d.len() - BUFFER_HEADER_SIZE).find(|&o| chains_at(d, o));
+                chain_issues.push(ReadIssue {
+                    file_offset: off as u64,
+                    buffer_index: None,
+                    record_offset: None,
+                    reason: match resync {
+                        Some(n) => format!("corrupt buffer header (BufferSize {}, flags 0x{:x}); resumed at the next buffer found, offset {n}", h.buffer_size, h.flags),
+                        None => format!("corrupt buffer header (BufferSize {}, flags 0x{:x}); no further buffer found", h.buffer_size, h.flags),
+                    },
+                });
+                match resync {
+                    Some(n) => {
+                        off = n;
+                        continue;
+                    }
+                    None => break,
+                }
+            }
+            let end = off + h.buffer_size as usize;
+            let truncated = end > d.len();
+            buffers.push(BufferInfo {
+                index: buffers.len(),
+                file_offset: off as u64,
+                header: h,
+                truncated,
+            });
+            if truncated {
+                chain_issues.push(ReadIssue {
+                    file_offset: off as u64,
+                    buffer_index: Some(buffers.len() - 1),
+                    record_offset: None,
+                    reason: format!(
+                        "file ends inside this buffer: {} of {} bytes present",
+                        d.len() - off,
+                        h.buffer_size
+                    ),
+                });
+                break;
+            }
+            off = end;
+        }
+        let mut f = EtlFile {
+            data,
+            path,
+            header: default_header(),
+            header_error: None,
+            clock: Clock::IDENTITY,
+            buffers,
+            chain_issues,
+            chain_bad_buffers,
+        };
+        f.read_logfile_header();
+        Ok(f)
+    }
+
+    fn read_logfile_header(&mut self) {
+        let Some(first) = self.buffers.first().cloned() else {
+            self.header_error = Some("no buffer".into());
+            return;
+        };
+        let ctx = BufferContext {
+            cpu: 0,
+            proc_index: false,
+            clock: Clock::IDENTITY,
+            logger_pointer_size: 8,
+        };
+        let result = match self.buffer_data(&first) {
+            Ok(data) => match record::parse(&data, BUFFER_HEADER_SIZE, &ctx, 0) {
+                Ok(Next::Record(ev, _, _))
+                    if ev.header_type.is_kernel() && ev.hook_id == Some(0) =>
+                {
+                    let ps = ev.header_type.pointer_size().unwrap_or(8);
+                    LogfileHeader::parse(&ev.payload, ps)
+                        .map(|h| (h, ev.raw_timestamp))
+                        .map_err(|e| e.to_string())
+                }
+                Ok(Next::Record(ev, _, _)) => Err(format!(
+                    "first record is {} hook {:?}, not the logfile header",
+                    ev.header_type, ev.hook_id
+                )),
+                Ok(Next::End) => Err("first buffer holds no record".into()),
+                Err(e) => Err(e.to_string()),
+            },
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok((h, t0)) => {
+                self.clock = h.clock(t0);
+                self.header = h;
+            }
+            Err(e) => {
+                self.header_error = Some(format!(
+                    "logfile header unreadable ({e}); timestamps are shown raw"
+                ))
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// File size in bytes.
+    pub fn len(&self) -> u64 {
+        self.data.len() as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+
+    pub fn header(&self) -> &LogfileHeader {
+        &self.header
+    }
+
+    /// Why the logfile header could not be read, if it could not (defaults are used then).
+    pub fn header_error(&self) -> Option<&str> {
+        self.header_error.as_deref()
+    }
+
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    pub fn buffers(&self) -> &[BufferInfo] {
+        &self.buffers
+    }
+
+    /// Issues found while walking the buffer chain (corrupt headers, truncation).
+    pub fn chain_issues(&self) -> &[ReadIssue] {
+        &self.chain_issues
+    }
+
+    fn context(&self, b: &BufferInfo) -> BufferContext {
+        BufferContext {
+            cpu: b.header.cpu(),
+            proc_index: b.header.flags & super::buffer::flag::PROC_INDEX != 0,
+            clock: self.clock,
+            logger_pointer_size: self.header.logger_pointer_size(),
+        }
+    }
+
+    /// The valid bytes of a buffer, header included (so record offsets match on-disk offsets of
+    /// uncompressed buffers), decompressed when needed. Errors describe why the buffer is unusable;
+    /// a partially present buffer yields what is there.
+    pub fn buffer_data(&self, b: &BufferInfo) -> Result<Cow<'_, [u8]>, String> {
+        let d: &[u8] = &self.data;
+        let start = b.file_offset as usize;
+        let avail = d.len() - start;
+        if b.header.is_compressed() {
+            let disk = (b.header.buffer_size as usize).min(avail);
+            let want = b.header.saved_offset as usize - BUFFER_HEADER_SIZE;
+            let mut out = Vec::with_capacity(BUFFER_HEADER_SIZE + want);
+            out.extend_from_slice(&d[start..start + BUFFER_HEADER_SIZE]);
+            let mut body = Vec::new();
+            match compression::decompress_into(
+                &d[start + BUFFER_HEADER_SIZE..start + disk],
+                want,
+                &mut body,
+            ) {
+                Ok(()) => {
+                    out.extend_from_slice(&body);
+                    Ok(Cow::Owned(out))
+                }
+                Err(e) if b.truncated => {
+                    out.extend_from_slice(&body);
+                    let _ = e;
+                    Ok(Cow::Owned(out))
+                }
+                Err(e) => Err(format!("compressed buffer does not inflate: {e}")),
+            }
+        } else {
+            let len = (b.header.valid_length() as usize).min(avail);
+            Ok(Cow::Borrowed(&d[start..start + len]))
+        }
+    }
+
+    /// Walks the records of one buffer's data (as returned by [`EtlFile::buffer_data`]).
+    pub fn walk_buffer<'d>(
+        &self,
+        b: &BufferInfo,
+        data: &'d [u8],
+        summary: &mut ReadSummary,
+        f: &mut dyn FnMut(&Record<'d>) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
+        let ctx = self.context(b);
+        let mut pos = BUFFER_HEADER_SIZE;
+        let mut prev_ts = b.header.timestamp;
+        loop {
+            match record::parse(data, pos, &ctx, prev_ts) {
+                Ok(Next::End) => break,
+                Ok(Next::Record(event, size, next)) => {
+                    prev_ts = event.raw_timestamp;
+                    summary.records += 1;
+                    let rec = Record {
+                        event,
+                        raw: &data[pos..pos + size],
+                        buffer_index: b.index,
+                        offset: pos,
+                    };
+                    f(&rec)?;
+                    pos = next;
+                }
+                Err(e) => {
+                    summary.bad_records += 1;
+                    summary.issue(ReadIssue {
+                        file_offset: b.file_offset,
+                        buffer_index: Some(b.index),
+                        record_offset: Some(pos),
+                        reason: format!(
+                            "{e}; rest of the buffer ({} bytes) skipped",
+                            data.len() - pos
+                        ),
+                    });
+                    break;
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn start_summary(&self) -> ReadSummary {
+        let mut s = ReadSummary {
+            bad_buffers: self.chain_bad_buffers,
+            ..Default::default()
+        };
+        for i in &self.chain_issues {
+            s.issue(i.clone());
+        }
+        if let Some(e) = &self.header_error {
+            s.issue(ReadIssue {
+                file_offset: 0,
+                buffer_index: Some(0),
+                record_offset: None,
+                reason: e.clone(),
+            });
+        }
+        s
+    }
+
+    fn visit_one(
+        &self,
+        b: &BufferInfo,
+        summary: &mut ReadSummary,
+        f: &mut dyn FnMut(&Record<'_>) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
+        summary.buffers += 1;
+        if b.header.is_compressed() {
+            summary.compressed_buffers += 1;
+        }
+        if b.truncated {
+            summary.bad_buffers += 1;
+        }
+        match self.buffer_data(b) {
+            Ok(data) => self.walk_buffer(b, &data, summary, &mut |r| f(r)),
+            Err(reason) => {
+                summary.bad_buffers += 1;
+                summary.issue(ReadIssue {
+                    file_offset: b.file_offset,
+                    buffer_index: Some(b.index),
+                    record_offset: None,
+                    reason,
+                });
+                ControlFlow::Continue(())
+            }
+        }
+    }
+
+    /// Calls `f` for every record, in the given order, until it returns `Break`. Buffers and records
+    /// that cannot be read are counted and described in the summary; the walk goes on past them.
+    pub fn for_each(
+        &self,
+        order: Order,
+        mut f: impl FnMut(&Record<'_>) -> ControlFlow<()>,
+    ) -> ReadSummary {
+        self.for_each_progress(order, &mut |_| {}, &mut f)
+    }
+
+    /// As [`EtlFile::for_each`], calling `progress(bytes_done)` after each buffer.
+    pub fn for_each_progress(
+        &self,
+        order: Order,
+        progress: &mut dyn FnMut(u64),
+        f: &mut dyn FnMut(&Record<'_>) -> ControlFlow<()>,
+    ) -> ReadSummary {
+        let mut summary = self.start_summary();
+        match order {
+            Order::File => {
+                for b in &self.buffers {
+                    if self.visit_one(b, &mut summary, f).is_break() {
+                        break;
+                    }
+                    progress(b.file_offset + b.header.buffer_size as u64);
+                }
+            }
+            Order::Time => self.merge_by_time(&mut summary, progress, f),
+        }
+        summary
+    }
+
+    /// Folds every buffer in parallel (rayon), then reduces: whole-file work such as statistics.
+    /// `fold` sees the records of one buffer in order.
+    pub fn par_fold<A, I, F, R>(&self, init: I, fold: F, reduce: R) -> (A, ReadSummary)
+    where
+        A: Send,
+        I: Fn() -> A + Sync + Send,
+        F: Fn(&mut A, &Record<'_>) + Sync + Send,
+        R: Fn(A, A) -> A + Sync + Send,
+    {
+        let start = self.start_summary();
+        let (acc, s) = self
+            .buffers
+            .par_iter()
+            .map(|b| {
+                let mut acc = init();
+                let mut s = ReadSummary::default();
+                let _ = self.visit_one(b, &mut s, &mut |r| {
+                    fold(&mut acc, r);
+                    ControlFlow::Continue(())
+                });
+                (acc, s)
+            })
+            .reduce(
+                || (init(), ReadSummary::default()),
+                |(a1, s1), (a2, s2)| (reduce(a1, a2), s1.merge(s2)),
+            );
+        let mut s = start.merge(s);
+        // par_iter reduction order is not file order: sort issues back.
+        s.issues.sort_by_key(|i| (i.file_offset, i.record_offset));
+        (acc, s)
+    }
+
+    /// The raw timestamp of the first record of a buffer (records never go back in time within a
+    /// buffer), for ordering buffers in the time merge. Decompresses only a prefix.
+    fn first_timestamp(&self, b: &BufferInfo) -> Option<i64> {
+        let d: &[u8] = &self.data;
+        let start = b.file_offset as usize;
+        let prefix: Cow<'_, [u8]> = if b.header.is_compressed() {
+            let end = (start + b.header.buffer_size as usize).min(d.len());
+            let mut v = d[start..start + BUFFER_HEADER_SIZE].to_vec();
+            v.extend(compression::decompress_prefix(
+                &d[start + BUFFER_HEADER_SIZE..end],
+                512,
+            ));
+            Cow::Owned(v)
+        } else {
+            let len = (b.header.valid_length() as usize).min(d.len() - start);
+            Cow::Borrowed(&d[start..start + len])
+        };
+        let ctx = self.context(b);
+        match record::parse(&prefix, BUFFER_HEADER_SIZE, &ctx, b.header.timestamp) {
+            Ok(Next::Record(ev, _, _)) => Some(ev.raw_timestamp),
+            _ => None,
+        }
+    }
+
+    fn merge_by_time(
+        &self,
+        summary: &mut ReadSummary,
+        progress: &mut dyn FnMut(u64),
+        f: &mut dyn FnMut(&Record<'_>) -> ControlFlow<()>,
+    ) {
+        // Buffers sorted by their first timestamp; a buffer joins the merge once the merge reaches
+        // that time, so only overlapping buffers (about one per CPU) are held at once.
+        let mut order: Vec<(i64, usize)> = self
+            .buffers
+            .par_iter()
+            .map(|b| (self.first_timestamp(b).unwrap_or(i64::MIN), b.index))
+            .collect();
+        order.sort();
+        struct Cursor<'f> {
+            info: &'f BufferInfo,
+            data: Cow<'f, [u8]>,
+            pos: usize,
+            prev_ts: i64,
+        }
+        let mut cursors: Vec<Option<Cursor<'_>>> = Vec::new();
+        // Heap of (timestamp, buffer order, position, cursor slot).
+        let mut heap: BinaryHeap<Reverse<(i64, usize, usize, usize)>> = BinaryHeap::new();
+        let mut next = 0usize;
+        let mut done_bytes = 0u64;
+        let peek_ts = |c: &Cursor<'_>, summary: &mut ReadSummary| -> Option<i64> {
+            let ctx = self.context(c.info);
+            match record::parse(&c.data, c.pos, &ctx, c.prev_ts) {
+                Ok(Next::Record(ev, _, _)) => Some(ev.raw_timestamp),
+                Ok(Next::End) => None,
+                Err(e) => {
+                    summary.bad_records += 1;
+                    summary.issue(ReadIssue {
+                        file_offset: c.info.file_offset,
+                        buffer_index: Some(c.info.index),
+                        record_offset: Some(c.pos),
+                        reason: format!(
+                            "{e}; rest of the buffer ({} bytes) skipped",
+                            c.data.len() - c.pos
+                        ),
+                    });
+                    None
+                }
+            }
+        };
+        loop {
+            while next < order.len()
+                && heap
+                    .peek()
+                    .is_none_or(|Reverse((t, ..))| order[next].0 <= *t)
+            {
+                let b = &self.buffers[order[next].1];
+                let seq = next;
+                next += 1;
+                summary.buffers += 1;
+                if b.header.is_compressed() {
+                    summary.compressed_buffers += 1;
+                }
+                if b.truncated {
+                    summary.bad_buffers += 1;
+                }
+                match self.buffer_data(b) {
+                    Ok(data) => {
+                        let c = Cursor {
+                            info: b,
+                            data,
+                            pos: BUFFER_HEADER_SIZE,
+                            prev_ts: b.header.timestamp,
+                        };
+                        if let Some(t) = peek_ts(&c, summary) {
+                            heap.push(Reverse((t, seq, c.pos, cursors.len())));
+                            cursors.push(Some(c));
+                        } else {
+                            done_bytes += b.header.buffer_size as u64;
+                        }
+                    }
+                    Err(reason) => {
+                        summary.bad_buffers += 1;
+                        summary.issue(ReadIssue {
+                            file_offset: b.file_offset,
+                            buffer_index: Some(b.index),
+                            record_offset: None,
+                            reason,
+                        });
+                    }
+                }
+            }
+            let Some(Reverse((_, seq, _, slot))) = heap.pop() else {
+                break;
+            };
+            let c = cursors[slot].as_mut().expect("cursor in heap");
+            let ctx = self.context(c.info);
+            let (after, ts) = match record::parse(&c.data, c.pos, &ctx, c.prev_ts) {
+                Ok(Next::Record(event, size, after)) => {
+                    summary.records += 1;
+                    let ts = event.raw_timestamp;
+                    let rec = Record {
+                        event,
+                        raw: &c.data[c.pos..c.pos + size],
+                        buffer_index: c.info.index,
+                        offset: c.pos,
+                    };
+                    if f(&rec).is_break() {
+                        return;
+                    }
+                    (after, ts)
+                }
+                _ => unreachable!("peeked record parses again"),
+            };
+            c.pos = after;
+            c.prev_ts = ts;
+            match peek_ts(c, summary) {
+                Some(t) => heap.push(Reverse((t, seq, c.pos, slot))),
+                None => {
+                    done_bytes += c.info.header.buffer_size as u64;
+                    progress(done_bytes);
+                    cursors[slot] = None;
+                }
+            }
+        }
+    }
+}
+
+/// Names of header types in the order `etwkit stats` lists them.
+pub fn header_type_name(h: HeaderType) -> &'static str {
+    h.name()
+}

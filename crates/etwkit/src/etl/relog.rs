@@ -1,0 +1,311 @@
+//! Relogging: copy the matching records of one or more ETL files into a new one, byte for byte,
+//! merged in time order (each file in time order, then a k-way merge across files). Every record
+//! stays on its original CPU's buffer stream.
+//!
+//! With one input the output keeps the input's clock, so records are copied unchanged. With several,
+//! the output clock is FILETIME (clock type 2) and only each record's timestamp is rewritten.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use crate::event::EventRecord;
+use crate::filter::EventFilter;
+use crate::guid::Guid;
+use crate::time::{Clock, ClockType};
+use crate::tlg::provider_guid_from_name;
+
+use super::reader::{EtlFile, Order, ReadSummary, Record};
+use super::writer::{WriteError, WriteSummary, Writer, WriterOptions};
+
+/// The GUID of the TDH schema records (EventInfo / EventMapInfo) the Windows relogger and
+/// KernelTraceControl embed: FULL_HEADER records whose payload starts with the provider GUID.
+pub const EVENT_METADATA_GUID: Guid = Guid::from_str_const("bbccf6c1-6cd1-48c4-80ff-839482e37671");
+
+/// Which records to keep: the shared [`EventFilter`] (time window, provider GUIDs, ids, pids) plus
+/// provider names. A name matches a TraceLogging provider by its traits name and any provider by the
+/// GUID ETW derives from the name (EventSource/TraceLogging). No filter keeps everything.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RelogFilter {
+    /// Provider GUIDs (from `events.providers`) and name-derived GUIDs.
+    providers: Vec<Guid>,
+    names: Vec<String>,
+    /// Time, id and pid conditions (providers handled above).
+    rest: EventFilter,
+}
+
+impl RelogFilter {
+    pub fn new(events: EventFilter, provider_names: Vec<String>) -> RelogFilter {
+        let mut providers = events.providers.clone();
+        providers.extend(provider_names.iter().map(|n| provider_guid_from_name(n)));
+        RelogFilter {
+            providers,
+            names: provider_names,
+            rest: EventFilter {
+                providers: Vec::new(),
+                ..events
+            },
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.providers.is_empty() && self.rest.is_empty()
+    }
+
+    fn provider_ok(&self, ev: &EventRecord<'_>) -> bool {
+        self.providers.is_empty()
+            || self.providers.contains(&ev.provider)
+            || (!self.names.is_empty()
+                && ev
+                    .traits_provider_name()
+                    .is_some_and(|n| self.names.iter().any(|x| x.eq_ignore_ascii_case(n))))
+    }
+
+    /// Does the record pass? Schema records (EventInfo/EventMapInfo) of a kept provider are kept
+    /// whatever the id, pid and time conditions say, so the kept events stay decodable.
+    pub fn matches(&self, ev: &EventRecord<'_>) -> bool {
+        if self.is_empty() {
+            return true;
+        }
+        if let Some(p) = metadata_provider(ev) {
+            return self.providers.is_empty() || self.providers.contains(&p);
+        }
+        self.provider_ok(ev) && self.rest.matches(ev)
+    }
+}
+
+/// The provider a TDH schema record describes, if `ev` is one.
+fn metadata_provider(ev: &EventRecord<'_>) -> Option<Guid> {
+    if ev.header_type.is_classic() && ev.provider == EVENT_METADATA_GUID {
+        Guid::from_le_bytes(&ev.payload)
+    } else {
+        None
+    }
+}
+
+/// Is this the logfile-header record of its file (the writer writes its own)?
+fn is_logfile_header(r: &Record<'_>) -> bool {
+    r.buffer_index == 0
+        && r.offset == super::buffer::BUFFER_HEADER_SIZE
+        && r.header_type.is_kernel()
+        && r.hook_id == Some(0)
+}
+
+/// What one input gave.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RelogInput {
+    pub path: PathBuf,
+    pub read: ReadSummary,
+    /// Records that passed the filter and were written.
+    pub kept: u64,
+}
+
+/// The outcome of a relog.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RelogSummary {
+    pub inputs: Vec<RelogInput>,
+    pub written: WriteSummary,
+}
+
+/// Writer options for relogging `inputs`: one input keeps its header and clock; several get a
+/// FILETIME clock starting at the earliest start, the widest pointer size and most processors.
+pub fn relog_options(inputs: &[EtlFile]) -> WriterOptions {
+    match inputs {
+        [one] => WriterOptions::from_header(one.header(), one.clock()),
+        _ => {
+            let start = inputs
+                .iter()
+                .map(|f| f.header().start_time)
+                .filter(|&t| t > 0)
+                .min()
+                .unwrap_or_else(super::writer::now_filetime);
+            let mut o = match inputs.first() {
+                Some(f) => WriterOptions::from_header(f.header(), f.clock()),
+                None => WriterOptions::new(start),
+            };
+            o.clock = Clock {
+                clock_type: ClockType::SystemTime,
+                t0: start,
+                start_time: start,
+                frequency: 10_000_000,
+            };
+            o.logger_name = "etwkit relog".into();
+            o.pointer_size = inputs
+                .iter()
+                .map(|f| f.header().logger_pointer_size())
+                .max()
+                .unwrap_or(8);
+            o.number_of_processors = inputs
+                .iter()
+                .map(|f| f.header().number_of_processors)
+                .max()
+                .unwrap_or(1);
+            o
+        }
+    }
+}
+
+/// Relogs `inputs` into the file `out`. Unreadable buffers and records of the inputs are counted in
+/// each input's [`ReadSummary`]; a record the writer refuses stops the relog with its error.
+pub fn relog_to_file(
+    inputs: &[EtlFile],
+    filter: &RelogFilter,
+    out: &Path,
+    opts: WriterOptions,
+) -> Result<RelogSummary, WriteError> {
+    let w = Writer::create(out, opts)?;
+    relog(inputs, filter, w)
+}
+
+/// Relogs `inputs` through an open writer, then finishes it.
+pub fn relog<W: super::writer::Output>(
+    inputs: &[EtlFile],
+    filter: &RelogFilter,
+    mut w: Writer<W>,
+) -> Result<RelogSummary, WriteError> {
+    let mut summaries = Vec::with_capacity(inputs.len());
+    // Losses of the original sessions carry over, so the copy does not look more complete than it is.
+    for f in inputs {
+        w.add_events_lost(f.header().events_lost);
+        w.add_buffers_lost(f.header().buffers_lost);
+    }
+    if let [f] = inputs {
+        let clock = f.clock();
+        let mut err = None;
+        let mut kept = 0u64;
+        let read = f.for_each(Order::Time, |r| {
+            if is_logfile_header(r) || !filter.matches(r) {
+                return ControlFlow::Continue(());
+            }
+            match w.write_raw(r.raw, r.cpu, &clock) {
+                Ok(()) => {
+                    kept += 1;
+                    ControlFlow::Continue(())
+                }
+                Err(e) => {
+                    err = Some(e);
+                    ControlFlow::Break(())
+                }
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+        summaries.push(RelogInput {
+            path: f.path().to_path_buf(),
+            read,
+            kept,
+        });
+    } else if !inputs.is_empty() {
+        summaries = merge_many(inputs, filter, &mut w)?;
+    }
+    let written = w.finish()?;
+    Ok(RelogSummary {
+        inputs: summaries,
+        written,
+    })
+}
+
+/// A record taken out of its input for the cross-file merge.
+struct Owned {
+    utc: i64,
+    cpu: u16,
+    raw: Vec<u8>,
+}
+
+const BATCH: usize = 4096;
+
+/// K-way merge of several inputs, each read in time order on its own thread.
+fn merge_many<W: super::writer::Output>(
+    inputs: &[EtlFile],
+    filter: &RelogFilter,
+    w: &mut Writer<W>,
+) -> Result<Vec<RelogInput>, WriteError> {
+    std::thread::scope(|scope| {
+        let mut rxs = Vec::new();
+        let mut handles = Vec::new();
+        for f in inputs {
+            let (tx, rx) = mpsc::sync_channel::<Vec<Owned>>(4);
+            rxs.push(rx);
+            handles.push(scope.spawn(move || {
+                let mut batch = Vec::with_capacity(BATCH);
+                let mut kept = 0u64;
+                let mut hung_up = false;
+                let read = f.for_each(Order::Time, |r| {
+                    if is_logfile_header(r) || !filter.matches(r) {
+                        return ControlFlow::Continue(());
+                    }
+                    kept += 1;
+                    batch.push(Owned {
+                        utc: r.timestamp,
+                        cpu: r.cpu,
+                        raw: r.raw.to_vec(),
+                    });
+                    if batch.len() == BATCH && tx.send(std::mem::take(&mut batch)).is_err() {
+                        hung_up = true;
+                        return ControlFlow::Break(());
+                    }
+                    ControlFlow::Continue(())
+                });
+                if !batch.is_empty() && !hung_up {
+                    let _ = tx.send(batch);
+                }
+                (read, kept)
+            }));
+        }
+        let clocks: Vec<Clock> = inputs.iter().map(|f| f.clock()).collect();
+        let mut current: Vec<std::vec::IntoIter<Owned>> = Vec::new();
+        let mut heads: Vec<Option<Owned>> = Vec::new();
+        let mut heap = BinaryHeap::new();
+        for (i, rx) in rxs.iter().enumerate() {
+            let mut it = rx.recv().unwrap_or_default().into_iter();
+            let head = it.next();
+            if let Some(h) = &head {
+                heap.push(Reverse((h.utc, i)));
+            }
+            current.push(it);
+            heads.push(head);
+        }
+        let mut result = Ok(());
+        while let Some(Reverse((_, i))) = heap.pop() {
+            let rec = heads[i].take().expect("head present for heap entry");
+            if let Err(e) = w.write_raw(&rec.raw, rec.cpu, &clocks[i]) {
+                result = Err(e);
+                break;
+            }
+            let next = match current[i].next() {
+                Some(n) => Some(n),
+                None => match rxs[i].recv() {
+                    Ok(b) => {
+                        current[i] = b.into_iter();
+                        current[i].next()
+                    }
+                    Err(_) => None,
+                },
+            };
+            if let Some(n) = &next {
+                heap.push(Reverse((n.utc, i)));
+            }
+            heads[i] = next;
+        }
+        // Stop producers still running (on error) by dropping the receivers.
+        drop(rxs);
+        let mut out = Vec::new();
+        for (f, h) in inputs.iter().zip(handles) {
+            let Ok((read, kept)) = h.join() else {
+                return Err(WriteError::Failed(format!(
+                    "the reader of {} panicked",
+                    f.path().display()
+                )));
+            };
+            out.push(RelogInput {
+                path: f.path().to_path_buf(),
+                read,
+                kept,
+            });
+        }
+        result.map(|_| out)
+    })
+}

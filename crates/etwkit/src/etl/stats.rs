@@ -1,0 +1,137 @@
+//! Whole-file statistics (`etwkit stats`), computed in parallel by buffer with bounded memory.
+
+use std::collections::BTreeMap;
+
+use crate::time::format_rfc3339;
+
+use super::reader::{EtlFile, ReadIssue};
+
+/// The `etwkit stats` JSON object. Field names are a contract (README.md).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct FileStats {
+    pub file: String,
+    pub size: u64,
+    pub records: u64,
+    /// Header type name (e.g. `EVENT_HEADER64`, `FULL_HEADER32`, `MESSAGE`) → count.
+    pub header_types: BTreeMap<String, u64>,
+    /// Provider GUID (lowercase, no braces) → count; kernel records under their group's GUID, classic
+    /// records under their event class GUID.
+    pub providers: BTreeMap<String, u64>,
+    /// Extended data item type name → count.
+    pub ext_types: BTreeMap<String, u64>,
+    pub buffers: u64,
+    pub compressed_buffers: u64,
+    pub bad_buffers: u64,
+    pub bad_records: u64,
+    /// EventsLost from the logfile header.
+    pub events_lost: u32,
+    /// BuffersLost from the logfile header.
+    pub buffers_lost: u32,
+    /// Buffers flagged EVENTS_LOST / BUFFER_LOST.
+    pub buffers_flagged_lost: u64,
+    pub pointer_size: u32,
+    pub logger_name: String,
+    /// From the logfile header (RFC 3339 UTC); `end_time` is null when the logger did not close the file.
+    pub start_time: Option<String>,
+    pub end_time: Option<String>,
+    pub first_event: Option<String>,
+    pub last_event: Option<String>,
+    pub closed_cleanly: bool,
+    pub issues: Vec<ReadIssue>,
+    pub issues_dropped: u64,
+}
+
+#[derive(Default)]
+struct Acc {
+    header_types: [u64; 32],
+    providers: BTreeMap<crate::Guid, u64>,
+    ext_types: [u64; 20],
+    first: i64,
+    last: i64,
+}
+
+/// Computes the statistics of a file (in parallel by buffer).
+pub fn file_stats(file: &EtlFile) -> FileStats {
+    let (acc, summary) = file.par_fold(
+        || Acc {
+            first: i64::MAX,
+            last: i64::MIN,
+            ..Default::default()
+        },
+        |a, r| {
+            a.header_types[r.header_type.to_byte() as usize & 31] += 1;
+            *a.providers.entry(r.provider).or_default() += 1;
+            for item in r.ext_items() {
+                a.ext_types[(item.ext_type as usize).min(19)] += 1;
+            }
+            a.first = a.first.min(r.timestamp);
+            a.last = a.last.max(r.timestamp);
+        },
+        |mut a, b| {
+            for i in 0..32 {
+                a.header_types[i] += b.header_types[i];
+            }
+            for i in 0..20 {
+                a.ext_types[i] += b.ext_types[i];
+            }
+            for (k, v) in b.providers {
+                *a.providers.entry(k).or_default() += v;
+            }
+            a.first = a.first.min(b.first);
+            a.last = a.last.max(b.last);
+            a
+        },
+    );
+    let h = file.header();
+    let mut header_types = BTreeMap::new();
+    for (i, &n) in acc.header_types.iter().enumerate() {
+        if n > 0 {
+            if let Some(t) = crate::event::HeaderType::from_byte(i as u8) {
+                header_types.insert(t.name().to_string(), n);
+            }
+        }
+    }
+    let mut ext_types = BTreeMap::new();
+    for (i, &n) in acc.ext_types.iter().enumerate() {
+        if n > 0 {
+            ext_types.insert(crate::event::ext_type::name(i as u16).to_string(), n);
+        }
+    }
+    let header_ok = file.header_error().is_none();
+    FileStats {
+        file: file.path().display().to_string(),
+        size: file.len(),
+        records: summary.records,
+        header_types,
+        providers: acc
+            .providers
+            .into_iter()
+            .map(|(g, n)| (g.to_string(), n))
+            .collect(),
+        ext_types,
+        buffers: summary.buffers,
+        compressed_buffers: summary.compressed_buffers,
+        bad_buffers: summary.bad_buffers,
+        bad_records: summary.bad_records,
+        events_lost: h.events_lost,
+        buffers_lost: h.buffers_lost,
+        buffers_flagged_lost: file
+            .buffers()
+            .iter()
+            .filter(|b| {
+                b.header.flags
+                    & (super::buffer::flag::EVENTS_LOST | super::buffer::flag::BUFFER_LOST)
+                    != 0
+            })
+            .count() as u64,
+        pointer_size: h.pointer_size,
+        logger_name: h.logger_name.clone(),
+        start_time: header_ok.then(|| format_rfc3339(h.start_time)),
+        end_time: (header_ok && h.end_time != 0).then(|| format_rfc3339(h.end_time)),
+        first_event: (acc.first != i64::MAX).then(|| format_rfc3339(acc.first)),
+        last_event: (acc.last != i64::MIN).then(|| format_rfc3339(acc.last)),
+        closed_cleanly: header_ok && h.closed_cleanly(),
+        issues: summary.issues,
+        issues_dropped: summary.issues_dropped,
+    }
+}
