@@ -523,6 +523,21 @@ impl HeapReport {
     }
 }
 
+/// The `Api` string of an etwkit TraceLogging heap event (after the fixed fields).
+fn tl_api(payload: &[u8], opcode: u8) -> Option<&'static str> {
+    let at = match opcode {
+        EVENT_ALLOC => 28,
+        EVENT_REALLOC => 44,
+        EVENT_FREE => 20,
+        _ => return None,
+    };
+    let rest = payload.get(at..)?;
+    let s = &rest[..rest.iter().position(|&c| c == 0)?];
+    const KNOWN: [&str; 9] =
+        ["malloc", "calloc", "realloc", "reallocarray", "posix_memalign", "memalign", "valloc", "pvalloc", "free"];
+    KNOWN.iter().find(|k| k.as_bytes() == s).copied()
+}
+
 /// Turns Windows heap trace records (HeapTraceProvider Alloc/ReAlloc/Free with kernel StackWalk
 /// stacks) into [`HeapOp`]s.
 ///
@@ -603,23 +618,20 @@ impl WindowsHeapEvents {
             self.malformed += 1;
             return;
         };
+        // TraceLogging heap events (written by etwkit on Linux) carry their stack and API inline.
+        let stack = r.stack().map(|s| Arc::from(s.addresses));
+        let api = if r.header_type.is_event_header() { tl_api(&r.payload, r.descriptor.opcode).unwrap_or(api) } else { api };
         let i = self.ops.len();
-        self.by_key.insert((r.raw_timestamp, r.tid), i);
-        self.ops.push(HeapOp {
-            pid: r.pid,
-            tid: r.tid,
-            timestamp: r.timestamp,
-            api,
-            kind,
-            stack: None,
-        });
+        if stack.is_none() {
+            self.by_key.insert((r.raw_timestamp, r.tid), i);
+        }
+        self.ops.push(HeapOp { pid: r.pid, tid: r.tid, timestamp: r.timestamp, api, kind, stack });
     }
 
     /// The operations in record order, stacks attached.
     pub fn finish(mut self) -> Vec<HeapOp> {
         for (i, s) in self.stacks.drain() {
-            // Windows stacks are return addresses from the innermost frame (kernel frames first when
-            // present); keep user frames only for grouping.
+            // StackWalk stacks: innermost first (kernel frames first when present); keep user frames.
             let user: Vec<u64> = s
                 .into_iter()
                 .filter(|a| *a < 0xffff_8000_0000_0000)
@@ -627,5 +639,83 @@ impl WindowsHeapEvents {
             self.ops[i].stack = Some(Arc::from(user));
         }
         self.ops
+    }
+}
+
+/// Writes [`HeapOp`]s as heap-provider events: TraceLogging self-describing records with the heap
+/// provider GUID, ids/opcodes 33/34/36 and heap.json field names (pointer-sized fields are 8 bytes,
+/// so the payload offsets equal heap.json's x64 layout), plus an `Api` field; stacks as STACK_TRACE64.
+pub struct HeapEventEncoder {
+    alloc: crate::tlg::TlSchema,
+    realloc: crate::tlg::TlSchema,
+    free: crate::tlg::TlSchema,
+    /// Last known size per (pid, address), for ReAlloc's OldAllocSize.
+    sizes: HashMap<(u32, u64), u64>,
+}
+
+impl HeapEventEncoder {
+    pub fn new() -> Result<HeapEventEncoder, crate::tlg::TlError> {
+        use crate::tlg::{InType as I, OutType as O, TlSchemaBuilder};
+        let b = |name: &str, id: u8| {
+            TlSchemaBuilder::new("HeapTraceProvider", name).provider_guid(HEAP_PROVIDER).id(id as u16).opcode(id).version(2)
+        };
+        Ok(HeapEventEncoder {
+            alloc: b("Alloc", EVENT_ALLOC)
+                .field("HeapHandle", I::Hex64, O::Default)
+                .field("AllocSize", I::U64, O::Default)
+                .field("AllocAddress", I::Hex64, O::Default)
+                .field("SourceId", I::U32, O::Default)
+                .field("Api", I::CStr8, O::Default)
+                .build()?,
+            realloc: b("ReAlloc", EVENT_REALLOC)
+                .field("HeapHandle", I::Hex64, O::Default)
+                .field("NewAllocAddress", I::Hex64, O::Default)
+                .field("OldAllocAddress", I::Hex64, O::Default)
+                .field("NewAllocSize", I::U64, O::Default)
+                .field("OldAllocSize", I::U64, O::Default)
+                .field("SourceId", I::U32, O::Default)
+                .field("Api", I::CStr8, O::Default)
+                .build()?,
+            free: b("Free", EVENT_FREE)
+                .field("HeapHandle", I::Hex64, O::Default)
+                .field("FreeAddress", I::Hex64, O::Default)
+                .field("SourceId", I::U32, O::Default)
+                .field("Api", I::CStr8, O::Default)
+                .build()?,
+            sizes: HashMap::new(),
+        })
+    }
+
+    /// The record of one op (HeapHandle is 0: glibc has one process heap).
+    pub fn encode(&mut self, op: &HeapOp, cpu: u16) -> EventRecord<'static> {
+        use crate::tlg::{event_record_with_ext, TlInstance, TlPayload};
+        let mut p = TlPayload::with_capacity(64);
+        let schema = match op.kind {
+            HeapOpKind::Alloc { address, size } => {
+                self.sizes.insert((op.pid, address), size);
+                p.push_u64(0).push_u64(size).push_u64(address).push_u32(0).push_cstr(op.api);
+                &self.alloc
+            }
+            HeapOpKind::Realloc { old_address, new_address, new_size } => {
+                let old = self.sizes.remove(&(op.pid, old_address)).unwrap_or(0);
+                self.sizes.insert((op.pid, new_address), new_size);
+                p.push_u64(0).push_u64(new_address).push_u64(old_address).push_u64(new_size).push_u64(old);
+                p.push_u32(0).push_cstr(op.api);
+                &self.realloc
+            }
+            HeapOpKind::Free { address } => {
+                self.sizes.remove(&(op.pid, address));
+                p.push_u64(0).push_u64(address).push_u32(0).push_cstr(op.api);
+                &self.free
+            }
+        };
+        let inst = TlInstance { pid: op.pid, tid: op.tid, cpu, timestamp: op.timestamp, activity_id: Guid::ZERO };
+        let ext = match &op.stack {
+            Some(s) => std::borrow::Cow::Owned(
+                schema.ext_with_stack(&crate::event::Stack { match_id: 0, addresses: s.to_vec() }),
+            ),
+            None => std::borrow::Cow::Owned(schema.ext().to_vec()),
+        };
+        event_record_with_ext(schema, &inst, p.into_bytes(), ext).into_owned()
     }
 }
