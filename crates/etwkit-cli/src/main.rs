@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod dump;
+mod heap;
 mod info;
 mod progress;
 mod relog;
@@ -29,6 +30,8 @@ enum Command {
     Dump(dump::Args),
     /// Copy matching records of ETL files, merged in time order, into a new ETL file.
     Relog(relog::Args),
+    /// Trace the heap of processes (live on Linux) and report what is still allocated, by stack.
+    Heap(heap::Args),
 }
 
 fn main() {
@@ -38,6 +41,7 @@ fn main() {
         Some(Command::Stats(a)) => stats::run(a),
         Some(Command::Dump(a)) => dump::run(a),
         Some(Command::Relog(a)) => relog::run(a),
+        Some(Command::Heap(a)) => heap::run(a),
         None => {
             use clap::CommandFactory;
             Cli::command().print_help().map_err(Into::into)

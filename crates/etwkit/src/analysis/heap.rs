@@ -533,8 +533,17 @@ fn tl_api(payload: &[u8], opcode: u8) -> Option<&'static str> {
     };
     let rest = payload.get(at..)?;
     let s = &rest[..rest.iter().position(|&c| c == 0)?];
-    const KNOWN: [&str; 9] =
-        ["malloc", "calloc", "realloc", "reallocarray", "posix_memalign", "memalign", "valloc", "pvalloc", "free"];
+    const KNOWN: [&str; 9] = [
+        "malloc",
+        "calloc",
+        "realloc",
+        "reallocarray",
+        "posix_memalign",
+        "memalign",
+        "valloc",
+        "pvalloc",
+        "free",
+    ];
     KNOWN.iter().find(|k| k.as_bytes() == s).copied()
 }
 
@@ -620,12 +629,23 @@ impl WindowsHeapEvents {
         };
         // TraceLogging heap events (written by etwkit on Linux) carry their stack and API inline.
         let stack = r.stack().map(|s| Arc::from(s.addresses));
-        let api = if r.header_type.is_event_header() { tl_api(&r.payload, r.descriptor.opcode).unwrap_or(api) } else { api };
+        let api = if r.header_type.is_event_header() {
+            tl_api(&r.payload, r.descriptor.opcode).unwrap_or(api)
+        } else {
+            api
+        };
         let i = self.ops.len();
         if stack.is_none() {
             self.by_key.insert((r.raw_timestamp, r.tid), i);
         }
-        self.ops.push(HeapOp { pid: r.pid, tid: r.tid, timestamp: r.timestamp, api, kind, stack });
+        self.ops.push(HeapOp {
+            pid: r.pid,
+            tid: r.tid,
+            timestamp: r.timestamp,
+            api,
+            kind,
+            stack,
+        });
     }
 
     /// The operations in record order, stacks attached.
@@ -657,7 +677,11 @@ impl HeapEventEncoder {
     pub fn new() -> Result<HeapEventEncoder, crate::tlg::TlError> {
         use crate::tlg::{InType as I, OutType as O, TlSchemaBuilder};
         let b = |name: &str, id: u8| {
-            TlSchemaBuilder::new("HeapTraceProvider", name).provider_guid(HEAP_PROVIDER).id(id as u16).opcode(id).version(2)
+            TlSchemaBuilder::new("HeapTraceProvider", name)
+                .provider_guid(HEAP_PROVIDER)
+                .id(id as u16)
+                .opcode(id)
+                .version(2)
         };
         Ok(HeapEventEncoder {
             alloc: b("Alloc", EVENT_ALLOC)
@@ -693,27 +717,49 @@ impl HeapEventEncoder {
         let schema = match op.kind {
             HeapOpKind::Alloc { address, size } => {
                 self.sizes.insert((op.pid, address), size);
-                p.push_u64(0).push_u64(size).push_u64(address).push_u32(0).push_cstr(op.api);
+                p.push_u64(0)
+                    .push_u64(size)
+                    .push_u64(address)
+                    .push_u32(0)
+                    .push_cstr(op.api);
                 &self.alloc
             }
-            HeapOpKind::Realloc { old_address, new_address, new_size } => {
+            HeapOpKind::Realloc {
+                old_address,
+                new_address,
+                new_size,
+            } => {
                 let old = self.sizes.remove(&(op.pid, old_address)).unwrap_or(0);
                 self.sizes.insert((op.pid, new_address), new_size);
-                p.push_u64(0).push_u64(new_address).push_u64(old_address).push_u64(new_size).push_u64(old);
+                p.push_u64(0)
+                    .push_u64(new_address)
+                    .push_u64(old_address)
+                    .push_u64(new_size)
+                    .push_u64(old);
                 p.push_u32(0).push_cstr(op.api);
                 &self.realloc
             }
             HeapOpKind::Free { address } => {
                 self.sizes.remove(&(op.pid, address));
-                p.push_u64(0).push_u64(address).push_u32(0).push_cstr(op.api);
+                p.push_u64(0)
+                    .push_u64(address)
+                    .push_u32(0)
+                    .push_cstr(op.api);
                 &self.free
             }
         };
-        let inst = TlInstance { pid: op.pid, tid: op.tid, cpu, timestamp: op.timestamp, activity_id: Guid::ZERO };
+        let inst = TlInstance {
+            pid: op.pid,
+            tid: op.tid,
+            cpu,
+            timestamp: op.timestamp,
+            activity_id: Guid::ZERO,
+        };
         let ext = match &op.stack {
-            Some(s) => std::borrow::Cow::Owned(
-                schema.ext_with_stack(&crate::event::Stack { match_id: 0, addresses: s.to_vec() }),
-            ),
+            Some(s) => std::borrow::Cow::Owned(schema.ext_with_stack(&crate::event::Stack {
+                match_id: 0,
+                addresses: s.to_vec(),
+            })),
             None => std::borrow::Cow::Owned(schema.ext().to_vec()),
         };
         event_record_with_ext(schema, &inst, p.into_bytes(), ext).into_owned()
