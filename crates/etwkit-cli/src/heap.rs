@@ -155,6 +155,12 @@ fn live(a: &Args) -> anyhow::Result<HeapReport> {
             stats.unmatched_returns
         ));
     }
+    if stats.lost_returns > 0 {
+        an.add_note(format!(
+            "{} allocator calls whose return was lost",
+            stats.lost_returns
+        ));
+    }
     if stats.pending_at_end > 0 {
         an.add_note(format!(
             "{} allocator calls still in flight when tracing stopped",

@@ -166,6 +166,8 @@ struct ProbeKind {
 struct InFlight {
     func: Func,
     nested: bool,
+    /// Stack pointer at entry: a call made inside this one has a lower one.
+    sp: u64,
     a0: u64,
     a1: u64,
     a2: u64,
@@ -191,6 +193,8 @@ pub struct HeapTraceStats {
     pub lost_samples: u64,
     /// Return samples with no matching entry on their thread (an entry was lost).
     pub unmatched_returns: u64,
+    /// In-flight calls dropped because a later call at the same stack depth began (return lost).
+    pub lost_returns: u64,
     /// Entries never returned when the trace ended (calls in flight, or lost returns).
     pub pending_at_end: u64,
     /// Allocation calls that returned NULL.
@@ -219,6 +223,9 @@ pub struct HeapTrace {
     stats: HeapTraceStats,
     /// Tracepoint id of each (probe site, return?) defined in tracefs.
     tp_ids: HashMap<(std::path::PathBuf, u64, bool), u64>,
+    /// CLOCK_MONOTONIC ns when the last attach completed: returns without entry before it are calls
+    /// that began before the entry probes existed, not losses.
+    armed_at: u64,
     /// Declared last: dropped after every perf fd is closed.
     defs: tracefs::UprobeDefs,
 }
@@ -245,6 +252,7 @@ impl HeapTrace {
             )));
         }
         Ok(HeapTrace {
+            armed_at: 0,
             tp_ids: HashMap::new(),
             defs,
             opts,
@@ -337,19 +345,23 @@ impl HeapTrace {
                 self.attached_tids.insert(tid);
             }
         }
+        self.armed_at = perf::clocks_now().0;
         Ok(())
     }
 
     fn attach_thread(&mut self, libc: &std::path::Path, tid: u32) -> Result<(), HeapError> {
         let sites = self.sites[libc].clone();
         let cpus = self.cpus.clone();
-        for cpu in cpus {
-            let mut first = true;
-            for site in &sites {
-                for ret in [false, true] {
+        // Return probes first, on every CPU, then entries: an entry seen always gets its return
+        // (a call entered before its return probe existed is never seen at all).
+        let mut first_on_cpu: HashSet<i32> = HashSet::new();
+        for ret in [true, false] {
+            for &cpu in &cpus {
+                for site in &sites {
                     if ret && !site.func.returns() {
                         continue;
                     }
+                    let first = first_on_cpu.insert(cpu);
                     let mut attr = PerfEventAttr {
                         sample_type: perf::SAMPLE_IDENTIFIER
                             | perf::SAMPLE_TID
@@ -380,7 +392,6 @@ impl HeapTrace {
                         // Side-band (mmaps, forks, exits, comm) once per thread and CPU.
                         attr.flags |=
                             perf::FLAG_MMAP | perf::FLAG_MMAP2 | perf::FLAG_COMM | perf::FLAG_TASK;
-                        first = false;
                     }
                     let tp = self.tp_ids[&(site.path.clone(), site.offset, ret)];
                     let fd = perf::open_tracepoint(tp, tid as i32, cpu, &attr)
@@ -667,6 +678,12 @@ impl HeapTrace {
             stack,
         };
         if !p.kind.ret {
+            // In-flight calls at the same or a shallower stack depth have returned unseen (lost
+            // return sample): drop them, or they would make every later call look nested.
+            let sp = regs[reg_idx::SP];
+            let live = calls.partition_point(|c| c.sp > sp);
+            self.stats.lost_returns += (calls.len() - live) as u64;
+            calls.truncate(live);
             let nested = !calls.is_empty();
             if p.kind.func == Func::Free {
                 let addr = regs[reg_idx::DI];
@@ -678,6 +695,7 @@ impl HeapTrace {
             calls.push(InFlight {
                 func: p.kind.func,
                 nested,
+                sp,
                 a0: regs[reg_idx::DI],
                 a1: regs[reg_idx::SI],
                 a2: regs[reg_idx::DX],
@@ -687,7 +705,9 @@ impl HeapTrace {
         }
         // A return: its entry is the innermost in-flight call of the same function.
         let Some(pos) = calls.iter().rposition(|c| c.func == p.kind.func) else {
-            self.stats.unmatched_returns += 1;
+            if p.time > self.armed_at {
+                self.stats.unmatched_returns += 1;
+            }
             return None;
         };
         // Anything above it lost its return: drop it (counted as unmatched).
