@@ -95,11 +95,13 @@ fn storm(bin: &std::path::Path, secs: &str) -> Command {
     c
 }
 
+/// Iterations per CPU second of the storm process (immune to CPU sharing with the tracer).
 fn rate(out: std::process::Output) -> f64 {
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .expect("storm output")
+    let s = String::from_utf8_lossy(&out.stdout);
+    s.split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("storm output {s:?} ({})", out.status))
 }
 
 #[test]
@@ -139,12 +141,13 @@ fn untraced_process_runs_at_full_speed() {
     let during = untraced.join().unwrap();
     let _ = traced.kill();
     let _ = traced.wait();
-    eprintln!("untraced storm: {baseline:.0}/s alone, {during:.0}/s while another process is traced ({ops} ops traced)");
+    eprintln!("untraced storm: {baseline:.0}/CPU-s alone, {during:.0}/CPU-s while another process is traced ({ops} ops traced)");
     assert!(ops > 1000, "the traced process was traced ({ops} ops)");
-    // The probes live in the traced process's memory map only: the other process keeps most of
-    // its speed (a tracefs uprobe would make it ~1000x slower; CPU sharing on 2 cores costs some).
+    // The probes live in the traced process's memory map only: per CPU second the other process
+    // keeps its speed (an inode-wide tracefs uprobe makes every libc user ~1000x slower; the wide
+    // bound leaves room for cache and frequency effects of the busy neighbours).
     assert!(
-        during > baseline / 4.0,
-        "untraced process slowed from {baseline:.0}/s to {during:.0}/s"
+        during > baseline / 2.0,
+        "untraced process slowed from {baseline:.0} to {during:.0} iterations per CPU second"
     );
 }
