@@ -71,7 +71,7 @@ impl ProcessMaps {
 
     /// Adds a mapping (replacing any it overlaps: the address space was remapped).
     pub fn insert(&mut self, map: Mapping) -> bool {
-        if self.mappings.iter().any(|m| *m == map) {
+        if self.mappings.contains(&map) {
             return false;
         }
         self.mappings
