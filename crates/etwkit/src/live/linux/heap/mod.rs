@@ -14,6 +14,7 @@
 
 pub mod perf;
 pub mod probes;
+pub mod shim;
 pub mod tracefs;
 
 use std::collections::{HashMap, HashSet};
