@@ -21,6 +21,10 @@ pub struct Args {
     /// Report format.
     #[arg(long, default_value = "table", value_parser = ["table", "json"])]
     format: String,
+    /// How a spawned command is traced: `shim` (LD_PRELOAD allocator shim, fast), `uprobe` (perf
+    /// uprobes, like attach mode) or `auto` (the shim when libetwkit_heapshim.so is found).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "shim", "uprobe"])]
+    mode: String,
     /// Report from a saved trace instead of tracing live.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -93,6 +97,20 @@ fn live(a: &Args) -> anyhow::Result<HeapReport> {
     use std::time::{Duration, Instant};
 
     let stacks = StackEvents::parse(&a.stacks).map_err(anyhow::Error::msg)?;
+    let shim = match a.mode.as_str() {
+        _ if a.command.is_empty() => None,
+        "uprobe" => None,
+        "shim" => Some(etwkit::live::linux::heap::shim::find_shim().ok_or_else(|| {
+            anyhow::anyhow!("libetwkit_heapshim.so not found next to etwkit (build the etwkit-heapshim crate, or set ETWKIT_HEAPSHIM)")
+        })?),
+        _ => etwkit::live::linux::heap::shim::find_shim(),
+    };
+    if let Some(shim) = shim {
+        if !a.pids.is_empty() {
+            bail!("--pid cannot be combined with a command in shim mode (use --mode uprobe)");
+        }
+        return live_shim(a, &shim, stacks);
+    }
     let opts = HeapOptions {
         stacks,
         ..Default::default()
@@ -179,6 +197,71 @@ fn live(a: &Args) -> anyhow::Result<HeapReport> {
     let report = an.report(Some(&mut namer), a.top, a.frames);
     if let Some(s) = status {
         eprintln!("etwkit heap: command exited with {s}");
+    }
+    Ok(report)
+}
+
+#[cfg(target_os = "linux")]
+fn live_shim(
+    a: &Args,
+    shim: &std::path::Path,
+    stacks: etwkit::live::linux::heap::StackEvents,
+) -> anyhow::Result<HeapReport> {
+    use etwkit::analysis::heap::HeapEventEncoder;
+    use etwkit::live::linux::heap::shim::ShimTrace;
+    use etwkit::live::linux::unwind::LinuxStackNamer;
+    use std::time::{Duration, Instant};
+
+    let mut cmd = std::process::Command::new(&a.command[0]);
+    cmd.args(&a.command[1..]);
+    let mut trace = ShimTrace::spawn(&mut cmd, shim, stacks)?;
+    ctrlc_stop(trace.stop_handle());
+    let mut writer = match &a.output {
+        Some(p) => Some((
+            etwkit::etl::writer::Writer::create(p, etwkit::etl::writer::WriterOptions::now())?,
+            HeapEventEncoder::new().map_err(|e| anyhow::anyhow!("{e}"))?,
+        )),
+        None => None,
+    };
+    let mut write_err = None;
+    let mut an = HeapAnalyzer::new();
+    let mut last = Instant::now();
+    trace.process(
+        |records| {
+            if last.elapsed() >= Duration::from_secs(1) {
+                last = Instant::now();
+                eprintln!("etwkit heap: {records} records received");
+            }
+        },
+        |op| {
+            an.add(op);
+            if let Some((w, enc)) = writer.as_mut() {
+                if let Err(e) = w.write_event(&enc.encode(op, 0)) {
+                    write_err = Some(e);
+                    return ControlFlow::Break(());
+                }
+            }
+            ControlFlow::Continue(())
+        },
+    )?;
+    if let Some(e) = write_err {
+        return Err(e.into());
+    }
+    let st = trace.stats().clone();
+    if st.malformed > 0 {
+        an.add_note(format!("{} malformed shim records", st.malformed));
+    }
+    if let Some((w, _)) = writer {
+        w.finish()?;
+    }
+    let status = match trace.child_mut() {
+        Some(c) => Some(c.wait()?),
+        None => None,
+    };
+    let mut namer = LinuxStackNamer::new(trace.maps());
+    let report = an.report(Some(&mut namer), a.top, a.frames);
+    if let Some(s) = status {
+        eprintln!("etwkit heap: command exited with {s} (traced with the allocator shim)");
     }
     Ok(report)
 }
