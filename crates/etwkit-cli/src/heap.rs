@@ -214,6 +214,10 @@ fn live_shim(
 
     let mut cmd = std::process::Command::new(&a.command[0]);
     cmd.args(&a.command[1..]);
+    if a.output.is_some() {
+        // Every operation goes to the ETL file: no in-process pairing.
+        cmd.env("ETWKIT_HEAP_FULL", "1");
+    }
     let mut trace = ShimTrace::spawn(&mut cmd, shim, stacks)?;
     ctrlc_stop(trace.stop_handle());
     let mut writer = match &a.output {
@@ -246,6 +250,12 @@ fn live_shim(
     )?;
     if let Some(e) = write_err {
         return Err(e.into());
+    }
+    for (pid, stack, _api, count, bytes) in trace.transient() {
+        an.add_transient(*pid, stack, *count, *bytes);
+    }
+    for (pid, n) in trace.reallocs() {
+        an.add_reallocs(*pid, *n);
     }
     let st = trace.stats().clone();
     if st.malformed > 0 {

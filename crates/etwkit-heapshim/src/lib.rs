@@ -42,6 +42,7 @@ const T_FREE: u8 = 3;
 const T_STACK: u8 = 4;
 const T_CLOCK: u8 = 5;
 const T_MODULE: u8 = 6;
+const T_TRANSIENT: u8 = 7;
 
 /// API codes (index into the reader's name table).
 const API_MALLOC: u8 = 0;
@@ -63,6 +64,31 @@ static FD: AtomicI32 = AtomicI32::new(-1);
 static STACK_MASK: AtomicU32 = AtomicU32::new(0);
 static PID: AtomicU32 = AtomicU32::new(0);
 static FINISHED: AtomicBool = AtomicBool::new(false);
+/// `ETWKIT_HEAP_FULL=1`: send every operation (no local pairing), e.g. to write them all to ETL.
+static FULL: AtomicBool = AtomicBool::new(false);
+
+/// Allocations of this thread not sent yet. A free of one of them (on this thread) cancels both:
+/// the pair is only counted (per stack, TRANSIENT records), which keeps malloc/free storms cheap.
+/// Entries are sent as ALLOC records when the table fills, when they are older than ~50 ms, at
+/// buffer flushes, and at thread/process exit.
+const PEND_SLOTS: usize = 1024;
+const PEND_MAX: usize = 512;
+#[derive(Clone, Copy, Default)]
+struct Pend {
+    addr: u64, // 0 empty, 1 tombstone
+    tsc: u64,
+    size: u64,
+    stack: u64,
+    api: u8,
+}
+const AGG_SLOTS: usize = 256;
+#[derive(Clone, Copy, Default)]
+struct Agg {
+    stack: u64,
+    api: u8,
+    count: u64,
+    bytes: u64,
+}
 static SEND_LOCK: Mutex<()> = Mutex::new(());
 
 /// Per-thread record buffer. Registered globally so exit can flush every thread's records.
@@ -77,6 +103,17 @@ struct ThreadBuf {
     tid: u32,
     sent: UnsafeCell<[u64; SENT_SLOTS]>,
     cache: UnsafeCell<Option<CacheX86_64>>,
+    pend: UnsafeCell<[Pend; PEND_SLOTS]>,
+    /// Live entries + tombstones in `pend`.
+    pend_used: Cell<usize>,
+    pend_live: Cell<usize>,
+    oldest_check: Cell<u64>,
+    agg: UnsafeCell<[Agg; AGG_SLOTS]>,
+    /// Stack-cache entries (see `stack_id`) and the one hit last.
+    scache: UnsafeCell<[SCache; SCACHE_SLOTS]>,
+    /// Offsets from `stack_id`'s sp of the first user return address, one per hook path seen.
+    first_rel: UnsafeCell<[u64; 8]>,
+    stack_hi: Cell<u64>,
 }
 
 const MAX_THREADS: usize = 4096;
@@ -146,6 +183,10 @@ unsafe fn init() {
         Some(fd) if fd >= 0 => {
             FD.store(fd, Ordering::Relaxed);
             STACK_MASK.store(mask, Ordering::Relaxed);
+            FULL.store(
+                std::env::var_os("ETWKIT_HEAP_FULL").is_some_and(|v| v == "1"),
+                Ordering::Relaxed,
+            );
             PID.store(libc::getpid() as u32, Ordering::Relaxed);
             libc::pthread_atfork(None, None, Some(after_fork_child));
             libc::atexit(at_exit);
@@ -184,7 +225,12 @@ fn flush_all() {
         let p = slot.load(Ordering::Acquire);
         if !p.is_null() {
             // SAFETY: registered buffers are never freed (threads' buffers are leaked on purpose).
-            unsafe { flush(&*p, false) };
+            // At exit other threads are normally idle; a thread still allocating while the process
+            // exits could race with this spill (documented limitation).
+            unsafe {
+                spill(&*p, 0);
+                flush(&*p, false);
+            }
         }
     }
 }
@@ -267,13 +313,126 @@ unsafe fn thread_buf() -> Option<&'static ThreadBuf> {
     });
     libc::pthread_setspecific(key, mem as *const libc::c_void);
     let b = &*mem;
-    push(b, &clock_record());
+    b.oldest_check.set(tsc());
+    push_raw(b, &clock_record());
     Some(b)
 }
 
 unsafe extern "C" fn thread_exit(p: *mut libc::c_void) {
     if !p.is_null() {
-        flush(&*(p as *const ThreadBuf), false);
+        let b = &*(p as *const ThreadBuf);
+        spill(b, 0);
+        flush(b, false);
+    }
+}
+
+#[inline]
+fn pend_slot(addr: u64) -> usize {
+    ((addr >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % PEND_SLOTS
+}
+
+/// Keeps an allocation back (see [`Pend`]).
+#[inline]
+unsafe fn pend_insert(b: &ThreadBuf, e: Pend) {
+    if b.pend_used.get() >= PEND_MAX {
+        spill(b, 0);
+    }
+    let t = &mut *b.pend.get();
+    let mut i = pend_slot(e.addr);
+    loop {
+        if t[i].addr <= 1 {
+            if t[i].addr == 0 {
+                b.pend_used.set(b.pend_used.get() + 1);
+            }
+            t[i] = e;
+            b.pend_live.set(b.pend_live.get() + 1);
+            return;
+        }
+        i = (i + 1) % PEND_SLOTS;
+    }
+}
+
+#[inline]
+unsafe fn pend_take(b: &ThreadBuf, addr: u64) -> Option<Pend> {
+    if b.pend_live.get() == 0 {
+        return None;
+    }
+    let t = &mut *b.pend.get();
+    let mut i = pend_slot(addr);
+    loop {
+        let a = t[i].addr;
+        if a == 0 {
+            return None;
+        }
+        if a == addr {
+            let e = t[i];
+            t[i].addr = 1;
+            b.pend_live.set(b.pend_live.get() - 1);
+            return Some(e);
+        }
+        i = (i + 1) % PEND_SLOTS;
+    }
+}
+
+/// Counts a cancelled alloc/free pair under its stack.
+#[inline]
+unsafe fn agg_add(b: &ThreadBuf, e: &Pend) {
+    let t = &mut *b.agg.get();
+    let i =
+        ((e.stack ^ e.api as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % AGG_SLOTS;
+    let slot = &mut t[i];
+    if slot.count > 0 && (slot.stack != e.stack || slot.api != e.api) {
+        let old = *slot;
+        slot.count = 0;
+        push(
+            b,
+            &[
+                hdr(T_TRANSIENT, old.api, 0),
+                old.stack,
+                old.count,
+                old.bytes,
+            ],
+        );
+    }
+    let slot = &mut t[i];
+    slot.stack = e.stack;
+    slot.api = e.api;
+    slot.count += 1;
+    slot.bytes += e.size;
+}
+
+/// Sends kept-back allocations (those older than `min_age` TSC ticks; 0 = all) and the pair counts.
+unsafe fn spill(b: &ThreadBuf, min_age: u64) {
+    let now = tsc();
+    let t = &mut *b.pend.get();
+    let mut live = 0;
+    let all = min_age == 0;
+    for e in t.iter_mut() {
+        if e.addr > 1 {
+            if all || now.wrapping_sub(e.tsc) >= min_age {
+                let r = [hdr(T_ALLOC, e.api, 0), e.tsc, e.addr, e.size, e.stack];
+                e.addr = 1;
+                push_raw(b, &r);
+            } else {
+                live += 1;
+            }
+        }
+    }
+    if live == 0 {
+        for e in t.iter_mut() {
+            e.addr = 0;
+        }
+        b.pend_used.set(0);
+    }
+    b.pend_live.set(live);
+    if all {
+        for a in (*b.agg.get()).iter_mut() {
+            if a.count > 0 {
+                let r = [hdr(T_TRANSIENT, a.api, 0), a.stack, a.count, a.bytes];
+                a.count = 0;
+                push_raw(b, &r);
+            }
+        }
     }
 }
 
@@ -281,9 +440,23 @@ fn clock_record() -> [u64; 3] {
     [T_CLOCK as u64, tsc(), mono_ns()]
 }
 
-/// Appends one record (given as u64 words) to the buffer, flushing first when it would not fit.
+/// Appends one record; every ~50 ms of TSC also sends kept-back allocations older than that.
 #[inline]
 unsafe fn push(b: &ThreadBuf, words: &[u64]) {
+    push_raw(b, words);
+    let now = tsc();
+    if now.wrapping_sub(b.oldest_check.get()) > SPILL_TICKS {
+        b.oldest_check.set(now);
+        spill(b, SPILL_TICKS);
+    }
+}
+
+/// ~50 ms at 2-4 GHz TSC.
+const SPILL_TICKS: u64 = 150_000_000;
+
+/// Appends one record (given as u64 words) to the buffer, flushing first when it would not fit.
+#[inline]
+unsafe fn push_raw(b: &ThreadBuf, words: &[u64]) {
     let len = words.len() * 8;
     let mut at = b.committed.load(Ordering::Relaxed);
     if at + len > BUF_SIZE {
@@ -403,11 +576,39 @@ unsafe fn load_modules(m: &mut Modules) {
 
 static RESCANS: AtomicU32 = AtomicU32::new(0);
 
-/// Unwinds the current thread's stack into `out` (the shim's own frames skipped); returns the count.
+/// The stack of this thread: [lo, hi) (hi from pthread_getattr_np, once per thread).
+unsafe fn stack_hi(b: &ThreadBuf) -> u64 {
+    let hi = b.stack_hi.get();
+    if hi != 0 {
+        return hi;
+    }
+    let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+    let mut hi = u64::MAX;
+    if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) == 0 {
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: usize = 0;
+        if libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0 {
+            hi = addr as u64 + size as u64;
+        }
+        libc::pthread_attr_destroy(&mut attr);
+    }
+    b.stack_hi.set(hi);
+    hi
+}
+
+/// Unwinds the current thread's stack into `out` (the shim's own frames skipped) and the offsets
+/// (from this function's sp) of the slots holding each return address; returns the count.
 #[inline(never)]
-unsafe fn capture_stack(b: &ThreadBuf, out: &mut [u64; MAX_FRAMES]) -> usize {
+unsafe fn capture_stack(
+    b: &ThreadBuf,
+    out: &mut [u64; MAX_FRAMES],
+    slots: &mut [u32; MAX_FRAMES],
+    sp_out: &mut u64,
+) -> usize {
     let (ip, sp, bp): (u64, u64, u64);
     core::arch::asm!("lea {ip}, [rip]", "mov {sp}, rsp", "mov {bp}, rbp", ip = out(reg) ip, sp = out(reg) sp, bp = out(reg) bp);
+    *sp_out = sp;
+    let hi = stack_hi(b);
     {
         let known = MODULES.read().map(|m| m.is_some()).unwrap_or(false);
         if !known {
@@ -439,35 +640,36 @@ unsafe fn capture_stack(b: &ThreadBuf, out: &mut [u64; MAX_FRAMES]) -> usize {
         };
         let Some(m) = guard.as_ref() else { return 0 };
         let mut read = |addr: u64| -> Result<u64, ()> {
-            // Stack memory of this thread, at or above the current sp: readable.
-            if addr < sp || addr % 8 != 0 {
+            // Only this thread's live stack (between sp and its top) is read.
+            if addr < sp || addr % 8 != 0 || addr + 8 > hi {
                 return Err(());
             }
             Ok(std::ptr::read(addr as *const u64))
         };
-        let mut it =
-            m.unwinder
-                .iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), cache, &mut read);
+        let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let mut addr = framehop::FrameAddress::from_instruction_pointer(ip);
         while n < MAX_FRAMES {
-            match it.next() {
-                Ok(Some(f)) => {
-                    let a = f.address();
-                    if a >= m.own.0 && a < m.own.1 {
+            match m.unwinder.unwind_frame(addr, &mut regs, cache, &mut read) {
+                Ok(Some(ra)) => {
+                    // x86-64: the return address sits just below the caller's stack pointer.
+                    let slot = regs.sp().wrapping_sub(8);
+                    let Some(next) = framehop::FrameAddress::from_return_address(ra) else {
+                        break;
+                    };
+                    addr = next;
+                    if ra >= m.own.0 && ra < m.own.1 {
                         continue;
                     }
-                    out[n] = a;
+                    let off = slot.wrapping_sub(sp);
+                    if off >= u32::MAX as u64 {
+                        break;
+                    }
+                    out[n] = ra;
+                    slots[n] = off as u32;
                     n += 1;
                 }
                 Ok(None) => break,
-                Err(e) => {
-                    if std::env::var_os("ETWKIT_HEAP_DEBUG").is_some() {
-                        let msg = format!(
-                            "unwind err after {n}: {e:?} ranges {} own {:x?} ip {ip:x}\n",
-                            m.ranges.len(),
-                            m.own
-                        );
-                        libc::write(2, msg.as_ptr() as *const libc::c_void, msg.len());
-                    }
+                Err(_) => {
                     missed = n > 0
                         && !m
                             .ranges
@@ -511,11 +713,68 @@ unsafe fn announce_modules(b: &ThreadBuf) {
     }
 }
 
-/// Stack record id for the current stack (0 when none), sending the stack the first time.
+/// A cached stack of this thread: the return addresses and where they sat relative to sp.
+#[derive(Clone, Copy)]
+struct SCache {
+    hash: u64,
+    sp_delta: u64,
+    n: u32,
+    offs: [u32; SC_FRAMES],
+    addrs: [u64; SC_FRAMES],
+}
+const SCACHE_SLOTS: usize = 256;
+const SC_FRAMES: usize = 24;
+
 #[inline]
+fn sc_index(return_address: u64) -> usize {
+    (return_address.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % SCACHE_SLOTS
+}
+
+/// Stack record id for the current stack (0 when none), sending the stack the first time.
+///
+/// Fast path: a per-thread cache keyed by the caller's return address. A hit is verified by reading
+/// every cached return-address slot (at the same offsets from the current sp) and comparing: equal
+/// slots mean the same call chain, so the DWARF walk is skipped. Any difference: full unwind.
+#[inline(never)]
 unsafe fn stack_id(b: &ThreadBuf) -> u64 {
+    let sp_now: u64;
+    core::arch::asm!("mov {sp}, rsp", sp = out(reg) sp_now);
+    let hi = stack_hi(b);
+    let sc = &mut *b.scache.get();
+    // The key: the first user return address, at a fixed offset from this function's sp for a given
+    // hook path. Try the slot of the entry last used at this depth class.
+    let probe = |e: &SCache| -> bool {
+        if e.n == 0 {
+            return false;
+        }
+        // capture_stack's sp = our sp - sp_delta.
+        let base = sp_now.wrapping_sub(e.sp_delta);
+        for i in 0..e.n as usize {
+            let a = base + e.offs[i] as u64;
+            if a + 8 > hi || std::ptr::read(a as *const u64) != e.addrs[i] {
+                return false;
+            }
+        }
+        true
+    };
+    let rels = &mut *b.first_rel.get();
+    for &rel in rels.iter() {
+        if rel == 0 {
+            break;
+        }
+        let a = sp_now.wrapping_add(rel);
+        if a < sp_now || a + 8 > hi {
+            continue;
+        }
+        let i = sc_index(std::ptr::read(a as *const u64));
+        if probe(&sc[i]) {
+            return sc[i].hash;
+        }
+    }
     let mut frames = [0u64; MAX_FRAMES];
-    let n = capture_stack(b, &mut frames);
+    let mut slots = [0u32; MAX_FRAMES];
+    let mut cap_sp = 0u64;
+    let n = capture_stack(b, &mut frames, &mut slots, &mut cap_sp);
     if n == 0 {
         return 0;
     }
@@ -524,6 +783,20 @@ unsafe fn stack_id(b: &ThreadBuf) -> u64 {
         h = (h ^ f).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(29);
     }
     let h = h | 1;
+    // Remember it (only complete walks that fit the cache entry).
+    if n <= SC_FRAMES {
+        let i = sc_index(frames[0]);
+        let rel = cap_sp.wrapping_add(slots[0] as u64).wrapping_sub(sp_now);
+        if let Some(r) = rels.iter_mut().find(|r| **r == rel || **r == 0) {
+            *r = rel;
+        }
+        let e = &mut sc[i];
+        e.hash = h;
+        e.sp_delta = sp_now.wrapping_sub(cap_sp);
+        e.n = n as u32;
+        e.offs[..n].copy_from_slice(&slots[..n]);
+        e.addrs[..n].copy_from_slice(&frames[..n]);
+    }
     let sent = &mut *b.sent.get();
     let slot = (h as usize >> 3) % SENT_SLOTS;
     if sent[slot] != h {
@@ -572,10 +845,23 @@ unsafe fn record_alloc(api: u8, addr: *mut libc::c_void, size: usize) {
         } else {
             0
         };
-        push(
-            b,
-            &[hdr(T_ALLOC, api, 0), tsc(), addr as u64, size as u64, st],
-        );
+        if FULL.load(Ordering::Relaxed) {
+            push(
+                b,
+                &[hdr(T_ALLOC, api, 0), tsc(), addr as u64, size as u64, st],
+            );
+        } else {
+            pend_insert(
+                b,
+                Pend {
+                    addr: addr as u64,
+                    tsc: tsc(),
+                    size: size as u64,
+                    stack: st,
+                    api,
+                },
+            );
+        }
     });
 }
 
@@ -601,11 +887,21 @@ unsafe fn record_realloc(api: u8, old: *mut libc::c_void, new: *mut libc::c_void
     if new.is_null() {
         if size == 0 {
             // glibc frees the block and returns NULL.
-            guarded(|b| push(b, &[hdr(T_FREE, api, 0), tsc(), old as u64]));
+            guarded(|b| {
+                if let Some(e) = pend_take(b, old as u64) {
+                    agg_add(b, &e);
+                } else {
+                    push(b, &[hdr(T_FREE, api, 0), tsc(), old as u64]);
+                }
+            });
         }
         return;
     }
     guarded(|b| {
+        if let Some(e) = pend_take(b, old as u64) {
+            // The old block was kept back: send it first so the reader can pair the realloc.
+            push_raw(b, &[hdr(T_ALLOC, e.api, 0), e.tsc, e.addr, e.size, e.stack]);
+        }
         let st = if STACK_MASK.load(Ordering::Relaxed) & 2 != 0 {
             stack_id(b)
         } else {
@@ -651,9 +947,11 @@ pub unsafe extern "C" fn reallocarray(
 pub unsafe extern "C" fn free(p: *mut libc::c_void) {
     if !p.is_null() {
         guarded(|b| {
-            if STACK_MASK.load(Ordering::Relaxed) & 4 != 0 {
+            if let Some(e) = pend_take(b, p as u64) {
+                agg_add(b, &e);
+            } else if STACK_MASK.load(Ordering::Relaxed) & 4 != 0 {
                 let st = stack_id(b);
-                push(b, &[hdr(T_FREE, 9, 0), tsc(), p as u64, st]);
+                push(b, &[hdr(T_FREE, 9, 1), tsc(), p as u64, st]);
             } else {
                 push(b, &[hdr(T_FREE, 9, 0), tsc(), p as u64]);
             }

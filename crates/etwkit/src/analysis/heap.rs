@@ -211,6 +211,26 @@ impl HeapAnalyzer {
         }
     }
 
+    /// Alloc/free pairs a source counted without sending each operation (the heap shim pairs
+    /// short-lived blocks in process): they count as allocations and frees of `stack`.
+    pub fn add_transient(&mut self, pid: u32, stack: &Option<Arc<[u64]>>, count: u64, bytes: u64) {
+        let id = self.intern(pid, stack);
+        let p = self.procs.entry(pid).or_default();
+        p.allocs += count;
+        p.alloc_bytes += bytes;
+        p.frees += count;
+        p.freed_bytes += bytes;
+        let e = self.alloc_by_stack.entry(id).or_default();
+        e.0 += count;
+        e.1 += bytes;
+        self.ops += 2 * count;
+    }
+
+    /// Reallocations a source reported as free + alloc pairs.
+    pub fn add_reallocs(&mut self, pid: u32, n: u64) {
+        self.procs.entry(pid).or_default().reallocs += n;
+    }
+
     /// Events the source lost (the report then says its figures are not exact).
     pub fn add_lost(&mut self, n: u64) {
         self.lost_events += n;

@@ -27,6 +27,7 @@ const T_FREE: u8 = 3;
 const T_STACK: u8 = 4;
 const T_CLOCK: u8 = 5;
 const T_MODULE: u8 = 6;
+const T_TRANSIENT: u8 = 7;
 const APIS: [&str; 10] = [
     "malloc",
     "calloc",
@@ -67,9 +68,14 @@ pub struct ShimStats {
     pub unknown_stacks: u64,
 }
 
-struct Pending {
-    tsc: u64,
-    op: HeapOp,
+/// Per-address bookkeeping that makes pairing independent of arrival order: threads send their
+/// records in batches, and the shim keeps allocations back until they live long enough, so a free
+/// on one thread can arrive before the allocation it frees. A free pairs with the latest earlier
+/// allocation of its address; an allocation with the earliest later free.
+#[derive(Default)]
+struct AddrState {
+    allocs: Vec<(u64, HeapOp)>,
+    frees: Vec<(u64, HeapOp)>,
 }
 
 /// A command running with the heap shim preloaded.
@@ -78,7 +84,12 @@ pub struct ShimTrace {
     sock: OwnedFd,
     stacks: HashMap<(u32, u64), Arc<[u64]>>,
     maps: HashMap<u32, ProcessMaps>,
-    pending: Vec<Pending>,
+    addrs: HashMap<(u32, u64), AddrState>,
+    /// Ops ready for delivery (pairs completed), in completion order.
+    ready: Vec<HeapOp>,
+    /// (pid, stack, api, count, bytes) of alloc/free pairs the shim cancelled locally.
+    transient: Vec<(u32, Option<Arc<[u64]>>, &'static str, u64, u64)>,
+    reallocs: HashMap<u32, u64>,
     /// (tsc, CLOCK_MONOTONIC ns) anchors: first and latest seen.
     anchors: Option<((u64, u64), (u64, u64))>,
     clock: (u64, u64),
@@ -154,7 +165,10 @@ impl ShimTrace {
             sock: ours,
             stacks: HashMap::new(),
             maps: HashMap::new(),
-            pending: Vec::new(),
+            addrs: HashMap::new(),
+            ready: Vec::new(),
+            transient: Vec::new(),
+            reallocs: HashMap::new(),
             anchors: None,
             clock: perf::clocks_now(),
             stop: Arc::new(AtomicBool::new(false)),
@@ -222,16 +236,99 @@ impl ShimTrace {
             let msg = buf[..n as usize].to_vec();
             self.parse(&msg);
             progress(self.stats.records);
+            // Completed pairs can go now (their order does not matter to the analysis).
+            let ready = std::mem::take(&mut self.ready);
+            for op in &ready {
+                if f(op).is_break() {
+                    return Ok(());
+                }
+            }
         }
-        self.pending.sort_by_key(|p| p.tsc);
-        let pending = std::mem::take(&mut self.pending);
-        for mut p in pending {
-            p.op.timestamp = self.filetime(p.tsc);
-            if f(&p.op).is_break() {
+        // Unpaired allocations are outstanding, unpaired frees hit blocks allocated before tracing
+        // or inside the allocator; deliver them in time order after the pairs.
+        let mut rest: Vec<(u64, HeapOp)> = Vec::new();
+        for (_, st) in self.addrs.drain() {
+            rest.extend(st.allocs);
+            rest.extend(st.frees);
+        }
+        rest.sort_by_key(|r| r.0);
+        let mut ready = std::mem::take(&mut self.ready);
+        ready.extend(rest.into_iter().map(|(t, mut op)| {
+            op.timestamp = self.filetime(t);
+            op
+        }));
+        for op in &ready {
+            if f(op).is_break() {
                 break;
             }
         }
         Ok(())
+    }
+
+    /// Alloc/free pairs the shim counted without sending them: (pid, stack, api, count, bytes).
+    pub fn transient(&self) -> &[(u32, Option<Arc<[u64]>>, &'static str, u64, u64)] {
+        &self.transient
+    }
+
+    /// Reallocations per process.
+    pub fn reallocs(&self) -> &HashMap<u32, u64> {
+        &self.reallocs
+    }
+
+    fn add_alloc(&mut self, tsc: u64, op: HeapOp, address: u64) {
+        let st = self.addrs.entry((op.pid, address)).or_default();
+        // The earliest free after this allocation.
+        let m = st
+            .frees
+            .iter()
+            .enumerate()
+            .filter(|(_, (t, _))| *t > tsc)
+            .min_by_key(|(_, (t, _))| *t)
+            .map(|(i, _)| i);
+        match m {
+            Some(i) => {
+                let (tf, mut free) = st.frees.swap_remove(i);
+                let empty = st.allocs.is_empty() && st.frees.is_empty();
+                let mut op = op;
+                op.timestamp = self.filetime(tsc);
+                free.timestamp = self.filetime(tf);
+                let key = (op.pid, address);
+                self.ready.push(op);
+                self.ready.push(free);
+                if empty {
+                    self.addrs.remove(&key);
+                }
+            }
+            None => st.allocs.push((tsc, op)),
+        }
+    }
+
+    fn add_free(&mut self, tsc: u64, op: HeapOp, address: u64) {
+        let st = self.addrs.entry((op.pid, address)).or_default();
+        // The latest allocation before this free.
+        let m = st
+            .allocs
+            .iter()
+            .enumerate()
+            .filter(|(_, (t, _))| *t < tsc)
+            .max_by_key(|(_, (t, _))| *t)
+            .map(|(i, _)| i);
+        match m {
+            Some(i) => {
+                let (ta, mut alloc) = st.allocs.swap_remove(i);
+                let empty = st.allocs.is_empty() && st.frees.is_empty();
+                let mut op = op;
+                alloc.timestamp = self.filetime(ta);
+                op.timestamp = self.filetime(tsc);
+                let key = (op.pid, address);
+                self.ready.push(alloc);
+                self.ready.push(op);
+                if empty {
+                    self.addrs.remove(&key);
+                }
+            }
+            None => st.frees.push((tsc, op)),
+        }
     }
 
     fn filetime(&self, tsc: u64) -> i64 {
@@ -268,10 +365,11 @@ impl ShimTrace {
             let words = match t {
                 T_ALLOC => 5,
                 T_REALLOC => 6,
-                T_FREE => 3,
+                T_FREE => 3 + count,
                 T_STACK => 2 + count,
                 T_CLOCK => 3,
                 T_MODULE => 4 + count.div_ceil(8),
+                T_TRANSIENT => 4,
                 _ => {
                     self.stats.malformed += 1;
                     return;
@@ -307,40 +405,54 @@ impl ShimTrace {
                         },
                         stack,
                     };
-                    self.pending.push(Pending { tsc: at(1), op });
+                    self.add_alloc(at(1), op, at(2));
                 }
                 T_REALLOC => {
                     let stack = stack_of(self, at(5));
-                    let kind = HeapOpKind::Realloc {
-                        old_address: at(2),
-                        new_address: at(3),
-                        new_size: at(4),
+                    // A reallocation frees the old block and allocates the new one at the same instant.
+                    *self.reallocs.entry(pid).or_default() += 1;
+                    let free = HeapOp {
+                        pid,
+                        tid,
+                        timestamp: 0,
+                        api: api_name,
+                        kind: HeapOpKind::Free { address: at(2) },
+                        stack: None,
                     };
-                    self.pending.push(Pending {
-                        tsc: at(1),
-                        op: HeapOp {
-                            pid,
-                            tid,
-                            timestamp: 0,
-                            api: api_name,
-                            kind,
-                            stack,
+                    self.add_free(at(1), free, at(2));
+                    let alloc = HeapOp {
+                        pid,
+                        tid,
+                        timestamp: 0,
+                        api: api_name,
+                        kind: HeapOpKind::Alloc {
+                            address: at(3),
+                            size: at(4),
                         },
-                    });
+                        stack,
+                    };
+                    self.add_alloc(at(1), alloc, at(3));
                 }
                 T_FREE => {
                     let kind = HeapOpKind::Free { address: at(2) };
-                    self.pending.push(Pending {
-                        tsc: at(1),
-                        op: HeapOp {
-                            pid,
-                            tid,
-                            timestamp: 0,
-                            api: api_name,
-                            kind,
-                            stack: None,
-                        },
-                    });
+                    let stack = if count > 0 {
+                        stack_of(self, at(3))
+                    } else {
+                        None
+                    };
+                    let op = HeapOp {
+                        pid,
+                        tid,
+                        timestamp: 0,
+                        api: api_name,
+                        kind,
+                        stack,
+                    };
+                    self.add_free(at(1), op, at(2));
+                }
+                T_TRANSIENT => {
+                    let stack = stack_of(self, at(1));
+                    self.transient.push((pid, stack, api_name, at(2), at(3)));
                 }
                 T_STACK => {
                     let frames: Vec<u64> = (0..count).map(|i| at(2 + i)).collect();
