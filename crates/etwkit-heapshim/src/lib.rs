@@ -111,6 +111,8 @@ struct ThreadBuf {
     agg: UnsafeCell<[Agg; AGG_SLOTS]>,
     /// Stack-cache entries (see `stack_id`) and the one hit last.
     scache: UnsafeCell<[SCache; SCACHE_SLOTS]>,
+    /// Recursion guard: set while this thread is inside a hook.
+    in_hook: Cell<bool>,
     /// Offsets from `stack_id`'s sp of the first user return address, one per hook path seen.
     first_rel: UnsafeCell<[u64; 8]>,
     stack_hi: Cell<u64>,
@@ -304,6 +306,7 @@ unsafe fn thread_buf() -> Option<&'static ThreadBuf> {
         // Registry full: this thread's records go out on every flush of its own only.
     }
     BUF.with(|b| b.set(mem));
+    learn_tls_offset();
     // Flush this thread's records when it exits.
     static KEY: std::sync::OnceLock<libc::pthread_key_t> = std::sync::OnceLock::new();
     let key = *KEY.get_or_init(|| {
@@ -316,6 +319,25 @@ unsafe fn thread_buf() -> Option<&'static ThreadBuf> {
     b.oldest_check.set(tsc());
     push_raw(b, &clock_record());
     Some(b)
+}
+
+const TLS_UNKNOWN: i64 = i64::MIN;
+const TLS_OFF_DISABLED: i64 = i64::MIN + 1;
+/// Offset of this thread's `BUF` slot from the thread pointer (same for every thread when the shim
+/// is in the static TLS block), or a marker.
+static TLS_OFF: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(TLS_UNKNOWN);
+
+unsafe fn learn_tls_offset() {
+    let tp: u64;
+    core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+    let slot = BUF.with(|b| b as *const Cell<*mut ThreadBuf> as i64);
+    let off = slot - tp as i64;
+    match TLS_OFF.compare_exchange(TLS_UNKNOWN, off, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {}
+        Err(cur) if cur == off || cur == TLS_OFF_DISABLED => {}
+        // Not at a fixed offset (dlopened, dynamic TLS): always use the TLS accessor.
+        Err(_) => TLS_OFF.store(TLS_OFF_DISABLED, Ordering::Release),
+    }
 }
 
 unsafe extern "C" fn thread_exit(p: *mut libc::c_void) {
@@ -335,7 +357,11 @@ fn pend_slot(addr: u64) -> usize {
 #[inline]
 unsafe fn pend_insert(b: &ThreadBuf, e: Pend) {
     if b.pend_used.get() >= PEND_MAX {
-        spill(b, 0);
+        if b.pend_live.get() < PEND_MAX / 4 {
+            pend_rebuild(b);
+        } else {
+            spill(b, 0);
+        }
     }
     let t = &mut *b.pend.get();
     let mut i = pend_slot(e.addr);
@@ -349,6 +375,26 @@ unsafe fn pend_insert(b: &ThreadBuf, e: Pend) {
             return;
         }
         i = (i + 1) % PEND_SLOTS;
+    }
+}
+
+/// Drops tombstones, keeping live entries.
+#[cold]
+unsafe fn pend_rebuild(b: &ThreadBuf) {
+    let t = &mut *b.pend.get();
+    let mut live = [Pend::default(); PEND_MAX / 4];
+    let mut n = 0;
+    for e in t.iter_mut() {
+        if e.addr > 1 && n < live.len() {
+            live[n] = *e;
+            n += 1;
+        }
+        e.addr = 0;
+    }
+    b.pend_used.set(0);
+    b.pend_live.set(0);
+    for e in &live[..n] {
+        pend_insert(b, *e);
     }
 }
 
@@ -461,11 +507,10 @@ unsafe fn push_raw(b: &ThreadBuf, words: &[u64]) {
     let mut at = b.committed.load(Ordering::Relaxed);
     if at + len > BUF_SIZE {
         flush(b, true);
-        at = 0;
         // Re-anchor time for the reader after every flush.
         let c = clock_record();
         std::ptr::copy_nonoverlapping(c.as_ptr() as *const u8, (*b.data.get()).as_mut_ptr(), 24);
-        at = at + 24;
+        at = 24;
         b.committed.store(at, Ordering::Release);
     }
     std::ptr::copy_nonoverlapping(
@@ -825,13 +870,38 @@ unsafe fn guarded<R>(f: impl FnOnce(&ThreadBuf) -> R) -> Option<R> {
             return None;
         }
     }
+    // One TLS access on the fast path. A cdylib's TLS goes through __tls_get_addr; preloaded, the
+    // shim sits in the static TLS block at a fixed offset from the thread pointer, so that offset
+    // (learned and checked per thread in `thread_buf`) gives a plain load instead.
+    let off = TLS_OFF.load(Ordering::Relaxed);
+    let p = if off != TLS_UNKNOWN && off != TLS_OFF_DISABLED {
+        let tp: u64;
+        core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+        *((tp as i64 + off) as *const *mut ThreadBuf)
+    } else {
+        BUF.try_with(|b| b.get()).unwrap_or(std::ptr::null_mut())
+    };
+    if !p.is_null() {
+        let b = &*p;
+        if b.in_hook.replace(true) {
+            return None;
+        }
+        let r = f(b);
+        b.in_hook.set(false);
+        return Some(r);
+    }
+    // First call on this thread: create the buffer under the TLS recursion guard.
     let entered = IN_HOOK.try_with(|h| !h.replace(true)).unwrap_or(false);
     if !entered {
         return None;
     }
-    let r = thread_buf().map(f);
+    let b = thread_buf();
     let _ = IN_HOOK.try_with(|h| h.set(false));
-    r
+    let b = b?;
+    b.in_hook.set(true);
+    let r = f(b);
+    b.in_hook.set(false);
+    Some(r)
 }
 
 #[inline(always)]

@@ -68,6 +68,9 @@ pub struct ShimStats {
     pub unknown_stacks: u64,
 }
 
+/// Alloc/free pairs the shim counted in process: (pid, stack, api, count, bytes).
+pub type Transient = (u32, Option<Arc<[u64]>>, &'static str, u64, u64);
+
 /// Per-address bookkeeping that makes pairing independent of arrival order: threads send their
 /// records in batches, and the shim keeps allocations back until they live long enough, so a free
 /// on one thread can arrive before the allocation it frees. A free pairs with the latest earlier
@@ -88,7 +91,7 @@ pub struct ShimTrace {
     /// Ops ready for delivery (pairs completed), in completion order.
     ready: Vec<HeapOp>,
     /// (pid, stack, api, count, bytes) of alloc/free pairs the shim cancelled locally.
-    transient: Vec<(u32, Option<Arc<[u64]>>, &'static str, u64, u64)>,
+    transient: Vec<Transient>,
     reallocs: HashMap<u32, u64>,
     /// (tsc, CLOCK_MONOTONIC ns) anchors: first and latest seen.
     anchors: Option<((u64, u64), (u64, u64))>,
@@ -266,7 +269,7 @@ impl ShimTrace {
     }
 
     /// Alloc/free pairs the shim counted without sending them: (pid, stack, api, count, bytes).
-    pub fn transient(&self) -> &[(u32, Option<Arc<[u64]>>, &'static str, u64, u64)] {
+    pub fn transient(&self) -> &[Transient] {
         &self.transient
     }
 
