@@ -5,7 +5,7 @@ use std::ops::ControlFlow;
 
 use etwkit::etl::{EtlFile, Order};
 use etwkit::filter::{EventFilter, TimeBound};
-use etwkit::sink::{make_sink, EventView, Format};
+use etwkit::sink::Format;
 use etwkit::Guid;
 
 #[derive(clap::Args)]
@@ -32,6 +32,22 @@ pub struct Args {
     /// Record order: as stored (file) or merged by timestamp (time).
     #[arg(long, value_enum, default_value = "time")]
     order: OrderArg,
+    /// An instrumentation manifest (.man XML) describing providers in the trace (repeatable).
+    #[arg(long)]
+    manifest: Vec<std::path::PathBuf>,
+    /// Do not decode payloads (`properties` stays null).
+    #[arg(long)]
+    raw: bool,
+}
+
+/// The registry for decoding a file: built-in layouts plus the user's manifests.
+pub fn registry(manifests: &[std::path::PathBuf]) -> anyhow::Result<etwkit::schema::Registry> {
+    let mut reg = etwkit::schema::Registry::with_builtins();
+    for m in manifests {
+        reg.add_manifest_file(m)
+            .map_err(|e| anyhow::anyhow!("--manifest {}: {e}", m.display()))?;
+    }
+    Ok(reg)
 }
 
 #[derive(clap::ValueEnum, Clone, Copy)]
@@ -96,17 +112,22 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         &a.pid,
         f.header().start_time,
     )?;
+    let decoder = if a.raw {
+        None
+    } else {
+        Some(etwkit::decode::Decoder::for_file(registry(&a.manifest)?, &f).0)
+    };
     let stdout = std::io::stdout().lock();
-    let mut sink = make_sink(
+    let mut printer = crate::print::Printer::with_decoder(
         a.format.into(),
         Box::new(std::io::BufWriter::with_capacity(1 << 16, stdout)),
+        decoder,
     );
     let order = match a.order {
         OrderArg::File => Order::File,
         OrderArg::Time => Order::Time,
     };
     let bar = crate::progress::bar(f.len());
-    let mut err: Option<std::io::Error> = None;
     let summary = f.for_each_progress(
         order,
         &mut |done| {
@@ -118,22 +139,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             if !filter.matches(r) {
                 return ControlFlow::Continue(());
             }
-            match sink.event(&EventView::bare(&r.event)) {
-                Ok(()) => ControlFlow::Continue(()),
-                Err(e) => {
-                    err = Some(e);
-                    ControlFlow::Break(())
-                }
-            }
+            printer.record(r)
         },
     );
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    if let Some(e) = err {
+    if let Some(e) = printer.error.take() {
         return Err(e.into());
     }
-    sink.finish()?;
+    printer.finish()?;
     std::io::stderr().flush().ok();
     for i in &summary.issues {
         eprintln!(

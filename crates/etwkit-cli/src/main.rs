@@ -2,12 +2,16 @@
 
 use clap::{Parser, Subcommand};
 
+mod demo;
 mod dump;
 mod heap;
 mod info;
+mod print;
 mod progress;
 mod relog;
+mod sessions;
 mod stats;
+mod trace;
 
 #[derive(Parser)]
 #[command(
@@ -30,6 +34,15 @@ enum Command {
     Dump(dump::Args),
     /// Copy matching records of ETL files, merged in time order, into a new ETL file.
     Relog(relog::Args),
+    /// Trace live: tracepoint systems and the Winsock provider (Linux: tracefs, needs root).
+    Trace(trace::Args),
+    /// List live sessions (Linux: tracefs instances; etwkit's are etwkit-<pid>-<name>).
+    Sessions(sessions::Args),
+    /// List providers (Linux: every tracepoint system, plus Microsoft-Windows-Winsock-AFD).
+    Providers(sessions::Args),
+    /// The built-in demo workload (run traced by `etwkit` with no command).
+    #[command(name = "__demo-workload", hide = true)]
+    DemoWorkload,
     /// Trace the heap of processes (live on Linux) and report what is still allocated, by stack.
     Heap(heap::Args),
 }
@@ -41,11 +54,12 @@ fn main() {
         Some(Command::Stats(a)) => stats::run(a),
         Some(Command::Dump(a)) => dump::run(a),
         Some(Command::Relog(a)) => relog::run(a),
+        Some(Command::Trace(a)) => trace::run(a),
         Some(Command::Heap(a)) => heap::run(a),
-        None => {
-            use clap::CommandFactory;
-            Cli::command().print_help().map_err(Into::into)
-        }
+        Some(Command::Sessions(a)) => sessions::sessions(a),
+        Some(Command::Providers(a)) => sessions::providers(a),
+        Some(Command::DemoWorkload) => demo::workload(),
+        None => demo::run(),
     };
     if let Err(e) = result {
         // A closed pipe (e.g. `etwkit dump f.etl | head`) is not an error worth a message.

@@ -51,10 +51,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             );
         }
     }
-    if files
-        .iter()
-        .any(|f| std::path::absolute(f.path()).ok() == std::path::absolute(&a.output).ok())
-    {
+    let same = |p: &std::path::Path| {
+        let q = &a.output;
+        match (p.canonicalize(), q.canonicalize()) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => std::path::absolute(p).ok() == std::path::absolute(q).ok(),
+        }
+    };
+    if files.iter().any(|f| same(f.path())) {
         anyhow::bail!("the output {} is also an input", a.output.display());
     }
     let start = files

@@ -1,6 +1,6 @@
 //! `etwkit stats FILE`: counts, as text or one JSON object.
 
-use etwkit::etl::{stats::file_stats, EtlFile};
+use etwkit::etl::{stats::file_stats_with, EtlFile};
 
 use crate::info::TextOrJson;
 
@@ -10,11 +10,22 @@ pub struct Args {
     file: std::path::PathBuf,
     #[arg(long, value_enum, default_value = "text")]
     format: TextOrJson,
+    /// An instrumentation manifest (.man XML) describing providers in the trace (repeatable).
+    #[arg(long)]
+    manifest: Vec<std::path::PathBuf>,
+    /// Do not decode (`decoded` is null): counts only, fastest.
+    #[arg(long)]
+    raw: bool,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let f = EtlFile::open(&a.file)?;
-    let s = file_stats(&f);
+    let decoder = if a.raw {
+        None
+    } else {
+        Some(etwkit::decode::Decoder::for_file(crate::dump::registry(&a.manifest)?, &f).0)
+    };
+    let s = file_stats_with(&f, decoder.as_ref());
     if a.format == TextOrJson::Json {
         println!("{}", serde_json::to_string(&s)?);
         return Ok(());
@@ -40,6 +51,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             s.bad_buffers, s.bad_records
         );
     }
+    if let Some(d) = s.decoded {
+        println!("decoded: {d} of {} records", s.records);
+    }
     println!("header types:");
     for (k, v) in &s.header_types {
         println!("  {v:>10}  {k}");
@@ -53,6 +67,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if !s.ext_types.is_empty() {
         println!("extended data:");
         for (k, v) in &s.ext_types {
+            println!("  {v:>10}  {k}");
+        }
+    }
+    if !s.undecoded_by_provider.is_empty() {
+        println!("undecoded by provider:");
+        let mut u: Vec<_> = s.undecoded_by_provider.iter().collect();
+        u.sort_by(|a, b| b.1.cmp(a.1));
+        for (k, v) in u {
             println!("  {v:>10}  {k}");
         }
     }

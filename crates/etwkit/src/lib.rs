@@ -9,6 +9,7 @@
 //! `sink` / `analysis`.
 
 pub mod analysis;
+pub mod decode;
 pub mod etl;
 pub mod event;
 pub mod filter;

@@ -12,6 +12,11 @@
 //! - [`event_record`]: an [`EventRecord`] for one instance.
 //!
 //! Layouts follow `../shared/notes/etl-format.md` §4 and §6.
+//!
+//! Reader support differs: etl-parser (PyPI, 1.0.1) decodes CStr16, CStr8 (ASCII), I8..U64, F32,
+//! F64, Bool32, Binary, GUID, SYSTEMTIME, Hex32 and var-count arrays of those; it fails on Hex64,
+//! FILETIME, Str16/Str8, structs, const-count arrays and field tags. Fields that every reader must
+//! decode are best declared with those types (e.g. an address as U64 with [`OutType::Hex`]).
 
 use std::borrow::Cow;
 use std::fmt;

@@ -30,8 +30,9 @@ fn records(f: &EtlFile) -> (Vec<Rec>, etwkit::etl::ReadSummary) {
         v.push((e, r.raw.to_vec()));
         ControlFlow::Continue(())
     });
-    // The time merge orders simultaneous records of different CPUs by buffer; the format does not
-    // define that order, so compare per CPU: stable sort by (time, cpu) keeps each CPU's order.
+    // The time merge orders simultaneous records of different CPUs by buffer rank, which the copy
+    // changes (it packs each CPU's records into fresh buffers); the format does not define that order.
+    // So compare per CPU: a stable sort by (time, cpu) keeps each CPU's order, ties included.
     v.sort_by_key(|(e, _)| (e.raw_timestamp, e.cpu));
     (v, s)
 }

@@ -141,6 +141,9 @@ impl Deref for Data {
 /// An open ETL file.
 pub struct EtlFile {
     data: Data,
+    /// The open file behind a map: small reads (buffer headers, first records) go through it so they
+    /// do not make the map resident (see `mmap::read_at`).
+    file: Option<std::fs::File>,
     path: PathBuf,
     header: LogfileHeader,
     header_error: Option<String>,
@@ -227,7 +230,9 @@ impl EtlFile {
             path: path.clone(),
             source,
         })?;
-        Self::from_data(Data::Map(map), path)
+        let mut f = Self::from_data(Data::Map(map), path, Some(&file))?;
+        f.file = Some(file);
+        Ok(f)
     }
 
     /// Reads an ETL image held in memory.
@@ -236,11 +241,24 @@ impl EtlFile {
         if bytes.is_empty() {
             return Err(EtlError::Empty { path });
         }
-        Self::from_data(Data::Vec(bytes), path)
+        Self::from_data(Data::Vec(bytes), path, None)
     }
 
-    fn from_data(data: Data, path: PathBuf) -> Result<EtlFile, EtlError> {
+    fn from_data(
+        data: Data,
+        path: PathBuf,
+        file: Option<&std::fs::File>,
+    ) -> Result<EtlFile, EtlError> {
         let d: &[u8] = &data;
+        // Buffer headers come through positioned reads when there is a file (see mmap::read_at).
+        let header_at = |off: usize| -> BufferHeader {
+            let mut h = [0u8; BUFFER_HEADER_SIZE];
+            match file {
+                Some(f) if super::mmap::read_at(f, off as u64, &mut h).is_ok() => {}
+                _ => h.copy_from_slice(&d[off..off + BUFFER_HEADER_SIZE]),
+            }
+            BufferHeader::parse(&h).expect("72 bytes")
+        };
         let first = BufferHeader::parse(d).ok_or_else(|| EtlError::NotEtl {
             path: path.clone(),
             reason: format!(
@@ -277,7 +295,7 @@ impl EtlFile {
                 });
                 break;
             }
-            let h = BufferHeader::parse(&d[off..]).expect("length checked");
+            let h = header_at(off);
             if !h.plausible(MAX_BUFFER_SIZE) {
                 chain_bad_buffers += 1;
                 let resync = (off + 1..=d.len() - BUFFER_HEADER_SIZE).find(|&o| chains_at(d, o));
@@ -323,6 +341,7 @@ impl EtlFile {
         }
         let mut f = EtlFile {
             data,
+            file: None,
             path,
             header: default_header(),
             header_error: None,
@@ -332,6 +351,11 @@ impl EtlFile {
             chain_bad_buffers,
         };
         f.read_logfile_header();
+        // Touching each buffer header faulted whole regions in (fault-around); give them back so a
+        // walk keeps only the buffers in flight resident.
+        if let Data::Map(m) = &f.data {
+            super::mmap::release(m, 0, m.len());
+        }
         Ok(f)
     }
 
@@ -505,6 +529,13 @@ impl EtlFile {
         ControlFlow::Continue(())
     }
 
+    /// Drops the pages of a buffer we are done with from this process's resident set (mapped files).
+    fn release(&self, b: &BufferInfo) {
+        if let Data::Map(m) = &self.data {
+            super::mmap::release(m, b.file_offset as usize, b.header.buffer_size as usize);
+        }
+    }
+
     fn start_summary(&self) -> ReadSummary {
         let mut s = ReadSummary {
             bad_buffers: self.chain_bad_buffers,
@@ -573,7 +604,9 @@ impl EtlFile {
         match order {
             Order::File => {
                 for b in &self.buffers {
-                    if self.visit_one(b, &mut summary, f).is_break() {
+                    let flow = self.visit_one(b, &mut summary, f);
+                    self.release(b);
+                    if flow.is_break() {
                         break;
                     }
                     progress(b.file_offset + b.header.buffer_size as u64);
@@ -604,6 +637,7 @@ impl EtlFile {
                     fold(&mut acc, r);
                     ControlFlow::Continue(())
                 });
+                self.release(b);
                 (acc, s)
             })
             .reduce(
@@ -621,23 +655,30 @@ impl EtlFile {
     fn first_timestamp(&self, b: &BufferInfo) -> Option<i64> {
         let d: &[u8] = &self.data;
         let start = b.file_offset as usize;
-        let prefix: Cow<'_, [u8]> = if b.header.is_compressed() {
-            let end = (start + b.header.buffer_size as usize).min(d.len());
-            let mut v = d[start..start + BUFFER_HEADER_SIZE].to_vec();
+        let end = if b.header.is_compressed() {
+            (start + b.header.buffer_size as usize).min(d.len())
+        } else {
+            (start + b.header.valid_length() as usize).min(d.len())
+        };
+        // The first 1 KiB holds the first record (or enough LZ77 input to inflate it). Read it through
+        // the file, not the map, so the prescan does not make every buffer resident.
+        let want = (end - start).min(1024);
+        let mut raw = vec![0u8; want];
+        match &self.file {
+            Some(file) if super::mmap::read_at(file, start as u64, &mut raw).is_ok() => {}
+            _ => raw.copy_from_slice(&d[start..start + want]),
+        }
+        let prefix: Vec<u8> = if b.header.is_compressed() {
+            let mut v = raw[..BUFFER_HEADER_SIZE].to_vec();
             v.extend(compression::decompress_prefix(
-                &d[start + BUFFER_HEADER_SIZE..end],
+                &raw[BUFFER_HEADER_SIZE..],
                 512,
             ));
-            Cow::Owned(v)
+            v
         } else {
-            let len = (b.header.valid_length() as usize).min(d.len() - start);
-            Cow::Borrowed(&d[start..start + len])
+            raw
         };
-        let ctx = self.context(b);
-        match record::parse(&prefix, BUFFER_HEADER_SIZE, &ctx, b.header.timestamp) {
-            Ok(Next::Record(ev, _, _)) => Some(ev.raw_timestamp),
-            _ => None,
-        }
+        record::raw_timestamp_at(&prefix, BUFFER_HEADER_SIZE)
     }
 
     fn merge_by_time(
@@ -654,6 +695,9 @@ impl EtlFile {
             .map(|b| (self.first_timestamp(b).unwrap_or(i64::MIN), b.index))
             .collect();
         order.sort();
+        if let Data::Map(m) = &self.data {
+            super::mmap::release(m, 0, m.len());
+        }
         struct Cursor<'f> {
             info: &'f BufferInfo,
             data: Cow<'f, [u8]>,
@@ -756,6 +800,7 @@ impl EtlFile {
                 None => {
                     done_bytes += c.info.header.buffer_size as u64;
                     progress(done_bytes);
+                    self.release(c.info);
                     cursors[slot] = None;
                 }
             }

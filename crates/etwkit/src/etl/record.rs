@@ -394,3 +394,28 @@ pub fn message_fields(r: &[u8]) -> Option<MessageFields> {
     }
     Some(m)
 }
+
+/// The raw timestamp of the record at `pos`, reading only as far as the timestamp field (the record
+/// may extend past `buf`). For ordering buffers without reading them whole.
+pub fn raw_timestamp_at(buf: &[u8], pos: usize) -> Option<i64> {
+    let marker = u32::from_le_bytes(buf.get(pos..pos + 4)?.try_into().ok()?);
+    if marker == 0xFFFF_FFFF {
+        return None;
+    }
+    let f = (marker >> 24) as u8;
+    let ht = if f & 0xC0 == 0xC0 {
+        HeaderType::from_byte(((marker >> 16) & 0xFF) as u8)?
+    } else if f & 0xC0 == 0x80 {
+        HeaderType::Message
+    } else {
+        return None;
+    };
+    let at = match timestamp_offset(ht) {
+        Some(o) => pos + o,
+        None => {
+            let m = message_fields(buf.get(pos..)?)?;
+            pos + m.timestamp_offset?
+        }
+    };
+    Some(i64::from_le_bytes(buf.get(at..at + 8)?.try_into().ok()?))
+}

@@ -39,6 +39,10 @@ pub struct FileStats {
     pub closed_cleanly: bool,
     pub issues: Vec<ReadIssue>,
     pub issues_dropped: u64,
+    /// Records that got properties from a schema (null when stats ran without decoding).
+    pub decoded: Option<u64>,
+    /// Provider GUID → records of it without a known layout (empty without decoding).
+    pub undecoded_by_provider: BTreeMap<String, u64>,
 }
 
 #[derive(Default)]
@@ -48,10 +52,17 @@ struct Acc {
     ext_types: [u64; 20],
     first: i64,
     last: i64,
+    decoded: u64,
+    undecoded: BTreeMap<crate::Guid, u64>,
 }
 
 /// Computes the statistics of a file (in parallel by buffer).
 pub fn file_stats(file: &EtlFile) -> FileStats {
+    file_stats_with(file, None)
+}
+
+/// As [`file_stats`], also counting which records `decoder` decodes.
+pub fn file_stats_with(file: &EtlFile, decoder: Option<&crate::decode::Decoder>) -> FileStats {
     let (acc, summary) = file.par_fold(
         || Acc {
             first: i64::MAX,
@@ -66,6 +77,13 @@ pub fn file_stats(file: &EtlFile) -> FileStats {
             }
             a.first = a.first.min(r.timestamp);
             a.last = a.last.max(r.timestamp);
+            if let Some(d) = decoder {
+                if d.decode_etl(r).is_decoded() {
+                    a.decoded += 1;
+                } else {
+                    *a.undecoded.entry(r.provider).or_default() += 1;
+                }
+            }
         },
         |mut a, b| {
             for i in 0..32 {
@@ -79,6 +97,10 @@ pub fn file_stats(file: &EtlFile) -> FileStats {
             }
             a.first = a.first.min(b.first);
             a.last = a.last.max(b.last);
+            a.decoded += b.decoded;
+            for (k, v) in b.undecoded {
+                *a.undecoded.entry(k).or_default() += v;
+            }
             a
         },
     );
@@ -133,5 +155,11 @@ pub fn file_stats(file: &EtlFile) -> FileStats {
         closed_cleanly: header_ok && h.closed_cleanly(),
         issues: summary.issues,
         issues_dropped: summary.issues_dropped,
+        decoded: decoder.map(|_| acc.decoded),
+        undecoded_by_provider: acc
+            .undecoded
+            .into_iter()
+            .map(|(g, n)| (g.to_string(), n))
+            .collect(),
     }
 }

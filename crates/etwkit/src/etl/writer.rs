@@ -14,6 +14,26 @@
 //! EventsLost, BuffersLost and NumberOfProcessors. A writer killed before that leaves a file the
 //! reader reads up to its last whole buffer, and whose header says it was not closed cleanly
 //! ([`closed_cleanly`]).
+//!
+//! ```
+//! use etwkit::etl::writer::{Writer, WriterOptions};
+//! use etwkit::tlg::{self, InType, OutType, TlInstance, TlPayload, TlSchemaBuilder};
+//!
+//! let schema = TlSchemaBuilder::new("Etwkit-Example", "Hello")
+//!     .field("n", InType::U32, OutType::Default)
+//!     .build()?;
+//! let start = 133_000_000_000_000_000; // FILETIME
+//! let mut w = Writer::in_memory(WriterOptions::new(start))?; // Writer::create(path, ..) for a file
+//! let mut p = TlPayload::new();
+//! p.push_u32(7);
+//! let inst = TlInstance { pid: 1, tid: 2, cpu: 0, timestamp: start + 10, ..Default::default() };
+//! w.write_event(&tlg::event_record(&schema, &inst, p))?;
+//! let (summary, bytes) = w.finish_into_inner()?;
+//! assert_eq!(summary.records, 1);
+//! let f = etwkit::etl::EtlFile::from_vec(bytes)?;
+//! assert!(etwkit::etl::writer::closed_cleanly(f.header()));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::fs::File;
 use std::io::{self, Cursor, Seek, SeekFrom, Write};
@@ -128,6 +148,9 @@ pub struct WriterOptions {
     /// Process and thread recorded on the header record.
     pub pid: u32,
     pub tid: u32,
+    /// Like ETW's FlushTimer: when set, a write that comes this long after the last flush flushes
+    /// (partial buffers written, file synced); [`Writer::flush_if_due`] does the same when idle.
+    pub flush_interval: Option<std::time::Duration>,
 }
 
 /// The current time as a FILETIME.
@@ -136,6 +159,22 @@ pub fn now_filetime() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     FILETIME_UNIX_EPOCH + (d.as_nanos() / 100) as i64
+}
+
+/// This machine's CPU speed in MHz (Linux: `/proc/cpuinfo`), or 1000 when unknown. Readers such as
+/// dissect.etl divide by the header's CpuSpeedInMHz whatever the clock type, so it is never 0.
+pub fn cpu_speed_mhz() -> u32 {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("cpu MHz"))
+                .and_then(|l| l.split(':').nth(1))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .map(|m| m.round() as u32)
+        .filter(|&m| m > 0)
+        .unwrap_or(1000)
 }
 
 impl WriterOptions {
@@ -155,7 +194,7 @@ impl WriterOptions {
                 start_time,
                 frequency: 10_000_000,
             },
-            cpu_speed_mhz: 0,
+            cpu_speed_mhz: cpu_speed_mhz(),
             version: [10, 0, 1, 5],
             provider_version: 0,
             timer_resolution: 156_250,
@@ -168,6 +207,7 @@ impl WriterOptions {
             boot_time: 0,
             pid: std::process::id(),
             tid: 0,
+            flush_interval: None,
         }
     }
 
@@ -184,7 +224,9 @@ impl WriterOptions {
         o.pointer_size = h.logger_pointer_size();
         o.number_of_processors = h.number_of_processors;
         o.clock = clock;
-        o.cpu_speed_mhz = h.cpu_speed_mhz;
+        if h.cpu_speed_mhz != 0 || clock.clock_type == ClockType::CpuCycle {
+            o.cpu_speed_mhz = h.cpu_speed_mhz;
+        }
         o.version = [h.version[0], h.version[1], 1, 5];
         o.provider_version = h.provider_version;
         o.timer_resolution = h.timer_resolution;
@@ -277,6 +319,7 @@ pub struct Writer<W: Output = File> {
     header_payload_at: u64,
     failed: Option<String>,
     finished: bool,
+    last_flush: std::time::Instant,
 }
 
 impl Writer<File> {
@@ -329,6 +372,7 @@ impl<W: Output> Writer<W> {
             header_payload_at: (BUFFER_HEADER_SIZE + 0x20) as u64,
             failed: None,
             finished: false,
+            last_flush: std::time::Instant::now(),
         };
         let trailer = Trailer {
             end_time: 0,
@@ -636,7 +680,7 @@ impl<W: Output> Writer<W> {
         r[0x50..0x50 + ext.len()].copy_from_slice(ext);
         r[0x50 + ext.len()..].copy_from_slice(&ev.payload);
         self.note_time(ev.timestamp);
-        Ok(())
+        self.flush_if_due()
     }
 
     /// Copies one on-disk record (any header type) into `cpu`'s buffer byte for byte. `src` is the
@@ -688,7 +732,16 @@ impl<W: Output> Writer<W> {
         if let Some(t) = src_ts {
             self.note_time(src.to_filetime(t));
         }
-        Ok(())
+        self.flush_if_due()
+    }
+
+    /// Flushes when the options' `flush_interval` has passed since the last flush (a no-op without
+    /// one). Live sessions call it when idle, so quiet periods do not hold events back.
+    pub fn flush_if_due(&mut self) -> Result<(), WriteError> {
+        match self.opts.flush_interval {
+            Some(iv) if self.last_flush.elapsed() >= iv => self.flush(),
+            _ => Ok(()),
+        }
     }
 
     /// Counts events the source lost (written to the header's EventsLost at close).
@@ -706,6 +759,7 @@ impl<W: Output> Writer<W> {
     pub fn flush(&mut self) -> Result<(), WriteError> {
         self.check_ok()?;
         self.emit_all()?;
+        self.last_flush = std::time::Instant::now();
         self.sync()
     }
 

@@ -9,6 +9,8 @@
 //! (provider, id, version); kernel and classic MOF by (class/group GUID, opcode, version); TraceLogging
 //! by the metadata bytes themselves.
 
+pub mod builtin;
+
 use std::sync::Arc;
 
 use crate::guid::Guid;
@@ -117,4 +119,33 @@ pub enum SchemaKey {
         opcode: u8,
         version: u8,
     },
+}
+
+pub mod manifest;
+pub mod registry;
+pub mod tdh;
+pub mod tracelogging;
+pub mod types;
+
+pub use registry::Registry;
+
+/// A schema source (TraceLogging metadata, TRACE_EVENT_INFO blob, manifest XML) could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{what}: {reason} (at byte {offset})")]
+pub struct SchemaError {
+    /// Which kind of metadata was being read ("TraceLogging metadata", "TRACE_EVENT_INFO", ...).
+    pub what: &'static str,
+    /// Byte offset inside that metadata (line-less sources), or 0.
+    pub offset: usize,
+    pub reason: String,
+}
+
+impl SchemaError {
+    pub(crate) fn new(what: &'static str, offset: usize, reason: impl Into<String>) -> SchemaError {
+        SchemaError {
+            what,
+            offset,
+            reason: reason.into(),
+        }
+    }
 }

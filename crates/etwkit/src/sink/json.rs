@@ -128,14 +128,18 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 pub fn push_guid(l: &mut Vec<u8>, g: &crate::Guid) {
     let b = g.to_le_bytes();
     // Display order: data1 (BE of the LE u32), data2, data3, data4 bytes.
-    let order: [usize; 16] = [3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15];
-    for (i, &k) in order.iter().enumerate() {
+    const ORDER: [usize; 16] = [3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15];
+    let mut out = [b'-'; 36];
+    let mut o = 0;
+    for (i, &k) in ORDER.iter().enumerate() {
         if i == 4 || i == 6 || i == 8 || i == 10 {
-            l.push(b'-');
+            o += 1;
         }
-        l.push(HEX[(b[k] >> 4) as usize]);
-        l.push(HEX[(b[k] & 15) as usize]);
+        out[o] = HEX[(b[k] >> 4) as usize];
+        out[o + 1] = HEX[(b[k] & 15) as usize];
+        o += 2;
     }
+    l.extend_from_slice(&out);
 }
 
 /// Appends a u64 as lowercase hex without leading zeros.
@@ -169,19 +173,27 @@ fn opt_str(l: &mut Vec<u8>, key: &str, v: Option<&str>) {
 /// Appends `s` as a JSON string.
 pub fn escape(l: &mut Vec<u8>, s: &str) {
     l.push(b'"');
-    for &b in s.as_bytes() {
-        match b {
-            b'"' => l.extend_from_slice(b"\\\""),
-            b'\\' => l.extend_from_slice(b"\\\\"),
-            b'\n' => l.extend_from_slice(b"\\n"),
-            b'\r' => l.extend_from_slice(b"\\r"),
-            b'\t' => l.extend_from_slice(b"\\t"),
-            0..=0x1f => {
-                let _ = write!(l, "\\u{b:04x}");
-            }
-            _ => l.push(b),
+    let b = s.as_bytes();
+    let mut start = 0;
+    for (i, &c) in b.iter().enumerate() {
+        let esc: &[u8] = match c {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0..=0x1f => b"",
+            _ => continue,
+        };
+        l.extend_from_slice(&b[start..i]);
+        if esc.is_empty() {
+            let _ = write!(l, "\\u{c:04x}");
+        } else {
+            l.extend_from_slice(esc);
         }
+        start = i + 1;
     }
+    l.extend_from_slice(&b[start..]);
     l.push(b'"');
 }
 
@@ -222,6 +234,27 @@ mod tests {
             assert_eq!(
                 String::from_utf8(j.line.clone()).unwrap(),
                 crate::time::format_rfc3339(t)
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod escape_tests {
+    #[test]
+    fn escapes_like_serde_json() {
+        for s in [
+            "plain",
+            "quote\"back\\slash",
+            "ctl\u{1}\n\r\ttab",
+            "",
+            "ünïcødé ✓",
+        ] {
+            let mut l = Vec::new();
+            super::escape(&mut l, s);
+            assert_eq!(
+                String::from_utf8(l).unwrap(),
+                serde_json::to_string(s).unwrap()
             );
         }
     }

@@ -67,11 +67,22 @@ pub fn make_sink<'w>(format: Format, out: Box<dyn Write + 'w>) -> Box<dyn Sink +
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// Byte → its two lowercase hex digits.
+static HEX_PAIRS: [[u8; 2]; 256] = {
+    let mut t = [[0u8; 2]; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = [HEX[i >> 4], HEX[i & 15]];
+        i += 1;
+    }
+    t
+};
+
 /// Appends lowercase hex of `bytes`.
 pub(crate) fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.reserve(bytes.len() * 2);
-    for &b in bytes {
-        out.push(HEX[(b >> 4) as usize]);
-        out.push(HEX[(b & 15) as usize]);
+    let start = out.len();
+    out.resize(start + bytes.len() * 2, 0);
+    for (dst, &b) in out[start..].chunks_exact_mut(2).zip(bytes) {
+        dst.copy_from_slice(&HEX_PAIRS[b as usize]);
     }
 }

@@ -1,0 +1,67 @@
+//! The default job: with no command given, a built-in network workload (loopback TCP echo over IPv4
+//! and IPv6, a refused connect, a bind to a busy port, a peer reset, a UDP burst into a small receive
+//! buffer) runs under the Winsock provider and its events print.
+
+use std::time::Duration;
+
+use etwkit::live::{Etw, Level};
+use etwkit::sink::Format;
+
+use crate::trace::{report, stop_on_ctrl_c, Printer};
+
+/// The provider the demo enables.
+const WINSOCK: &str = "Microsoft-Windows-Winsock-AFD";
+
+/// The hidden `__demo-workload` subcommand: the workload itself, in the traced child.
+#[cfg(target_os = "linux")]
+pub fn workload() -> anyhow::Result<()> {
+    let facts = etwkit::live::linux::workload::run()?;
+    eprintln!("etwkit demo workload: {}", serde_json::to_string(&facts)?);
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn workload() -> anyhow::Result<()> {
+    anyhow::bail!("the built-in demo workload exists on Linux only for now")
+}
+
+pub fn run() -> anyhow::Result<()> {
+    #[cfg(target_os = "linux")]
+    etwkit::live::linux::check_available()?;
+    eprintln!("etwkit: no command given; tracing the built-in network demo under {WINSOCK} (see `etwkit --help`)");
+    let etw = Etw::new();
+    let mut trace = etw.open_trace("demo", None, None);
+    trace.enable(WINSOCK, 0, Level::VERBOSE)?;
+    let stop = trace.stop_handle();
+    stop_on_ctrl_c(&stop);
+    let exe = std::env::current_exe()?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("__demo-workload");
+    let mut child = trace.spawn(&mut cmd)?;
+    let s = stop.clone();
+    let waiter = std::thread::spawn(move || {
+        let st = child.wait();
+        // Let the softirq tail of the workload (FINs, resets) reach the ring.
+        std::thread::sleep(Duration::from_millis(100));
+        s.stop();
+        st
+    });
+    let mut printer = Printer::new(
+        Format::Table,
+        Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    );
+    let r = trace.process(|ev| printer.event(ev), None, None);
+    let sum = trace.stop(true);
+    printer.finish()?;
+    drop(printer);
+    r?;
+    let sum = sum?;
+    let st = waiter
+        .join()
+        .map_err(|_| anyhow::anyhow!("demo waiter panicked"))??;
+    report(&sum, Format::Table, &mut std::io::stdout().lock())?;
+    if !st.success() {
+        anyhow::bail!("the demo workload failed ({st})");
+    }
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! `etwkit trace`: a live session, printed as it runs or written to an ETL file.
+
+use std::io::Write;
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use etwkit::live::{Etw, Level, StopHandle, Trace, TraceSummary};
+use etwkit::sink::Format;
+
+use crate::dump::OutFormat;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A provider to enable: NAME or GUID, optionally `:LEVEL` (1-5, default 5) and `:KEYWORDS`
+    /// (hex any-keyword mask). Tracepoint systems (see `etwkit providers`) and
+    /// Microsoft-Windows-Winsock-AFD (alias `winsock`). Repeatable.
+    #[arg(long = "provider", short = 'p', required = true)]
+    providers: Vec<String>,
+    /// Trace only this process (every thread and child). Repeatable.
+    #[arg(long)]
+    pid: Vec<u32>,
+    /// Write an ETL file instead of printing events.
+    #[arg(short = 'o', long = "output")]
+    output: Option<PathBuf>,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+    #[arg(long, value_enum, default_value = "table")]
+    format: OutFormat,
+    /// Session name (the tracefs instance is etwkit-<pid>-<name>).
+    #[arg(long, default_value = "trace")]
+    name: String,
+    /// Per-CPU ring size in KiB.
+    #[arg(long, default_value_t = 8192)]
+    buffer_kb: u64,
+    /// A command to start suspended, trace, and stop with.
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+/// Parses `NAME[:LEVEL[:KEYWORDS]]`.
+pub fn parse_provider(s: &str) -> anyhow::Result<(String, u8, u64)> {
+    // A GUID has no ':'; names of tracepoint systems neither.
+    let mut it = s.splitn(3, ':');
+    let name = it.next().unwrap_or_default().to_string();
+    if name.is_empty() {
+        anyhow::bail!("--provider {s:?}: empty provider name");
+    }
+    let level = match it.next() {
+        None | Some("") => Level::VERBOSE,
+        Some(l) => l
+            .parse::<u8>()
+            .ok()
+            .filter(|l| (1..=5).contains(l))
+            .ok_or_else(|| anyhow::anyhow!("--provider {s:?}: level {l:?} is not 1-5"))?,
+    };
+    let kw = match it.next() {
+        None | Some("") => 0,
+        Some(k) => u64::from_str_radix(k.trim_start_matches("0x"), 16)
+            .map_err(|_| anyhow::anyhow!("--provider {s:?}: keywords {k:?} are not hex"))?,
+    };
+    Ok((name, level, kw))
+}
+
+pub use crate::print::Printer;
+
+/// Stops the trace on Ctrl-C (the handler can be installed once per process).
+pub fn stop_on_ctrl_c(stop: &StopHandle) {
+    let s = stop.clone();
+    let _ = ctrlc::set_handler(move || s.stop());
+}
+
+/// The end-of-trace report: stderr always, plus a JSON line in JSON mode.
+pub fn report(sum: &TraceSummary, format: Format, out: &mut dyn Write) -> std::io::Result<()> {
+    if format == Format::Json {
+        let v = serde_json::json!({ "etwkit_summary": sum });
+        writeln!(out, "{v}")?;
+    }
+    let detail: Vec<String> = sum
+        .lost_detail
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    eprintln!(
+        "etwkit: {} events delivered from {} kernel records; {} events lost{}",
+        sum.events_delivered,
+        sum.raw_records,
+        sum.events_lost,
+        if detail.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", detail.join(", "))
+        }
+    );
+    for i in &sum.issues {
+        eprintln!("etwkit: note: {i}");
+    }
+    Ok(())
+}
+
+pub fn enable_all(trace: &mut Trace, providers: &[String]) -> anyhow::Result<()> {
+    for p in providers {
+        let (name, level, kw) = parse_provider(p)?;
+        trace.enable_ex(name.as_str(), 0, level, kw, 0)?;
+    }
+    Ok(())
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let etw = Etw::new();
+    let mut trace = etw.open_trace(&a.name, a.output.as_deref(), None);
+    enable_all(&mut trace, &a.providers)?;
+    trace.set_buffer_kb(a.buffer_kb);
+    for &p in &a.pid {
+        trace.add_pid(p)?;
+    }
+    let stop = trace.stop_handle();
+    stop_on_ctrl_c(&stop);
+    let mut child_status = None;
+    let waiter = if a.command.is_empty() {
+        trace.start()?;
+        None
+    } else {
+        let mut cmd = std::process::Command::new(&a.command[0]);
+        cmd.args(&a.command[1..]);
+        let mut child = trace.spawn(&mut cmd)?;
+        let s = stop.clone();
+        Some(std::thread::spawn(move || {
+            let st = child.wait();
+            // Let the softirq tail of the command (FINs, resets) reach the ring.
+            std::thread::sleep(Duration::from_millis(100));
+            s.stop();
+            st.ok()
+        }))
+    };
+    if let Some(d) = a.duration {
+        let s = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs_f64(d.max(0.0)));
+            s.stop();
+        });
+    }
+    let format: Format = a.format.into();
+    let stdout = std::io::stdout();
+    let mut printer = Printer::new(
+        format,
+        Box::new(std::io::BufWriter::with_capacity(1 << 16, stdout.lock())),
+    );
+    let logfile = a.output.is_some();
+    let r = trace.process(
+        |ev| {
+            if logfile {
+                ControlFlow::Continue(())
+            } else {
+                printer.event(ev)
+            }
+        },
+        None,
+        None,
+    );
+    let sum = trace.stop(true);
+    printer.finish()?;
+    drop(printer);
+    r?;
+    let sum = sum?;
+    if let Some(w) = waiter {
+        child_status = w.join().ok().flatten();
+    }
+    report(&sum, format, &mut std::io::stdout().lock())?;
+    if let Some(p) = &a.output {
+        eprintln!("etwkit: wrote {}", p.display());
+    }
+    if let Some(code) = child_status.and_then(|s| s.code()) {
+        if code != 0 {
+            std::process::exit(code);
+        }
+    }
+    Ok(())
+}

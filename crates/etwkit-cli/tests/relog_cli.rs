@@ -1,0 +1,144 @@
+//! `etwkit relog` end to end: filters from the command line, a JSON summary on stdout, a file that
+//! `etwkit stats` reads, and clear errors for bad input.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn samples() -> Option<PathBuf> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/etl-samples");
+    if p.is_dir() {
+        return Some(p);
+    }
+    if std::env::var("ETWKIT_REQUIRE_SHARED").is_ok_and(|v| v == "1") {
+        panic!("../shared/etl-samples is missing but ETWKIT_REQUIRE_SHARED=1");
+    }
+    eprintln!("\n*** SKIPPED relog_cli: ../shared/etl-samples not found ***\n");
+    None
+}
+
+fn etwkit(args: &[&str]) -> (bool, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn relog_command_filters_and_stats_reads_the_result() {
+    let Some(s) = samples() else {
+        return;
+    };
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let out = tmp.join("cli_relog.etl");
+    let input = s.join("pktmonvpn_PktMon.etl");
+    let (ok, stdout, stderr) = etwkit(&[
+        "relog",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--provider",
+        "4d4f80d9-c8bd-4d73-bb5b-19c90402c5ac",
+        "--id",
+        "160",
+    ]);
+    assert!(ok, "{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let kept = summary["inputs"][0]["kept"].as_u64().unwrap();
+    // 3,646 id-160 packet events plus the PktMon schema records (EventInfo/EventMapInfo).
+    assert!(kept > 3646 && kept < 3646 + 84, "{kept}");
+    let (ok, stdout, stderr) = etwkit(&["stats", out.to_str().unwrap(), "--format", "json"]);
+    assert!(ok, "{stderr}");
+    let st: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        st["records"].as_u64().unwrap(),
+        kept + 1,
+        "kept records + logfile header"
+    );
+    assert_eq!(st["closed_cleanly"], serde_json::json!(true));
+    assert_eq!(st["bad_records"], serde_json::json!(0));
+    assert_eq!(
+        st["providers"]["4d4f80d9-c8bd-4d73-bb5b-19c90402c5ac"],
+        serde_json::json!(3646)
+    );
+    let _ = std::fs::remove_file(&out);
+
+    // Time window given as seconds from the trace start, two inputs merged.
+    let (ok, stdout, stderr) = etwkit(&[
+        "relog",
+        input.to_str().unwrap(),
+        s.join("etlparser_AMSITrace.etl").to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(summary["written"]["records"].as_u64().unwrap(), 4600 + 20);
+}
+
+#[test]
+fn relog_command_refuses_bad_input_clearly() {
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let bogus = tmp.join("not_an_etl.etl");
+    std::fs::write(
+        &bogus,
+        b"this is not a trace at all, just text that goes on for a while.......",
+    )
+    .unwrap();
+    let out = tmp.join("never.etl");
+    let (ok, _, stderr) = etwkit(&[
+        "relog",
+        bogus.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("not an ETL file"), "{stderr}");
+    let (ok, _, stderr) = etwkit(&[
+        "relog",
+        bogus.to_str().unwrap(),
+        "-o",
+        bogus.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("not an ETL file") || stderr.contains("also an input"),
+        "{stderr}"
+    );
+    let Some(s) = samples() else {
+        return;
+    };
+    let input = s.join("etlparser_AMSITrace.etl");
+    let (ok, _, stderr) = etwkit(&[
+        "relog",
+        input.to_str().unwrap(),
+        "-o",
+        input.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("also an input"), "{stderr}");
+    let (ok, _, stderr) = etwkit(&[
+        "relog",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--begin",
+        "yesterday",
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("neither RFC 3339"), "{stderr}");
+    let (ok, _, stderr) = etwkit(&[
+        "relog",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--buffer-kib",
+        "0",
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("buffer size"), "{stderr}");
+}

@@ -1,0 +1,1266 @@
+//! Payload + schema + pointer size → named values.
+//!
+//! [`decode_properties`] walks a payload against an [`EventSchema`]; [`Decoder`] adds the registry
+//! lookup, per-schema plans cached by schema, names, STRING_ONLY and WPP records, and stacks.
+//!
+//! # JSON
+//! [`Value`] and [`Properties`] implement `serde::Serialize`; properties keep schema order. The
+//! rendering is fixed:
+//! * Integers (8 to 64 bits, signed or not, PID/TID, ports, Win32 error codes) are JSON numbers,
+//!   written exactly as serde_json writes `u64`/`i64` — all 64 bits, no rounding. A consumer that
+//!   parses numbers into IEEE doubles (JavaScript) loses precision above 2^53; the hex renderings
+//!   below avoid that for the values where it matters most.
+//! * Hex-typed integers (HexInt8..64, TDH HEXINT32/64 in-types), pointers, SIZE_T and code pointers
+//!   are strings `"0x…"` (lowercase, no padding). NTSTATUS and HRESULT are `"0x%08x"` strings.
+//! * Floats are numbers (NaN/infinity as `null`); booleans `true`/`false`.
+//! * GUIDs are lowercase `8-4-4-4-12` strings; binaries `"0x…"` hex strings (`"0x"` when empty).
+//! * IPv4/IPv6 addresses, socket addresses (`1.2.3.4:80`, `[::1]:443`), SIDs (`S-1-5-18`) are strings.
+//! * FILETIMEs are RFC 3339 UTC strings (100 ns precision); SYSTEMTIMEs `YYYY-MM-DDTHH:MM:SS.mmm`
+//!   (no zone: the struct does not say which).
+//! * valueMap/bitMap values are their names (bitmaps: set flags in ascending bit order joined with
+//!   `|`, unnamed bits appended as hex);
+//!   a value with no name in its map stays a number.
+//! * Arrays are JSON arrays; structs are objects.
+//!
+//! ANSI strings are read as UTF-8 when valid, otherwise as Latin-1.
+
+pub mod stacks;
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, RwLock};
+
+use serde::ser::{SerializeMap, SerializeSeq};
+
+use crate::event::{flags, EventRecord, HeaderType, Stack};
+use crate::guid::Guid;
+use crate::schema::types::{in_type as it, out_type as ot};
+use crate::schema::{
+    Count, EventSchema, InType, Length, OutType, Property, PropertyKind, Registry, SchemaSource,
+    ValueMap,
+};
+
+/// One decoded value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    I64(i64),
+    U64(u64),
+    F32(f32),
+    F64(f64),
+    String(String),
+    Guid(Guid),
+    Binary(Vec<u8>),
+    Array(Vec<Value>),
+    Struct(Properties),
+    /// A hex-typed integer.
+    Hex(u64),
+    /// A pointer, SIZE_T or code pointer (already widened from the record's pointer size).
+    Pointer(u64),
+    Ipv4(Ipv4Addr),
+    Ipv6(Ipv6Addr),
+    /// A port, already converted from network byte order.
+    Port(u16),
+    SocketAddress(SocketAddr),
+    Win32Error(u32),
+    NtStatus(u32),
+    HResult(u32),
+    /// FILETIME (100 ns ticks since 1601, UTC).
+    FileTime(i64),
+    /// SYSTEMTIME: year, month, day-of-week, day, hour, minute, second, milliseconds.
+    SystemTime([u16; 8]),
+    Sid(String),
+    /// An integer with a valueMap/bitMap; `name` is the rendering.
+    Mapped {
+        value: u64,
+        name: String,
+    },
+}
+
+impl Value {
+    /// The value as an unsigned integer, for integer-like variants.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::U64(v) | Value::Hex(v) | Value::Pointer(v) => Some(v),
+            Value::I64(v) => u64::try_from(v).ok(),
+            Value::Port(p) => Some(p as u64),
+            Value::Win32Error(v) | Value::NtStatus(v) | Value::HResult(v) => Some(v as u64),
+            Value::Mapped { value, .. } => Some(value),
+            Value::Bool(b) => Some(b as u64),
+            Value::FileTime(t) => Some(t as u64),
+            _ => None,
+        }
+    }
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Value::I64(v) => Some(v),
+            _ => self.as_u64().and_then(|v| i64::try_from(v).ok()),
+        }
+    }
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) | Value::Sid(s) => Some(s),
+            Value::Mapped { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::F32(v) => Some(v as f64),
+            Value::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+    /// The JSON rendering (see the module doc).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+fn hex_bytes(b: &[u8]) -> String {
+    let mut s = String::with_capacity(2 + 2 * b.len());
+    s.push_str("0x");
+    for x in b {
+        let _ = write!(s, "{x:02x}");
+    }
+    s
+}
+
+impl serde::Serialize for Value {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::Null => s.serialize_unit(),
+            Value::Bool(b) => s.serialize_bool(*b),
+            Value::I64(v) => s.serialize_i64(*v),
+            Value::U64(v) => s.serialize_u64(*v),
+            Value::F32(v) => s.serialize_f32(*v),
+            Value::F64(v) => s.serialize_f64(*v),
+            Value::String(v) | Value::Sid(v) => s.serialize_str(v),
+            Value::Mapped { name, .. } => s.serialize_str(name),
+            Value::Guid(g) => s.collect_str(g),
+            Value::Binary(b) => s.serialize_str(&hex_bytes(b)),
+            Value::Array(a) => {
+                let mut q = s.serialize_seq(Some(a.len()))?;
+                for v in a {
+                    q.serialize_element(v)?;
+                }
+                q.end()
+            }
+            Value::Struct(p) => p.serialize(s),
+            Value::Hex(v) | Value::Pointer(v) => s.collect_str(&format_args!("0x{v:x}")),
+            Value::Ipv4(a) => s.collect_str(a),
+            Value::Ipv6(a) => s.collect_str(a),
+            Value::Port(p) => s.serialize_u16(*p),
+            Value::SocketAddress(a) => s.collect_str(a),
+            Value::Win32Error(v) => s.serialize_u32(*v),
+            Value::NtStatus(v) | Value::HResult(v) => s.collect_str(&format_args!("0x{v:08x}")),
+            Value::FileTime(t) => s.serialize_str(&crate::time::format_rfc3339(*t)),
+            Value::SystemTime(t) => s.collect_str(&format_args!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}",
+                t[0], t[1], t[3], t[4], t[5], t[6], t[7]
+            )),
+        }
+    }
+}
+
+/// Named values in schema order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Properties(pub Vec<(Arc<str>, Value)>);
+
+impl Properties {
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.0.iter().find(|(n, _)| &**n == name).map(|(_, v)| v)
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.0.iter().map(|(n, v)| (&**n, v))
+    }
+    pub fn push(&mut self, name: impl Into<Arc<str>>, v: Value) {
+        self.0.push((name.into(), v));
+    }
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl serde::Serialize for Properties {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(&**k, v)?;
+        }
+        m.end()
+    }
+}
+
+/// Decoding stopped: a value ran past the payload or the schema was unusable for it.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("property {property:?} at payload offset {offset}: {reason}")]
+pub struct DecodeError {
+    /// Path of the property (`Outer.Inner[2]`).
+    pub property: String,
+    pub offset: usize,
+    pub reason: String,
+    /// Everything decoded before the failure.
+    pub partial: Properties,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plans: a schema compiled once (names shared, types resolved) and reused for every event.
+
+#[derive(Debug)]
+struct PlanField {
+    name: Arc<str>,
+    in_type: InType,
+    out_type: OutType,
+    count: Count,
+    length: Length,
+    map: Option<Arc<ValueMap>>,
+    members: Option<Vec<PlanField>>,
+}
+
+/// A compiled [`EventSchema`].
+#[derive(Debug)]
+pub struct Plan {
+    fields: Vec<PlanField>,
+}
+
+impl Plan {
+    pub fn new(schema: &EventSchema) -> Plan {
+        Plan {
+            fields: compile(&schema.properties),
+        }
+    }
+    /// Decodes a payload with this plan.
+    pub fn decode(&self, payload: &[u8], pointer_size: u8) -> Result<Properties, DecodeError> {
+        self.decode_counted(payload, pointer_size).map(|(p, _)| p)
+    }
+
+    /// As [`Plan::decode`], also returning how many payload bytes the properties took.
+    pub fn decode_counted(
+        &self,
+        payload: &[u8],
+        pointer_size: u8,
+    ) -> Result<(Properties, usize), DecodeError> {
+        let mut cur = Cursor {
+            d: payload,
+            pos: 0,
+            ptr: if pointer_size == 4 { 4 } else { 8 },
+        };
+        let mut out = Properties(Vec::with_capacity(self.fields.len()));
+        match decode_level(&self.fields, &mut cur, &mut out) {
+            Ok(()) => Ok((out, cur.pos)),
+            Err(f) => Err(DecodeError {
+                property: f.path,
+                offset: f.offset,
+                reason: f.reason,
+                partial: out,
+            }),
+        }
+    }
+}
+
+fn compile(props: &[Property]) -> Vec<PlanField> {
+    props
+        .iter()
+        .map(|p| {
+            let (in_type, out_type, members) = match &p.kind {
+                PropertyKind::Scalar { in_type, out_type } => (*in_type, *out_type, None),
+                PropertyKind::Struct(m) => (0, 0, Some(compile(m))),
+            };
+            PlanField {
+                name: Arc::from(p.name.as_str()),
+                in_type,
+                out_type,
+                count: p.count.clone(),
+                length: p.length.clone(),
+                map: p.map.clone(),
+                members,
+            }
+        })
+        .collect()
+}
+
+/// Decodes `payload` against `schema` (pointer size per record: 4 or 8). On failure the error names
+/// the property and offset and carries what was decoded before it. Bytes after the last property are
+/// ignored (TDH does the same).
+pub fn decode_properties(
+    schema: &EventSchema,
+    payload: &[u8],
+    pointer_size: u8,
+) -> Result<Properties, DecodeError> {
+    Plan::new(schema).decode(payload, pointer_size)
+}
+
+struct Cursor<'a> {
+    d: &'a [u8],
+    pos: usize,
+    ptr: u8,
+}
+
+struct Fail {
+    path: String,
+    offset: usize,
+    reason: String,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.d.len())
+            .ok_or_else(|| {
+                format!(
+                    "needs {n} bytes but only {} remain",
+                    self.d.len().saturating_sub(self.pos)
+                )
+            })?;
+        let s = &self.d[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn rest(&mut self) -> &'a [u8] {
+        let s = &self.d[self.pos.min(self.d.len())..];
+        self.pos = self.d.len();
+        s
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, String> {
+        Ok(u16::from_le_bytes(
+            self.take(2)?.try_into().unwrap_or_default(),
+        ))
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().unwrap_or_default(),
+        ))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().unwrap_or_default(),
+        ))
+    }
+    fn ptr(&mut self) -> Result<u64, String> {
+        if self.ptr == 4 {
+            self.u32().map(|v| v as u64)
+        } else {
+            self.u64()
+        }
+    }
+}
+
+fn decode_level(
+    fields: &[PlanField],
+    cur: &mut Cursor<'_>,
+    out: &mut Properties,
+) -> Result<(), Fail> {
+    // Integer values of this level's properties, for count=/length= references.
+    let mut nums: Vec<Option<u64>> = Vec::with_capacity(fields.len());
+    for f in fields {
+        let start = cur.pos;
+        let fail = |reason: String, at: usize| Fail {
+            path: f.name.to_string(),
+            offset: at,
+            reason,
+        };
+        let referenced = |j: usize, what: &str| -> Result<u64, Fail> {
+            nums.get(j).copied().flatten().ok_or_else(|| {
+                fail(
+                    format!("its {what} property (#{j}) has no integer value"),
+                    start,
+                )
+            })
+        };
+        let len = match f.length {
+            Length::Natural => None,
+            Length::Fixed(n) => Some(n as u64),
+            Length::FromProperty(j) => Some(referenced(j, "length")?),
+        };
+        let n = match f.count {
+            Count::One => None,
+            Count::Fixed(n) => Some(n as u64),
+            Count::FromProperty(j) => Some(referenced(j, "count")?),
+            Count::Prefixed => Some(
+                cur.u16()
+                    .map_err(|r| fail(format!("array count: {r}"), start))? as u64,
+            ),
+        };
+        match n {
+            None => match one(f, cur, len) {
+                Ok(v) => {
+                    nums.push(v.as_u64());
+                    out.0.push((f.name.clone(), v));
+                }
+                Err(mut e) => {
+                    if e.path.is_empty() {
+                        e.path = f.name.to_string();
+                    } else {
+                        e.path = format!("{}.{}", f.name, e.path);
+                    }
+                    return Err(e);
+                }
+            },
+            Some(n) => {
+                let remaining = cur.d.len().saturating_sub(cur.pos) as u64;
+                // Elements of a real type take at least one byte; a few empty ones (NULL in-type,
+                // empty structs) are allowed, absurd counts are refused before allocating.
+                if n > remaining && n > 1024 {
+                    return Err(fail(
+                        format!(
+                            "array of {n} elements cannot fit in the {remaining} remaining bytes"
+                        ),
+                        start,
+                    ));
+                }
+                let mut arr = Vec::with_capacity(n.min(remaining + 1) as usize);
+                for i in 0..n {
+                    match one(f, cur, len) {
+                        Ok(v) => arr.push(v),
+                        Err(mut e) => {
+                            e.path = if e.path.is_empty() {
+                                format!("{}[{i}]", f.name)
+                            } else {
+                                format!("{}[{i}].{}", f.name, e.path)
+                            };
+                            out.0.push((f.name.clone(), Value::Array(arr)));
+                            return Err(e);
+                        }
+                    }
+                }
+                nums.push(None);
+                out.0.push((f.name.clone(), Value::Array(arr)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One element of a field. A returned `Fail` has an empty path when it is about `f` itself.
+fn one(f: &PlanField, cur: &mut Cursor<'_>, len: Option<u64>) -> Result<Value, Fail> {
+    let at = cur.pos;
+    if let Some(members) = &f.members {
+        let mut p = Properties(Vec::with_capacity(members.len()));
+        return match decode_level(members, cur, &mut p) {
+            Ok(()) => Ok(Value::Struct(p)),
+            Err(e) => Err(e),
+        };
+    }
+    scalar(f.in_type, f.out_type, f.map.as_deref(), cur, len).map_err(|reason| Fail {
+        path: String::new(),
+        offset: at,
+        reason,
+    })
+}
+
+fn utf16(b: &[u8]) -> String {
+    let units = b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
+    char::decode_utf16(units)
+        .map(|r| r.unwrap_or('\u{FFFD}'))
+        .collect()
+}
+
+fn ansi(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) => s.to_string(),
+        Err(_) => b.iter().map(|&c| c as char).collect(),
+    }
+}
+
+fn trim_nuls_utf16(mut b: &[u8]) -> &[u8] {
+    while b.len() >= 2 && b[b.len() - 2] == 0 && b[b.len() - 1] == 0 {
+        b = &b[..b.len() - 2];
+    }
+    b
+}
+
+fn trim_nuls(mut b: &[u8]) -> &[u8] {
+    while let [rest @ .., 0] = b {
+        b = rest;
+    }
+    b
+}
+
+/// A NUL-terminated UTF-16 string; without a terminator, the rest of the payload.
+fn cstr16<'a>(cur: &mut Cursor<'a>) -> &'a [u8] {
+    let rest = &cur.d[cur.pos.min(cur.d.len())..];
+    let mut i = 0;
+    while i + 1 < rest.len() {
+        if rest[i] == 0 && rest[i + 1] == 0 {
+            cur.pos += i + 2;
+            return &rest[..i];
+        }
+        i += 2;
+    }
+    cur.pos = cur.d.len();
+    rest
+}
+
+fn cstr8<'a>(cur: &mut Cursor<'a>) -> &'a [u8] {
+    let rest = &cur.d[cur.pos.min(cur.d.len())..];
+    match rest.iter().position(|&c| c == 0) {
+        Some(i) => {
+            cur.pos += i + 1;
+            &rest[..i]
+        }
+        None => {
+            cur.pos = cur.d.len();
+            rest
+        }
+    }
+}
+
+fn sid_string(b: &[u8]) -> String {
+    // revision, sub-authority count, 6-byte big-endian authority, n × u32 sub-authorities.
+    let auth = b[2..8].iter().fold(0u64, |a, &x| (a << 8) | x as u64);
+    let mut s = format!("S-{}-{}", b[0], auth);
+    for c in b[8..].chunks_exact(4) {
+        let _ = write!(s, "-{}", u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+    }
+    s
+}
+
+fn read_sid(cur: &mut Cursor<'_>) -> Result<Value, String> {
+    let head = cur
+        .d
+        .get(cur.pos..cur.pos + 8)
+        .ok_or_else(|| "SID header needs 8 bytes".to_string())?;
+    let n = head[1] as usize;
+    let b = cur
+        .take(8 + 4 * n)
+        .map_err(|r| format!("SID with {n} sub-authorities: {r}"))?;
+    Ok(Value::Sid(sid_string(b)))
+}
+
+fn socket_address(b: &[u8]) -> Option<SocketAddr> {
+    let fam = u16::from_le_bytes(b.get(..2)?.try_into().ok()?);
+    let port = u16::from_be_bytes(b.get(2..4)?.try_into().ok()?);
+    match fam {
+        2 => {
+            let a: [u8; 4] = b.get(4..8)?.try_into().ok()?;
+            Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::from(a)), port))
+        }
+        23 => {
+            let a: [u8; 16] = b.get(8..24)?.try_into().ok()?;
+            Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(a)), port))
+        }
+        _ => None,
+    }
+}
+
+fn binary_value(b: &[u8], out: OutType) -> Value {
+    match out {
+        ot::IPV6 if b.len() == 16 => {
+            Value::Ipv6(Ipv6Addr::from(<[u8; 16]>::try_from(b).unwrap_or_default()))
+        }
+        ot::IPV4 if b.len() == 4 => Value::Ipv4(Ipv4Addr::new(b[0], b[1], b[2], b[3])),
+        ot::SOCKETADDRESS => socket_address(b)
+            .map(Value::SocketAddress)
+            .unwrap_or_else(|| Value::Binary(b.to_vec())),
+        ot::STRING | ot::UTF8 => Value::String(ansi(trim_nuls(b))),
+        _ => Value::Binary(b.to_vec()),
+    }
+}
+
+fn map_name(map: &ValueMap, v: u64) -> Option<String> {
+    if !map.is_bitmap {
+        return map
+            .entries
+            .iter()
+            .find(|(k, _)| *k == v)
+            .map(|(_, n)| n.clone());
+    }
+    if v == 0 {
+        return map
+            .entries
+            .iter()
+            .find(|(k, _)| *k == 0)
+            .map(|(_, n)| n.clone());
+    }
+    let mut names: Vec<(u64, &str)> = Vec::new();
+    let mut left = v;
+    for (k, n) in &map.entries {
+        if *k != 0 && v & k == *k {
+            names.push((*k, n.as_str()));
+            left &= !k;
+        }
+    }
+    if names.is_empty() {
+        return None;
+    }
+    // Ascending bit order, whatever order the map lists its entries in.
+    names.sort_by_key(|e| e.0);
+    let names: Vec<&str> = names.into_iter().map(|e| e.1).collect();
+    let mut s = names.join("|");
+    if left != 0 {
+        let _ = write!(s, "|0x{left:x}");
+    }
+    Some(s)
+}
+
+/// An integer with its out-type applied. `signed` holds the sign-extended value for signed in-types.
+fn int_value(
+    u: u64,
+    signed: Option<i64>,
+    width: u8,
+    out: OutType,
+    map: Option<&ValueMap>,
+) -> Value {
+    if let Some(m) = map {
+        if let Some(name) = map_name(m, u) {
+            return Value::Mapped { value: u, name };
+        }
+    }
+    match out {
+        ot::HEXINT8 | ot::HEXINT16 | ot::HEXINT32 | ot::HEXINT64 => Value::Hex(u),
+        ot::BOOLEAN => Value::Bool(u != 0),
+        ot::PORT if width == 2 => Value::Port((u as u16).swap_bytes()),
+        ot::IPV4 if width == 4 => Value::Ipv4(Ipv4Addr::from((u as u32).to_le_bytes())),
+        ot::WIN32ERROR | ot::ERRORCODE if width == 4 => Value::Win32Error(u as u32),
+        ot::NTSTATUS if width == 4 => Value::NtStatus(u as u32),
+        ot::HRESULT if width == 4 => Value::HResult(u as u32),
+        ot::DATETIME | ot::DATETIME_UTC | ot::CULTURE_INSENSITIVE_DATETIME if width == 8 => {
+            Value::FileTime(u as i64)
+        }
+        ot::CODE_POINTER => Value::Pointer(u),
+        ot::STRING if width <= 2 => {
+            let c = if width == 1 {
+                Some(u as u8 as char)
+            } else {
+                char::from_u32(u as u32)
+            };
+            Value::String(c.map(String::from).unwrap_or_default())
+        }
+        ot::BYTE | ot::SHORT | ot::INT | ot::LONG => {
+            let s = match width {
+                1 => u as u8 as i8 as i64,
+                2 => u as u16 as i16 as i64,
+                4 => u as u32 as i32 as i64,
+                _ => u as i64,
+            };
+            Value::I64(s)
+        }
+        ot::UNSIGNEDBYTE | ot::UNSIGNEDSHORT | ot::UNSIGNEDINT | ot::UNSIGNEDLONG => Value::U64(u),
+        _ => match signed {
+            Some(s) => Value::I64(s),
+            None => Value::U64(u),
+        },
+    }
+}
+
+fn scalar(
+    in_t: InType,
+    out: OutType,
+    map: Option<&ValueMap>,
+    cur: &mut Cursor<'_>,
+    len: Option<u64>,
+) -> Result<Value, String> {
+    let len_bytes = |n: u64, unit: u64| -> Result<usize, String> {
+        n.checked_mul(unit)
+            .and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(|| format!("length {n} is too large"))
+    };
+    Ok(match in_t {
+        it::NULL => Value::Null,
+        it::UNICODESTRING => match len {
+            None => Value::String(utf16(cstr16(cur))),
+            Some(n) => Value::String(utf16(trim_nuls_utf16(cur.take(len_bytes(n, 2)?)?))),
+        },
+        it::ANSISTRING => {
+            let b = match len {
+                None => cstr8(cur),
+                Some(n) => trim_nuls(cur.take(len_bytes(n, 1)?)?),
+            };
+            Value::String(ansi(b))
+        }
+        it::INT8 => {
+            let v = cur.u8()?;
+            int_value(v as u64, Some(v as i8 as i64), 1, out, map)
+        }
+        it::UINT8 => int_value(cur.u8()? as u64, None, 1, out, map),
+        it::INT16 => {
+            let v = cur.u16()?;
+            int_value(v as u64, Some(v as i16 as i64), 2, out, map)
+        }
+        it::UINT16 => int_value(cur.u16()? as u64, None, 2, out, map),
+        it::INT32 => {
+            let v = cur.u32()?;
+            int_value(v as u64, Some(v as i32 as i64), 4, out, map)
+        }
+        it::UINT32 => int_value(cur.u32()? as u64, None, 4, out, map),
+        it::INT64 => {
+            let v = cur.u64()?;
+            int_value(v, Some(v as i64), 8, out, map)
+        }
+        it::UINT64 => int_value(cur.u64()?, None, 8, out, map),
+        it::FLOAT => Value::F32(f32::from_bits(cur.u32()?)),
+        it::DOUBLE => Value::F64(f64::from_bits(cur.u64()?)),
+        it::BOOLEAN => {
+            let v = cur.u32()?;
+            match map.and_then(|m| map_name(m, v as u64)) {
+                Some(name) => Value::Mapped {
+                    value: v as u64,
+                    name,
+                },
+                None => Value::Bool(v != 0),
+            }
+        }
+        it::BINARY => {
+            let b = match len {
+                Some(n) => cur.take(len_bytes(n, 1)?)?,
+                None if out == ot::IPV6 => cur.take(16)?,
+                None => cur.rest(),
+            };
+            binary_value(b, out)
+        }
+        it::GUID => Value::Guid(Guid::from_le_bytes(cur.take(16)?).unwrap_or_default()),
+        it::POINTER => {
+            let v = cur.ptr()?;
+            match out {
+                ot::UNSIGNEDLONG | ot::UNSIGNEDINT | ot::LONG => Value::U64(v),
+                _ => Value::Pointer(v),
+            }
+        }
+        it::SIZET => {
+            let v = cur.ptr()?;
+            match out {
+                ot::HEXINT64 | ot::HEXINT32 => Value::Hex(v),
+                _ => Value::U64(v),
+            }
+        }
+        it::FILETIME => Value::FileTime(cur.u64()? as i64),
+        it::SYSTEMTIME => {
+            let b = cur.take(16)?;
+            let mut t = [0u16; 8];
+            for (i, c) in b.chunks_exact(2).enumerate() {
+                t[i] = u16::from_le_bytes([c[0], c[1]]);
+            }
+            Value::SystemTime(t)
+        }
+        it::SID => read_sid(cur)?,
+        it::HEXINT32 => {
+            let v = cur.u32()? as u64;
+            match map.and_then(|m| map_name(m, v)) {
+                Some(name) => Value::Mapped { value: v, name },
+                None => Value::Hex(v),
+            }
+        }
+        it::HEXINT64 => {
+            let v = cur.u64()?;
+            match map.and_then(|m| map_name(m, v)) {
+                Some(name) => Value::Mapped { value: v, name },
+                None => Value::Hex(v),
+            }
+        }
+        it::MANIFEST_COUNTEDSTRING | it::COUNTEDSTRING => {
+            let n = cur.u16()? as usize;
+            Value::String(utf16(trim_nuls_utf16(cur.take(n)?)))
+        }
+        it::MANIFEST_COUNTEDANSISTRING | it::COUNTEDANSISTRING => {
+            let n = cur.u16()? as usize;
+            let b = trim_nuls(cur.take(n)?);
+            Value::String(ansi(b))
+        }
+        it::MANIFEST_COUNTEDBINARY => {
+            let n = cur.u16()? as usize;
+            binary_value(cur.take(n)?, out)
+        }
+        it::REVERSEDCOUNTEDSTRING => {
+            let n = cur.u16()?.swap_bytes() as usize;
+            Value::String(utf16(trim_nuls_utf16(cur.take(n)?)))
+        }
+        it::REVERSEDCOUNTEDANSISTRING => {
+            let n = cur.u16()?.swap_bytes() as usize;
+            Value::String(ansi(trim_nuls(cur.take(n)?)))
+        }
+        it::NONNULLTERMINATEDSTRING => {
+            let b = match len {
+                Some(n) => cur.take(len_bytes(n, 2)?)?,
+                None => cur.rest(),
+            };
+            Value::String(utf16(b))
+        }
+        it::NONNULLTERMINATEDANSISTRING => {
+            let b = match len {
+                Some(n) => cur.take(len_bytes(n, 1)?)?,
+                None => cur.rest(),
+            };
+            Value::String(ansi(b))
+        }
+        it::UNICODECHAR => Value::String(utf16(cur.take(2)?)),
+        it::ANSICHAR => Value::String((cur.u8()? as char).to_string()),
+        it::HEXDUMP => {
+            let n = cur.u32()? as usize;
+            Value::Binary(cur.take(n)?.to_vec())
+        }
+        it::WBEMSID => {
+            // TOKEN_USER: {PSID Sid, DWORD Attributes} padded to two pointers, then the SID itself.
+            // A first u32 of 0 means "no SID" and takes 4 bytes.
+            let first = cur
+                .d
+                .get(cur.pos..cur.pos + 4)
+                .ok_or_else(|| "WBEMSID needs at least 4 bytes".to_string())?;
+            if first == [0, 0, 0, 0] {
+                cur.take(4)?;
+                Value::Null
+            } else {
+                cur.take(2 * cur.ptr as usize)
+                    .map_err(|r| format!("WBEMSID TOKEN_USER header: {r}"))?;
+                read_sid(cur)?
+            }
+        }
+        other => return Err(format!("in-type {other} is not supported")),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Decoder: registry lookup + plan cache + names + special record kinds.
+
+/// A decoded event: names and values (what `etwkit dump` prints under `properties`).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct DecodedEvent {
+    pub provider_name: Option<String>,
+    pub event_name: Option<String>,
+    pub task_name: Option<String>,
+    pub opcode_name: Option<String>,
+    /// Empty when no layout is known (see `undecoded`).
+    pub properties: Properties,
+    /// Where the layout came from; `None` when undecoded.
+    pub source: Option<SchemaSource>,
+    /// Why the record has no (or only partial) properties; `None` when fully decoded.
+    pub undecoded: Option<String>,
+    /// Payload bytes after the last property (0 when the schema consumed the payload exactly).
+    /// TDH ignores them too; they are reported so that nothing is lost silently.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unread_bytes: usize,
+    /// The record's stack: its EVENT_HEADER stack item, with kernel StackWalk frames appended when
+    /// the decoder has a [`stacks::StackIndex`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack: Option<Stack>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl DecodedEvent {
+    /// True when the record got properties from a schema (fully, or partially before an error).
+    pub fn is_decoded(&self) -> bool {
+        self.source.is_some()
+    }
+}
+
+/// Plans by schema address; the schema is kept alive beside its plan so the address stays unique.
+type PlanCache = crate::schema::registry::FastMap<usize, (Arc<EventSchema>, Arc<Plan>)>;
+
+/// Owns a [`Registry`] and decodes records; plans are cached per schema.
+#[derive(Default)]
+pub struct Decoder {
+    registry: Registry,
+    plans: RwLock<PlanCache>,
+    stacks: Option<stacks::StackIndex>,
+    live: crate::schema::registry::Learner,
+}
+
+/// The on-disk markers of an EventSource manifest chunk (Id/Task 0xFFFE, Opcode 254).
+pub fn is_eventsource_manifest(rec: &EventRecord<'_>) -> bool {
+    rec.header_type.is_event_header() && rec.descriptor.id == 0xFFFE && rec.descriptor.opcode == 254
+}
+
+impl std::fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decoder")
+            .field("registry", &self.registry)
+            .field("plans", &self.plans.read().map(|p| p.len()).unwrap_or(0))
+            .field(
+                "stack_index",
+                &self.stacks.as_ref().map(|s| s.stackwalk_events()),
+            )
+            .finish()
+    }
+}
+
+impl Decoder {
+    pub fn new(registry: Registry) -> Decoder {
+        Decoder {
+            registry,
+            plans: RwLock::new(PlanCache::default()),
+            stacks: None,
+            live: Default::default(),
+        }
+    }
+
+    /// Learning as records stream by (live sessions, or a file read once without a pre-scan): call it
+    /// for every record before [`Decoder::decode`]. Embedded metadata is collected and registered as
+    /// soon as a non-metadata record follows it (maps follow their EventInfo). Returns whether `rec`
+    /// was metadata. Events met before their metadata stay undecoded; for files,
+    /// [`Decoder::for_file`] avoids that with a pre-scan.
+    pub fn learn(&mut self, rec: &EventRecord<'_>) -> bool {
+        if crate::schema::registry::Learner::is_metadata(rec) {
+            self.live.observe(rec);
+            return true;
+        }
+        if self.live.has_pending() {
+            self.live.flush(&mut self.registry);
+        }
+        false
+    }
+
+    /// What [`Decoder::learn`] has registered so far.
+    pub fn learned(&self) -> &crate::schema::registry::LearnSummary {
+        self.live.summary()
+    }
+
+    /// A decoder for one file: a single pre-scan pass feeds `registry` the file's embedded metadata
+    /// (EventInfo/EventMapInfo, EventSource manifests) and indexes its kernel StackWalk events.
+    pub fn for_file(
+        mut registry: Registry,
+        file: &crate::etl::EtlFile,
+    ) -> (Decoder, crate::schema::registry::LearnSummary) {
+        let mut learner = crate::schema::registry::Learner::default();
+        let mut index = stacks::StackIndex::new();
+        file.for_each(crate::etl::Order::File, |r| {
+            if !index.observe(&r.event) {
+                learner.observe(&r.event);
+            }
+            std::ops::ControlFlow::Continue(())
+        });
+        let summary = learner.finish(&mut registry);
+        let mut d = Decoder::new(registry);
+        if index.stackwalk_events() > 0 {
+            d.stacks = Some(index);
+        }
+        (d, summary)
+    }
+
+    /// Uses `index` to attach kernel StackWalk stacks.
+    pub fn set_stack_index(&mut self, index: stacks::StackIndex) {
+        self.stacks = Some(index);
+    }
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        self.plans.get_mut().map(|p| p.clear()).ok();
+        &mut self.registry
+    }
+
+    fn plan(&self, schema: &Arc<EventSchema>) -> Arc<Plan> {
+        let key = Arc::as_ptr(schema) as usize;
+        if let Ok(p) = self.plans.read() {
+            if let Some((_, plan)) = p.get(&key) {
+                return plan.clone();
+            }
+        }
+        let plan = Arc::new(Plan::new(schema));
+        if let Ok(mut p) = self.plans.write() {
+            p.insert(key, (schema.clone(), plan.clone()));
+        }
+        plan
+    }
+
+    /// Names and values of one record. Never fails: what cannot be decoded is said in `undecoded`.
+    pub fn decode(&self, rec: &EventRecord<'_>) -> DecodedEvent {
+        let mut ev = DecodedEvent {
+            provider_name: self.registry.provider_name(rec),
+            stack: record_stack(rec, self.stacks.as_ref()),
+            ..Default::default()
+        };
+        if rec.header_type == HeaderType::Message {
+            ev.properties = wpp_fields(rec);
+            ev.undecoded = Some("WPP message: no TMF available, raw fields only".into());
+            return ev;
+        }
+        if rec.header_type.is_event_header() && rec.flags & flags::STRING_ONLY != 0 {
+            let mut cur = Cursor {
+                d: &rec.payload,
+                pos: 0,
+                ptr: rec.pointer_size,
+            };
+            ev.properties
+                .push("String", Value::String(utf16(cstr16(&mut cur))));
+            ev.source = Some(SchemaSource::Builtin);
+            return ev;
+        }
+        if is_eventsource_manifest(rec) {
+            ev.event_name = Some("ManifestData".into());
+            let p = &rec.payload;
+            if p.len() >= 8 {
+                ev.properties.push("Format", Value::U64(p[0] as u64));
+                ev.properties.push("MajorVersion", Value::U64(p[1] as u64));
+                ev.properties.push("MinorVersion", Value::U64(p[2] as u64));
+                ev.properties.push("Magic", Value::U64(p[3] as u64));
+                ev.properties.push(
+                    "TotalChunks",
+                    Value::U64(u16::from_le_bytes([p[4], p[5]]) as u64),
+                );
+                ev.properties.push(
+                    "ChunkNumber",
+                    Value::U64(u16::from_le_bytes([p[6], p[7]]) as u64),
+                );
+                // As TraceEvent names it: the whole payload, header included.
+                ev.properties
+                    .push("PayloadLength", Value::U64(p.len() as u64));
+                ev.source = Some(SchemaSource::EventSourceManifest);
+            } else {
+                ev.undecoded = Some(format!(
+                    "EventSource manifest chunk of {} bytes is shorter than its 8-byte header",
+                    p.len()
+                ));
+            }
+            return ev;
+        }
+        if rec.header_type.is_classic() && rec.provider == crate::schema::tdh::METADATA_CLASS {
+            metadata_record(rec, &mut ev);
+            return ev;
+        }
+        let schema = match self.registry.try_lookup(rec) {
+            Ok(Some(s)) => s,
+            Ok(None) => {
+                ev.undecoded = Some("no schema for this event".into());
+                return ev;
+            }
+            Err(e) => {
+                ev.undecoded = Some(e.to_string());
+                return ev;
+            }
+        };
+        if ev.provider_name.is_none() {
+            ev.provider_name = schema.provider_name.clone();
+        }
+        ev.event_name = schema.event_name.clone();
+        ev.task_name = schema.task_name.clone();
+        ev.opcode_name = schema.opcode_name.clone();
+        ev.source = Some(schema.source);
+        match self
+            .plan(&schema)
+            .decode_counted(&rec.payload, rec.pointer_size)
+        {
+            Ok((p, used)) => {
+                ev.properties = p;
+                ev.unread_bytes = rec.payload.len() - used;
+            }
+            Err(e) => {
+                ev.undecoded = Some(e.to_string());
+                ev.properties = e.partial;
+            }
+        }
+        ev
+    }
+}
+
+impl Decoder {
+    /// As [`Decoder::decode`], for a record read from an ETL file: WPP MESSAGE records also get the
+    /// optional header items the [`EventRecord`] does not carry (sequence number, component id,
+    /// option flags), read from the raw record.
+    pub fn decode_etl(&self, r: &crate::etl::Record<'_>) -> DecodedEvent {
+        let mut ev = self.decode(&r.event);
+        if r.event.header_type == HeaderType::Message {
+            if let Some(m) = crate::etl::record::message_fields(r.raw) {
+                ev.properties
+                    .push("OptionFlags", Value::Hex(m.option_flags as u64));
+                if let Some(s) = m.sequence {
+                    ev.properties.push("Sequence", Value::U64(s as u64));
+                }
+                if let Some(c) = m.component_id {
+                    ev.properties.push("ComponentId", Value::U64(c as u64));
+                }
+            }
+        }
+        ev
+    }
+}
+
+/// KernelTraceControl MetaData records (EventInfo / EventMapInfo): what they describe.
+fn metadata_record(rec: &EventRecord<'_>, ev: &mut DecodedEvent) {
+    use crate::schema::tdh;
+    ev.provider_name = Some("KernelTraceControl".into());
+    ev.task_name = Some("MetaData".into());
+    let p = &mut ev.properties;
+    match rec.descriptor.opcode {
+        tdh::OPCODE_EVENT_INFO => {
+            ev.opcode_name = Some("EventInfo".into());
+            match tdh::parse_event_info(&rec.payload) {
+                Ok(info) => {
+                    let d = &rec.payload;
+                    p.push(
+                        "ProviderGuid",
+                        Value::Guid(Guid::from_le_bytes(d).unwrap_or_default()),
+                    );
+                    p.push(
+                        "EventGuid",
+                        Value::Guid(Guid::from_le_bytes(&d[16..]).unwrap_or_default()),
+                    );
+                    p.push(
+                        "EventId",
+                        Value::U64(u16::from_le_bytes([d[0x20], d[0x21]]) as u64),
+                    );
+                    p.push("Version", Value::U64(d[0x22] as u64));
+                    p.push("Opcode", Value::U64(d[0x25] as u64));
+                    p.push(
+                        "DecodingSource",
+                        Value::U64(u32::from_le_bytes([d[0x30], d[0x31], d[0x32], d[0x33]]) as u64),
+                    );
+                    if let Some(i) = info {
+                        let s = &i.schema;
+                        let name = |v: &Option<String>| {
+                            v.clone().map(Value::String).unwrap_or(Value::Null)
+                        };
+                        p.push("ProviderName", name(&s.provider_name));
+                        p.push("TaskName", name(&s.task_name));
+                        p.push("OpcodeName", name(&s.opcode_name));
+                        p.push("EventName", name(&s.event_name));
+                        p.push("TopLevelProperties", Value::U64(s.properties.len() as u64));
+                    }
+                    ev.source = Some(SchemaSource::Embedded);
+                }
+                Err(e) => ev.undecoded = Some(e.to_string()),
+            }
+        }
+        tdh::OPCODE_MAP_INFO => {
+            ev.opcode_name = Some("EventMapInfo".into());
+            match tdh::parse_map_info(&rec.payload) {
+                Ok((provider, map)) => {
+                    p.push("ProviderGuid", Value::Guid(provider));
+                    p.push("MapName", Value::String(map.name));
+                    p.push("IsBitmap", Value::Bool(map.is_bitmap));
+                    p.push("Entries", Value::U64(map.entries.len() as u64));
+                    ev.source = Some(SchemaSource::Embedded);
+                }
+                Err(e) => ev.undecoded = Some(e.to_string()),
+            }
+        }
+        other => {
+            ev.undecoded = Some(format!(
+                "KernelTraceControl MetaData record of unknown type {other}"
+            ))
+        }
+    }
+}
+
+/// Counts for `etwkit stats`: records, records with properties, and the undecoded ones by provider
+/// (name when known, else the GUID).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DecodeStats {
+    pub records: u64,
+    pub decoded: u64,
+    pub undecoded_by_provider: std::collections::BTreeMap<String, u64>,
+}
+
+impl DecodeStats {
+    pub fn add(&mut self, rec: &EventRecord<'_>, d: &DecodedEvent) {
+        self.records += 1;
+        if d.is_decoded() {
+            self.decoded += 1;
+        } else {
+            let k = d
+                .provider_name
+                .clone()
+                .unwrap_or_else(|| rec.provider.to_string());
+            *self.undecoded_by_provider.entry(k).or_default() += 1;
+        }
+    }
+    pub fn merge(&mut self, o: DecodeStats) {
+        self.records += o.records;
+        self.decoded += o.decoded;
+        for (k, v) in o.undecoded_by_provider {
+            *self.undecoded_by_provider.entry(k).or_default() += v;
+        }
+    }
+}
+
+/// A WPP MESSAGE record's raw fields (no TMF: the argument blob cannot be formatted).
+fn wpp_fields(rec: &EventRecord<'_>) -> Properties {
+    let mut p = Properties::default();
+    p.push(
+        "MessageNumber",
+        Value::U64(rec.hook_id.unwrap_or(rec.descriptor.id) as u64),
+    );
+    p.push("MessageGuid", Value::Guid(rec.provider));
+    p.push("PointerSize", Value::U64(rec.pointer_size as u64));
+    p.push("Arguments", Value::Binary(rec.payload.to_vec()));
+    p
+}
+
+/// The stack of `rec`: its EVENT_HEADER stack item, with kernel StackWalk frames from `index`
+/// appended (either alone when only one exists).
+pub fn record_stack(rec: &EventRecord<'_>, index: Option<&stacks::StackIndex>) -> Option<Stack> {
+    let walked = index.and_then(|i| i.stack_for(rec));
+    match (rec.stack(), walked) {
+        (Some(mut own), Some(w)) => {
+            own.addresses.extend(w.addresses);
+            Some(own)
+        }
+        (own, w) => own.or(w),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::Property;
+
+    fn schema(props: Vec<Property>) -> EventSchema {
+        EventSchema {
+            provider: Guid::ZERO,
+            provider_name: None,
+            event_name: None,
+            task_name: None,
+            opcode_name: None,
+            keywords_name: None,
+            properties: props,
+            source: SchemaSource::UserManifest,
+        }
+    }
+
+    #[test]
+    fn truncated_payload_names_property_and_offset() {
+        let s = schema(vec![
+            Property::scalar("A", it::UINT32, 0),
+            Property::scalar("B", it::UINT64, 0),
+        ]);
+        let e = decode_properties(&s, &[1, 0, 0, 0, 2, 0], 8).unwrap_err();
+        assert_eq!(e.property, "B");
+        assert_eq!(e.offset, 4);
+        assert_eq!(e.partial.get("A"), Some(&Value::U64(1)));
+        assert!(e.to_string().contains("only 2 remain"), "{e}");
+    }
+
+    #[test]
+    fn counts_lengths_and_renderings() {
+        let mut bin = Property::scalar("Data", it::BINARY, 0);
+        bin.length = Length::FromProperty(0);
+        let mut arr = Property::scalar("Ports", it::UINT16, ot::PORT);
+        arr.count = Count::FromProperty(1);
+        let s = schema(vec![
+            Property::scalar("Len", it::UINT8, 0),
+            Property::scalar("N", it::UINT16, 0),
+            bin,
+            arr,
+            Property::scalar("Ok", it::BOOLEAN, 0),
+            Property::scalar("Addr", it::UINT32, ot::IPV4),
+            Property::scalar("P", it::POINTER, 0),
+            Property::scalar("Sid", it::WBEMSID, 0),
+        ]);
+        let mut p = vec![
+            3u8, 2, 0, 0xaa, 0xbb, 0xcc, 0x00, 0x50, 0x01, 0xbb, 1, 0, 0, 0, 10, 0, 0, 1,
+        ];
+        p.extend_from_slice(&0xdead_beefu32.to_le_bytes());
+        p.extend_from_slice(&[0xff; 8]); // TOKEN_USER (32-bit: 2 × 4 bytes)
+        p.extend_from_slice(&[1, 1, 0, 0, 0, 0, 0, 5, 18, 0, 0, 0]);
+        let v = decode_properties(&s, &p, 4).unwrap();
+        let j = serde_json::to_string(&v).unwrap();
+        assert_eq!(
+            j,
+            r#"{"Len":3,"N":2,"Data":"0xaabbcc","Ports":[80,443],"Ok":true,"Addr":"10.0.0.1","P":"0xdeadbeef","Sid":"S-1-5-18"}"#
+        );
+    }
+}

@@ -1,0 +1,184 @@
+//! The built-in network workload: a loopback TCP echo over IPv4 and IPv6, a refused connect, a bind
+//! to a busy port, a peer reset and a UDP burst that overflows a small receive buffer. It returns what
+//! it did (pids, tids, ports, byte counts) so a trace of it can be checked against the facts.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// One TCP echo exchange.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct EchoFacts {
+    pub client_tid: u32,
+    pub server_tid: u32,
+    pub server_addr: String,
+    pub server_port: u16,
+    pub client_port: u16,
+    pub bytes: usize,
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct Facts {
+    pub pid: u32,
+    pub v4: EchoFacts,
+    pub v6: EchoFacts,
+    pub refused_port: u16,
+    pub refused_errno: i32,
+    pub refused_tid: u32,
+    pub busy_port: u16,
+    pub bind_errno: i32,
+    pub reset_client_port: u16,
+    pub reset_server_port: u16,
+    pub reset_errno: i32,
+    pub udp_port: u16,
+    pub udp_sent: u32,
+    pub udp_received: u32,
+    pub udp_tid: u32,
+}
+
+fn tid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+fn setsockopt_int(fd: i32, level: i32, name: i32, v: i32) -> std::io::Result<()> {
+    // SAFETY: v lives for the call; its size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn echo(addr: SocketAddr, bytes: usize) -> std::io::Result<EchoFacts> {
+    let listener = TcpListener::bind(addr)?;
+    let server_addr = listener.local_addr()?;
+    let server = std::thread::spawn(move || -> std::io::Result<u32> {
+        let (mut s, _) = listener.accept()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf)?;
+        s.write_all(&buf)?;
+        drop(s);
+        Ok(tid())
+    });
+    let mut c = TcpStream::connect(server_addr)?;
+    let client_port = c.local_addr()?.port();
+    let payload: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+    c.write_all(&payload)?;
+    c.shutdown(Shutdown::Write)?;
+    let mut back = Vec::new();
+    c.read_to_end(&mut back)?;
+    if back != payload {
+        return Err(std::io::Error::other("echo mismatch"));
+    }
+    drop(c);
+    let server_tid = server
+        .join()
+        .map_err(|_| std::io::Error::other("server thread panicked"))??;
+    Ok(EchoFacts {
+        client_tid: tid(),
+        server_tid,
+        server_addr: server_addr.ip().to_string(),
+        server_port: server_addr.port(),
+        client_port,
+        bytes,
+    })
+}
+
+/// Runs the workload and returns its facts.
+pub fn run() -> std::io::Result<Facts> {
+    let mut f = Facts {
+        pid: std::process::id(),
+        ..Default::default()
+    };
+    f.v4 = echo(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), 1234)?;
+    f.v6 = echo(SocketAddr::from((Ipv6Addr::LOCALHOST, 0)), 4321)?;
+
+    // Refused connect: a port that was just free.
+    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port();
+    f.refused_port = port;
+    f.refused_tid = tid();
+    match TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
+        Ok(_) => return Err(std::io::Error::other("connect to a closed port succeeded")),
+        Err(e) => f.refused_errno = e.raw_os_error().unwrap_or(0),
+    }
+
+    // Bind to a busy port.
+    let busy = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    f.busy_port = busy.local_addr()?.port();
+    match TcpListener::bind((Ipv4Addr::LOCALHOST, f.busy_port)) {
+        Ok(_) => return Err(std::io::Error::other("second bind succeeded")),
+        Err(e) => f.bind_errno = e.raw_os_error().unwrap_or(0),
+    }
+    drop(busy);
+
+    // Peer reset: the server closes with SO_LINGER 0.
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    f.reset_server_port = l.local_addr()?.port();
+    let mut c = TcpStream::connect(l.local_addr()?)?;
+    f.reset_client_port = c.local_addr()?.port();
+    let (s, _) = l.accept()?;
+    let lg = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: lg lives for the call; its size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&lg as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    drop(s);
+    let mut b = [0u8; 16];
+    match c.read(&mut b) {
+        Ok(_) => return Err(std::io::Error::other("read after peer reset did not fail")),
+        Err(e) => f.reset_errno = e.raw_os_error().unwrap_or(0),
+    }
+    drop(c);
+    drop(l);
+
+    // UDP burst into a small receive buffer.
+    let rx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+    setsockopt_int(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 2048)?;
+    f.udp_port = rx.local_addr()?.port();
+    let tx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+    f.udp_tid = tid();
+    let dgram = [0x5au8; 1000];
+    for _ in 0..64 {
+        tx.send_to(&dgram, rx.local_addr()?)?;
+        f.udp_sent += 1;
+    }
+    rx.set_read_timeout(Some(Duration::from_millis(50)))?;
+    let mut buf = [0u8; 2048];
+    while rx.recv_from(&mut buf).is_ok() {
+        f.udp_received += 1;
+    }
+    Ok(f)
+}
+
+/// A syscall storm: `n` calls of `close(-1)` (each fails with EBADF without touching any file).
+pub fn storm(n: u64) {
+    for _ in 0..n {
+        // SAFETY: closing descriptor -1 only returns EBADF.
+        unsafe { libc::close(-1) };
+    }
+}
