@@ -51,7 +51,7 @@ fn stackwalk(
 fn windows_heap_trace_report() {
     let start = 133_000_000_000_000_000i64;
     let mut w = Writer::in_memory(WriterOptions::new(start)).unwrap();
-    let clock = w.clock().clone();
+    let clock = *w.clock();
     let (pid, tid) = (4242u32, 77u32);
     let heap = 0x0000_01d0_0000_0000u64;
     let leak_stack = [0x7ff6_1000_1234u64, 0x7ff6_1000_5678, 0x7ffb_2000_0010];
