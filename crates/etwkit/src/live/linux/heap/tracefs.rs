@@ -2,7 +2,8 @@
 //! uprobe costs nothing to anyone. We only open its id through perf_event_open with pid = a target
 //! thread, which inserts breakpoints into that process's memory map alone (linux-tracing.md §3:
 //! "perf on a tracefs-defined uprobe id": untargeted processes run at full speed).
-//! Definitions are removed on drop (`-:GROUP/NAME`, appended: `uprobe_events` is machine-wide).
+//! Definitions are removed on drop (`-:GROUP/NAME`, appended: `uprobe_events` is machine-wide), and
+//! orphans of dead tracers at the next start.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
