@@ -268,6 +268,12 @@ fn live_shim(
         Some(c) => Some(c.wait()?),
         None => None,
     };
+    if let Some(sig) = status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s)) {
+        // The shim flushes at exit; a process killed by a signal loses what it had not sent.
+        an.add_note(format!(
+            "the command was killed by signal {sig}: heap operations it had not sent yet are missing"
+        ));
+    }
     let mut namer = LinuxStackNamer::new(trace.maps());
     let report = an.report(Some(&mut namer), a.top, a.frames);
     if let Some(s) = status {

@@ -174,3 +174,46 @@ fn heap_command_shim_mode() {
 fn heap_command_uprobe_mode() {
     check_live_and_etl("uprobe");
 }
+
+/// C++ `new[]`/`delete[]`: libstdc++'s operators call malloc/free, so both modes see them; the
+/// allocator frames (operator new, malloc) are trimmed and the leak is attributed to the C++ caller.
+#[test]
+fn heap_command_cxx_operator_new() {
+    let Some((_, shim)) = setup("heap_cli_cxx") else {
+        return;
+    };
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../etwkit/tests/heap_progs/cxx.cpp");
+    let bin = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli_cxx");
+    let st = Command::new("g++")
+        .args(["-g", "-O1", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("g++");
+    assert!(st.success());
+    let expected: u64 = (0..5).map(|i| 2000 + i).sum();
+    for mode in ["shim", "uprobe"] {
+        let r = heap(
+            &shim,
+            &[
+                "--mode",
+                mode,
+                "--format",
+                "json",
+                "--",
+                bin.to_str().unwrap(),
+            ],
+        );
+        let groups = r["outstanding_by_stack"].as_array().unwrap();
+        let site: Vec<_> = groups
+            .iter()
+            .filter(|g| g["frames"][0]["function"] == "cxx_allocation_site(int)")
+            .collect();
+        assert_eq!(site.len(), 1, "{mode}: {groups:?}");
+        assert_eq!(
+            (site[0]["count"].as_u64(), site[0]["bytes"].as_u64()),
+            (Some(5), Some(expected)),
+            "{mode}"
+        );
+    }
+}
