@@ -230,15 +230,21 @@ fn live_shim(
     let mut write_err = None;
     let mut an = HeapAnalyzer::new();
     let mut last = Instant::now();
+    let received = std::cell::Cell::new(0u64);
     trace.process(
-        |records| {
-            if last.elapsed() >= Duration::from_secs(1) {
-                last = Instant::now();
-                eprintln!("etwkit heap: {records} records received");
-            }
-        },
+        |records| received.set(records),
         |op| {
             an.add(op);
+            if last.elapsed() >= Duration::from_secs(1) {
+                last = Instant::now();
+                // Short-lived pairs are counted inside the process and arrive with its last records.
+                eprintln!(
+                    "etwkit heap: {} records received; {} blocks / {} bytes outstanding so far",
+                    received.get(),
+                    an.outstanding_count(),
+                    an.outstanding_bytes()
+                );
+            }
             if let Some((w, enc)) = writer.as_mut() {
                 if let Err(e) = w.write_event(&enc.encode(op, 0)) {
                     write_err = Some(e);
