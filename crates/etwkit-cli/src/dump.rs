@@ -6,7 +6,6 @@ use std::ops::ControlFlow;
 use etwkit::etl::{EtlFile, Order};
 use etwkit::filter::{EventFilter, TimeBound};
 use etwkit::sink::Format;
-use etwkit::Guid;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -20,7 +19,7 @@ pub struct Args {
     /// Keep events at or before this time: RFC 3339, or seconds from the trace start.
     #[arg(long)]
     end: Option<String>,
-    /// Keep events of this provider GUID (repeatable).
+    /// Keep events of this provider: a GUID or a name (manifest, TraceLogging or EventSource; repeatable).
     #[arg(long)]
     provider: Vec<String>,
     /// Keep events with this id (repeatable).
@@ -81,6 +80,7 @@ pub fn build_filter(
     ids: &[u16],
     pids: &[u32],
     trace_start: i64,
+    registry: &etwkit::schema::Registry,
 ) -> anyhow::Result<EventFilter> {
     let bound = |s: Option<&str>| -> anyhow::Result<Option<i64>> {
         s.map(|s| {
@@ -90,20 +90,28 @@ pub fn build_filter(
         })
         .transpose()
     };
-    Ok(EventFilter {
+    let mut f = EventFilter {
         begin: bound(begin)?,
         end: bound(end)?,
-        providers: providers
-            .iter()
-            .map(|p| p.parse::<Guid>())
-            .collect::<Result<_, _>>()?,
         ids: ids.to_vec(),
         pids: pids.to_vec(),
-    })
+        ..Default::default()
+    };
+    for p in providers {
+        f.add_provider(p, |name| registry.provider_guids_named(name));
+    }
+    Ok(f)
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let f = EtlFile::open(&a.file)?;
+    // Decoding also learns the file's embedded provider names, which --provider NAME may use.
+    let (decoder, registry) = if a.raw {
+        (None, registry(&a.manifest)?)
+    } else {
+        let d = etwkit::decode::Decoder::for_file(registry(&a.manifest)?, &f).0;
+        (Some(d), etwkit::schema::Registry::new())
+    };
     let filter = build_filter(
         a.begin.as_deref(),
         a.end.as_deref(),
@@ -111,12 +119,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         &a.id,
         &a.pid,
         f.header().start_time,
+        decoder.as_ref().map(|d| d.registry()).unwrap_or(&registry),
     )?;
-    let decoder = if a.raw {
-        None
-    } else {
-        Some(etwkit::decode::Decoder::for_file(registry(&a.manifest)?, &f).0)
-    };
     let stdout = std::io::stdout().lock();
     let mut printer = crate::print::Printer::with_decoder(
         a.format.into(),

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod demo;
 mod dump;
+mod heap;
 mod info;
 mod print;
 mod progress;
@@ -42,6 +43,8 @@ enum Command {
     /// The built-in demo workload (run traced by `etwkit` with no command).
     #[command(name = "__demo-workload", hide = true)]
     DemoWorkload,
+    /// Trace the heap of processes (live on Linux) and report what is still allocated, by stack.
+    Heap(heap::Args),
 }
 
 fn main() {
@@ -52,6 +55,7 @@ fn main() {
         Some(Command::Dump(a)) => dump::run(a),
         Some(Command::Relog(a)) => relog::run(a),
         Some(Command::Trace(a)) => trace::run(a),
+        Some(Command::Heap(a)) => heap::run(a),
         Some(Command::Sessions(a)) => sessions::sessions(a),
         Some(Command::Providers(a)) => sessions::providers(a),
         Some(Command::DemoWorkload) => demo::workload(),

@@ -91,6 +91,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             providers: guids,
             ids: a.id.clone(),
             pids: a.pid.clone(),
+            ..Default::default()
         },
         names,
     );

@@ -47,8 +47,21 @@ pub struct EventFilter {
     /// Inclusive upper bound (UTC FILETIME).
     pub end: Option<i64>,
     pub providers: Vec<Guid>,
+    /// Provider names: match a TraceLogging provider by its traits name (resolve names to GUIDs into
+    /// `providers` too, e.g. with [`EventFilter::add_provider`]).
+    pub provider_names: Vec<String>,
     pub ids: Vec<u16>,
     pub pids: Vec<u32>,
+}
+
+/// Does `e` belong to one of these providers (by GUID, or by TraceLogging traits name)? Empty lists
+/// accept every provider.
+pub fn provider_matches(providers: &[Guid], names: &[String], e: &EventRecord<'_>) -> bool {
+    (providers.is_empty() && names.is_empty())
+        || providers.contains(&e.provider)
+        || (!names.is_empty()
+            && e.traits_provider_name()
+                .is_some_and(|n| names.iter().any(|x| x.eq_ignore_ascii_case(n))))
 }
 
 impl EventFilter {
@@ -56,8 +69,24 @@ impl EventFilter {
         self.begin.is_none()
             && self.end.is_none()
             && self.providers.is_empty()
+            && self.provider_names.is_empty()
             && self.ids.is_empty()
             && self.pids.is_empty()
+    }
+
+    /// Adds a provider given as a GUID or a name. A name also selects the GUIDs `known` gives for it
+    /// (e.g. manifest providers from a schema registry) and the GUID ETW derives from the name
+    /// (TraceLogging and EventSource providers).
+    pub fn add_provider(&mut self, spec: &str, known: impl Fn(&str) -> Vec<Guid>) {
+        match spec.parse::<Guid>() {
+            Ok(g) => self.providers.push(g),
+            Err(_) => {
+                self.providers.extend(known(spec));
+                self.providers
+                    .push(crate::tlg::provider_guid_from_name(spec));
+                self.provider_names.push(spec.to_string());
+            }
+        }
     }
 
     #[inline]
@@ -66,7 +95,7 @@ impl EventFilter {
         {
             return false;
         }
-        (self.providers.is_empty() || self.providers.contains(&e.provider))
+        provider_matches(&self.providers, &self.provider_names, e)
             && (self.ids.is_empty() || self.ids.contains(&e.descriptor.id))
             && (self.pids.is_empty() || self.pids.contains(&e.pid))
     }

@@ -8,6 +8,7 @@
 //! `etl` (container) → [`event`] (the model) → `schema` (who knows the layout) → `decode` (values) →
 //! `sink` / `analysis`.
 
+pub mod analysis;
 pub mod decode;
 pub mod etl;
 pub mod event;

@@ -55,12 +55,7 @@ impl RelogFilter {
     }
 
     fn provider_ok(&self, ev: &EventRecord<'_>) -> bool {
-        self.providers.is_empty()
-            || self.providers.contains(&ev.provider)
-            || (!self.names.is_empty()
-                && ev
-                    .traits_provider_name()
-                    .is_some_and(|n| self.names.iter().any(|x| x.eq_ignore_ascii_case(n))))
+        crate::filter::provider_matches(&self.providers, &self.names, ev)
     }
 
     /// Does the record pass? Schema records (EventInfo/EventMapInfo) of a kept provider are kept

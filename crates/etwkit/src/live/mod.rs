@@ -27,6 +27,7 @@ use crate::guid::Guid;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod props;
+pub mod windows;
 
 /// Errors of the live API. Each names what is missing or wrong in one sentence.
 #[derive(Debug, thiserror::Error)]

@@ -256,6 +256,19 @@ impl Registry {
         Registry::default()
     }
 
+    /// GUIDs of the providers known by this name (case-insensitive): built-in, manifest, embedded.
+    pub fn provider_guids_named(&self, name: &str) -> Vec<Guid> {
+        let mut v: Vec<Guid> = self
+            .provider_names
+            .iter()
+            .filter(|(_, n)| n.eq_ignore_ascii_case(name))
+            .map(|(g, _)| *g)
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
     /// A registry holding every built-in layout (Winsock-AFD, heap, kernel MOF, KernelTraceControl,
     /// the built-in Windows provider manifests) and the built-in provider names.
     pub fn with_builtins() -> Registry {

@@ -12,6 +12,8 @@ pub struct JsonLines<W: Write> {
     ts: String,
     /// Cache of the `YYYY-MM-DDTHH:MM:SS` text of the last whole second rendered.
     sec_cache: (i64, [u8; 19]),
+    /// Cache of the last provider GUID rendered (consecutive events mostly share a provider).
+    guid_cache: (crate::Guid, [u8; 36]),
 }
 
 impl<W: Write> JsonLines<W> {
@@ -21,6 +23,7 @@ impl<W: Write> JsonLines<W> {
             line: Vec::with_capacity(4096),
             ts: String::with_capacity(32),
             sec_cache: (i64::MIN, [0; 19]),
+            guid_cache: (crate::Guid::ZERO, *ZERO_GUID),
         }
     }
 
@@ -50,9 +53,15 @@ impl<W: Write> JsonLines<W> {
         self.line.clear();
         self.line.extend_from_slice(b"{\"timestamp\":\"");
         self.push_timestamp(e.timestamp);
+        self.line.extend_from_slice(b"\",\"provider\":\"");
+        if self.guid_cache.0 != e.provider {
+            let mut g = Vec::with_capacity(36);
+            push_guid(&mut g, &e.provider);
+            self.guid_cache.1.copy_from_slice(&g);
+            self.guid_cache.0 = e.provider;
+        }
+        self.line.extend_from_slice(&self.guid_cache.1);
         let l = &mut self.line;
-        l.extend_from_slice(b"\",\"provider\":\"");
-        push_guid(l, &e.provider);
         l.push(b'"');
         opt_str(l, "provider_name", v.provider_name);
         opt_str(l, "event_name", v.event_name);
@@ -83,7 +92,11 @@ impl<W: Write> JsonLines<W> {
         l.extend_from_slice(b"\",\"pointer_size\":");
         l.extend_from_slice(n.format(e.pointer_size).as_bytes());
         l.extend_from_slice(b",\"activity_id\":\"");
-        push_guid(l, &e.activity_id);
+        if e.activity_id.is_zero() {
+            l.extend_from_slice(ZERO_GUID);
+        } else {
+            push_guid(l, &e.activity_id);
+        }
         l.extend_from_slice(b"\",\"payload\":\"");
         push_hex(l, &e.payload);
         l.extend_from_slice(b"\",\"stack\":");
@@ -123,6 +136,7 @@ impl<W: Write> JsonLines<W> {
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+const ZERO_GUID: &[u8; 36] = b"00000000-0000-0000-0000-000000000000";
 
 /// Appends a GUID as lowercase 8-4-4-4-12.
 pub fn push_guid(l: &mut Vec<u8>, g: &crate::Guid) {

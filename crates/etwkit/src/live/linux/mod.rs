@@ -11,12 +11,14 @@
 //! - Losses: page-header counts, then `per_cpu/cpuN/stats` (overrun + dropped) at stop.
 
 pub mod format;
+pub mod heap;
 pub mod procfd;
 /// Properties of backend-made TraceLogging events (now [`crate::live::props`]).
 pub use super::props;
 pub mod ring;
 pub mod tracefs;
 pub mod tracepoints;
+pub mod unwind;
 pub mod uprobe;
 pub mod winsock;
 pub mod workload;

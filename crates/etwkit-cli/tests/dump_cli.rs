@@ -1,0 +1,204 @@
+//! `etwkit info | stats | dump` as a user runs them: the JSON contracts of README.md, filters
+//! (provider by GUID and by name, id, time bounds), and clear errors.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn samples() -> Option<PathBuf> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/etl-samples");
+    if p.is_dir() {
+        return Some(p);
+    }
+    if std::env::var("ETWKIT_REQUIRE_SHARED").is_ok_and(|v| v == "1") {
+        panic!("../shared/etl-samples is missing but ETWKIT_REQUIRE_SHARED=1");
+    }
+    eprintln!("\n*** SKIPPED dump_cli: ../shared/etl-samples not found ***\n");
+    None
+}
+
+fn etwkit(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json_lines(s: &str) -> Vec<Value> {
+    s.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+const DUMP_FIELDS: [&str; 18] = [
+    "timestamp",
+    "provider",
+    "id",
+    "version",
+    "level",
+    "opcode",
+    "task",
+    "keywords",
+    "channel",
+    "pid",
+    "tid",
+    "cpu",
+    "header_type",
+    "pointer_size",
+    "activity_id",
+    "payload",
+    "stack",
+    "properties",
+];
+
+#[test]
+fn dump_json_contract_and_filters() {
+    let Some(dir) = samples() else { return };
+    let pktmon = dir.join("pktmonvpn_PktMon.etl");
+    let p = pktmon.to_str().unwrap();
+    let (ok, out, err) = etwkit(&["dump", p, "--format", "json"]);
+    assert!(ok, "{err}");
+    let all = json_lines(&out);
+    assert_eq!(all.len(), 4601);
+    for v in &all {
+        for k in DUMP_FIELDS {
+            assert!(v.get(k).is_some(), "missing {k} in {v}");
+        }
+    }
+    // Provider by GUID, and by the name the file's embedded metadata gives it.
+    let guid = "4d4f80d9-c8bd-4d73-bb5b-19c90402c5ac";
+    let by_guid = json_lines(&etwkit(&["dump", p, "--format", "json", "--provider", guid]).1);
+    let by_name = json_lines(
+        &etwkit(&[
+            "dump",
+            p,
+            "--format",
+            "json",
+            "--provider",
+            "Microsoft-Windows-PktMon",
+        ])
+        .1,
+    );
+    assert_eq!(by_guid.len(), 4514);
+    assert_eq!(by_name, by_guid);
+    let first = &by_guid.iter().find(|v| v["id"] == 160).unwrap();
+    assert_eq!(first["provider_name"], "Microsoft-Windows-PktMon");
+    assert_eq!(first["timestamp"], "2021-06-01T16:10:57.9762397Z");
+    assert_eq!(first["properties"]["DirTag"], "Rx");
+    assert_eq!(first["properties"]["OriginalPayloadSize"], 197);
+    // --id and seconds-from-start bounds.
+    let ids = json_lines(&etwkit(&["dump", p, "--format", "json", "--id", "160"]).1);
+    assert_eq!(ids.len(), 3646);
+    let start = all[0]["timestamp"].as_str().unwrap().to_string();
+    let window =
+        json_lines(&etwkit(&["dump", p, "--format", "json", "--begin", "3", "--end", "6"]).1);
+    assert!(!window.is_empty() && window.len() < all.len());
+    // The trace starts at 16:10:57.5408593 (logfile header): the window is 16:11:00.54..16:11:03.54.
+    assert_eq!(start, "2021-06-01T16:10:57.5408593Z");
+    for v in &window {
+        let t = v["timestamp"].as_str().unwrap();
+        assert!(
+            ("2021-06-01T16:11:00.5408593Z"..="2021-06-01T16:11:03.5408593Z").contains(&t),
+            "{t}"
+        );
+    }
+    let inside = all
+        .iter()
+        .filter(|v| {
+            ("2021-06-01T16:11:00.5408593Z"..="2021-06-01T16:11:03.5408593Z")
+                .contains(&v["timestamp"].as_str().unwrap())
+        })
+        .count();
+    assert_eq!(window.len(), inside);
+    // A TraceLogging provider by its traits name.
+    let amsi = dir.join("etlparser_AMSITrace.etl");
+    let tl = json_lines(
+        &etwkit(&[
+            "dump",
+            amsi.to_str().unwrap(),
+            "--format",
+            "json",
+            "--provider",
+            "AmsiTrace",
+        ])
+        .1,
+    );
+    assert_eq!(tl.len(), 19);
+    assert!(tl
+        .iter()
+        .all(|v| v["provider_name"] == "AmsiTrace" && v["properties"].is_object()));
+    // CSV: header + one row per event.
+    let (_, csv, _) = etwkit(&["dump", amsi.to_str().unwrap(), "--format", "csv"]);
+    assert!(csv.starts_with("timestamp,provider,provider_name,event_name,id,"));
+    assert_eq!(csv.lines().count(), 1 + 21);
+}
+
+#[test]
+fn stats_and_info_json_contracts() {
+    let Some(dir) = samples() else { return };
+    let f = dir.join("perfview_net.4.5.2.x64.etl");
+    let (ok, out, err) = etwkit(&["stats", f.to_str().unwrap(), "--format", "json"]);
+    assert!(ok, "{err}");
+    let s: Value = serde_json::from_str(&out).unwrap();
+    for k in [
+        "records",
+        "header_types",
+        "providers",
+        "buffers",
+        "compressed_buffers",
+        "bad_buffers",
+        "bad_records",
+        "events_lost",
+        "buffers_lost",
+        "pointer_size",
+        "logger_name",
+        "start_time",
+        "end_time",
+        "decoded",
+        "undecoded_by_provider",
+    ] {
+        assert!(s.get(k).is_some(), "stats lacks {k}");
+    }
+    assert_eq!(s["records"], 179_474);
+    assert_eq!(s["compressed_buffers"], 359);
+    assert_eq!(s["header_types"]["EVENT_HEADER32"], 33_378);
+    assert_eq!(
+        s["providers"]["def2fe46-7bd6-4b80-bd94-f57fe20d0ce3"],
+        12_280
+    ); // StackWalk group
+    assert!(s["decoded"].as_u64().unwrap() > 170_000);
+    let (ok, out, _) = etwkit(&["info", f.to_str().unwrap(), "--format", "json"]);
+    assert!(ok);
+    let h: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(h["logger_name"], "Relogger");
+    assert_eq!(h["pointer_size"], 8);
+    assert_eq!(h["closed_cleanly"], true);
+}
+
+#[test]
+fn bad_input_gets_one_clear_sentence() {
+    let dir = std::env::temp_dir().join(format!("etwkit-cli-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let txt = dir.join("notes.txt");
+    std::fs::write(&txt, "hello, not a trace\n".repeat(20)).unwrap();
+    let (ok, _, err) = etwkit(&["stats", txt.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.starts_with("etwkit: ") && err.contains("not an ETL file"),
+        "{err}"
+    );
+    let (ok, _, err) = etwkit(&["dump", dir.join("missing.etl").to_str().unwrap()]);
+    assert!(
+        !ok && err.contains("cannot open") && err.contains("missing.etl"),
+        "{err}"
+    );
+    let (ok, _, err) = etwkit(&["dump", txt.to_str().unwrap(), "--begin", "yesterday"]);
+    assert!(!ok, "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

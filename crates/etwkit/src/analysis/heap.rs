@@ -1,0 +1,787 @@
+//! What is still allocated, and who allocated it.
+//!
+//! Input is a stream of [`HeapOp`]s in time order, whatever their source: the Linux live tracer
+//! produces them directly; Windows heap traces (HeapTraceProvider classic events with kernel
+//! StackWalk stacks) are turned into them by [`WindowsHeapEvents`]. [`HeapAnalyzer`] keeps the
+//! outstanding blocks per process, interns allocation stacks and produces a [`HeapReport`]:
+//! outstanding allocations grouped by allocation stack, per-process alloc/free counts and bytes,
+//! top allocating stacks, and every reason the figures may not be exact.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::event::EventRecord;
+use crate::guid::Guid;
+
+/// The heap provider (HeapTraceProvider), heap.json `provider.guid`.
+pub const HEAP_PROVIDER: Guid = Guid::from_str_const("222962ab-6180-4b88-a825-346b75f2a24a");
+/// Kernel StackWalk class (kernel-mof.json `StackWalk.guid`).
+pub const STACKWALK_GUID: Guid = Guid::from_str_const("def2fe46-7bd6-4b80-bd94-f57fe20d0ce3");
+/// Heap event types (heap.json opcodes).
+pub const EVENT_ALLOC: u8 = 33;
+pub const EVENT_REALLOC: u8 = 34;
+pub const EVENT_FREE: u8 = 36;
+/// StackWalk Stack event type.
+pub const STACKWALK_STACK: u8 = 32;
+
+/// One symbolized frame.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct Frame {
+    pub address: u64,
+    /// File name of the module (no directory), if the address is in a known mapping.
+    pub module: Option<String>,
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+}
+
+impl Frame {
+    pub fn unknown(address: u64) -> Frame {
+        Frame {
+            address,
+            ..Default::default()
+        }
+    }
+
+    /// `function (file:line)`, `module!0xADDR` or `0xADDR`.
+    pub fn display(&self) -> String {
+        let mut s = match (&self.function, &self.module) {
+            (Some(f), _) => f.clone(),
+            (None, Some(m)) => format!("{m}!{:#x}", self.address),
+            (None, None) => format!("{:#x}", self.address),
+        };
+        if let Some(file) = &self.file {
+            let short = std::path::Path::new(file)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_else(|| file.clone());
+            match self.line {
+                Some(l) => s.push_str(&format!(" ({short}:{l})")),
+                None => s.push_str(&format!(" ({short})")),
+            }
+        }
+        s
+    }
+}
+
+/// Names the addresses of a stack of process `pid` (first address: instruction pointer, then return
+/// addresses).
+pub trait StackNamer {
+    fn name(&mut self, pid: u32, stack: &[u64]) -> Vec<Frame>;
+}
+
+/// One heap operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "op")]
+pub enum HeapOpKind {
+    Alloc {
+        address: u64,
+        size: u64,
+    },
+    Realloc {
+        old_address: u64,
+        new_address: u64,
+        new_size: u64,
+    },
+    Free {
+        address: u64,
+    },
+}
+
+impl HeapOpKind {
+    /// The heap provider event id for this kind (Alloc 33, ReAlloc 34, Free 36).
+    pub fn event_id(&self) -> u8 {
+        match self {
+            HeapOpKind::Alloc { .. } => EVENT_ALLOC,
+            HeapOpKind::Realloc { .. } => EVENT_REALLOC,
+            HeapOpKind::Free { .. } => EVENT_FREE,
+        }
+    }
+}
+
+/// A heap operation of one thread, with its stack when one was captured (first address = the
+/// instruction pointer at the event, then return addresses).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeapOp {
+    pub pid: u32,
+    pub tid: u32,
+    /// UTC FILETIME.
+    pub timestamp: i64,
+    /// The API that did it (`malloc`, `calloc`, `HeapAlloc`...).
+    pub api: &'static str,
+    pub kind: HeapOpKind,
+    pub stack: Option<Arc<[u64]>>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct ProcStats {
+    allocs: u64,
+    alloc_bytes: u64,
+    frees: u64,
+    freed_bytes: u64,
+    reallocs: u64,
+    unknown_frees: u64,
+    replaced: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    size: u64,
+    stack: u32,
+}
+
+/// Index of an interned stack; `NO_STACK` when the op carried none.
+const NO_STACK: u32 = u32::MAX;
+
+/// Accumulates heap operations; [`HeapAnalyzer::report`] summarizes.
+#[derive(Default)]
+pub struct HeapAnalyzer {
+    stacks: Vec<(u32, Arc<[u64]>)>,
+    stack_ids: HashMap<(u32, Arc<[u64]>), u32>,
+    /// Allocations (count, bytes) per stack id.
+    alloc_by_stack: HashMap<u32, (u64, u64)>,
+    outstanding: HashMap<(u32, u64), Block>,
+    procs: HashMap<u32, ProcStats>,
+    ops: u64,
+    lost_events: u64,
+    notes: Vec<String>,
+}
+
+impl HeapAnalyzer {
+    pub fn new() -> HeapAnalyzer {
+        HeapAnalyzer::default()
+    }
+
+    fn intern(&mut self, pid: u32, stack: &Option<Arc<[u64]>>) -> u32 {
+        let Some(s) = stack else { return NO_STACK };
+        let key = (pid, s.clone());
+        if let Some(&id) = self.stack_ids.get(&key) {
+            return id;
+        }
+        let id = self.stacks.len() as u32;
+        self.stacks.push(key.clone());
+        self.stack_ids.insert(key, id);
+        id
+    }
+
+    fn alloc(&mut self, pid: u32, address: u64, size: u64, stack: u32) {
+        let p = self.procs.entry(pid).or_default();
+        p.allocs += 1;
+        p.alloc_bytes += size;
+        let e = self.alloc_by_stack.entry(stack).or_default();
+        e.0 += 1;
+        e.1 += size;
+        if self
+            .outstanding
+            .insert((pid, address), Block { size, stack })
+            .is_some()
+        {
+            // The same address handed out twice without a free in between: a free was missed.
+            self.procs.entry(pid).or_default().replaced += 1;
+        }
+    }
+
+    fn free(&mut self, pid: u32, address: u64) {
+        let p = self.procs.entry(pid).or_default();
+        match self.outstanding.remove(&(pid, address)) {
+            Some(b) => {
+                p.frees += 1;
+                p.freed_bytes += b.size;
+            }
+            // Allocated before tracing started (attach), or its allocation was lost.
+            None => p.unknown_frees += 1,
+        }
+    }
+
+    pub fn add(&mut self, op: &HeapOp) {
+        self.ops += 1;
+        let stack = self.intern(op.pid, &op.stack);
+        match op.kind {
+            HeapOpKind::Alloc { address, size } => self.alloc(op.pid, address, size, stack),
+            HeapOpKind::Free { address } => self.free(op.pid, address),
+            HeapOpKind::Realloc {
+                old_address,
+                new_address,
+                new_size,
+            } => {
+                self.procs.entry(op.pid).or_default().reallocs += 1;
+                self.free(op.pid, old_address);
+                self.alloc(op.pid, new_address, new_size, stack);
+            }
+        }
+    }
+
+    /// Alloc/free pairs a source counted without sending each operation (the heap shim pairs
+    /// short-lived blocks in process): they count as allocations and frees of `stack`.
+    pub fn add_transient(&mut self, pid: u32, stack: &Option<Arc<[u64]>>, count: u64, bytes: u64) {
+        let id = self.intern(pid, stack);
+        let p = self.procs.entry(pid).or_default();
+        p.allocs += count;
+        p.alloc_bytes += bytes;
+        p.frees += count;
+        p.freed_bytes += bytes;
+        let e = self.alloc_by_stack.entry(id).or_default();
+        e.0 += count;
+        e.1 += bytes;
+        self.ops += 2 * count;
+    }
+
+    /// Reallocations a source reported as free + alloc pairs.
+    pub fn add_reallocs(&mut self, pid: u32, n: u64) {
+        self.procs.entry(pid).or_default().reallocs += n;
+    }
+
+    /// Events the source lost (the report then says its figures are not exact).
+    pub fn add_lost(&mut self, n: u64) {
+        self.lost_events += n;
+    }
+
+    /// A reason the figures may be inexact, stated by the source.
+    pub fn add_note(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+
+    pub fn outstanding_count(&self) -> usize {
+        self.outstanding.len()
+    }
+
+    pub fn outstanding_bytes(&self) -> u64 {
+        self.outstanding.values().map(|b| b.size).sum()
+    }
+
+    pub fn ops(&self) -> u64 {
+        self.ops
+    }
+
+    /// Builds the report. `namer` symbolizes stacks (None: addresses only). `top` limits the stack
+    /// lists, `frames` the frames shown per stack.
+    pub fn report(
+        &self,
+        namer: Option<&mut dyn StackNamer>,
+        top: usize,
+        frames: usize,
+    ) -> HeapReport {
+        let mut namer = namer;
+        let mut by_stack: HashMap<u32, (u64, u64)> = HashMap::new();
+        for b in self.outstanding.values() {
+            let e = by_stack.entry(b.stack).or_default();
+            e.0 += 1;
+            e.1 += b.size;
+        }
+        let mut name = |id: u32| -> (Option<u32>, Vec<Frame>) {
+            if id == NO_STACK {
+                return (None, Vec::new());
+            }
+            let (pid, addrs) = &self.stacks[id as usize];
+            let all: Vec<Frame> = match namer.as_deref_mut() {
+                Some(n) => n.name(*pid, addrs),
+                None => addrs.iter().map(|&a| Frame::unknown(a)).collect(),
+            };
+            (
+                Some(*pid),
+                trim_allocator_frames(all)
+                    .into_iter()
+                    .take(frames)
+                    .collect(),
+            )
+        };
+        let mut outstanding: Vec<StackGroup> = by_stack
+            .into_iter()
+            .map(|(id, (count, bytes))| {
+                let (pid, frames) = name(id);
+                StackGroup {
+                    pid,
+                    count,
+                    bytes,
+                    frames,
+                }
+            })
+            .collect();
+        outstanding.sort_by(|a, b| {
+            b.bytes
+                .cmp(&a.bytes)
+                .then(b.count.cmp(&a.count))
+                .then(a.frames.cmp(&b.frames))
+        });
+        outstanding.truncate(top);
+        let mut top_alloc: Vec<StackGroup> = self
+            .alloc_by_stack
+            .iter()
+            .map(|(&id, &(count, bytes))| {
+                let (pid, frames) = name(id);
+                StackGroup {
+                    pid,
+                    count,
+                    bytes,
+                    frames,
+                }
+            })
+            .collect();
+        top_alloc.sort_by(|a, b| {
+            b.bytes
+                .cmp(&a.bytes)
+                .then(b.count.cmp(&a.count))
+                .then(a.frames.cmp(&b.frames))
+        });
+        top_alloc.truncate(top);
+        let mut processes: Vec<ProcessSummary> = self
+            .procs
+            .iter()
+            .map(|(&pid, p)| {
+                let (oc, ob) = self
+                    .outstanding
+                    .iter()
+                    .filter(|((q, _), _)| *q == pid)
+                    .fold((0u64, 0u64), |(c, b), (_, blk)| (c + 1, b + blk.size));
+                ProcessSummary {
+                    pid,
+                    allocs: p.allocs,
+                    alloc_bytes: p.alloc_bytes,
+                    frees: p.frees,
+                    freed_bytes: p.freed_bytes,
+                    reallocs: p.reallocs,
+                    outstanding: oc,
+                    outstanding_bytes: ob,
+                    frees_of_unknown_blocks: p.unknown_frees,
+                    addresses_reused_without_free: p.replaced,
+                }
+            })
+            .collect();
+        processes.sort_by_key(|p| p.pid);
+        let mut notes = self.notes.clone();
+        let mut exact = notes.is_empty();
+        if self.lost_events > 0 {
+            notes.push(format!(
+                "{} events were lost: counts and bytes are lower bounds",
+                self.lost_events
+            ));
+        }
+        let replaced: u64 = processes
+            .iter()
+            .map(|p| p.addresses_reused_without_free)
+            .sum();
+        if replaced > 0 {
+            notes.push(format!(
+                "{replaced} addresses were allocated again without a free seen: frees were missed"
+            ));
+        }
+        exact &= self.lost_events == 0 && replaced == 0;
+        let unknown: u64 = processes.iter().map(|p| p.frees_of_unknown_blocks).sum();
+        if unknown > 0 {
+            // Not a loss by itself: blocks allocated before attaching, or by the allocator's internals
+            // (glibc's per-thread tcache comes from _int_malloc, ld.so's early blocks from its minimal
+            // malloc) are freed through free(). Outstanding figures of what was seen stay exact.
+            notes.push(format!(
+                "{unknown} frees of blocks whose allocation was not traced (made before tracing started or inside the allocator); ignored"
+            ));
+        }
+        HeapReport {
+            exact,
+            notes,
+            lost_events: self.lost_events,
+            operations: self.ops,
+            outstanding_total: self.outstanding.len() as u64,
+            outstanding_bytes_total: self.outstanding_bytes(),
+            processes,
+            outstanding_by_stack: outstanding,
+            top_allocating_stacks: top_alloc,
+        }
+    }
+}
+
+/// Drops the allocator's own frames at the top of a stack (malloc, operator new, RtlAllocateHeap...)
+/// so the first frame shown is the caller. Unnamed frames are kept.
+pub fn trim_allocator_frames(frames: Vec<Frame>) -> Vec<Frame> {
+    let is_alloc = |f: &Frame| {
+        f.function.as_deref().is_some_and(|n| {
+            let n = n.trim_start_matches('_');
+            matches!(
+                n,
+                "malloc"
+                    | "calloc"
+                    | "realloc"
+                    | "reallocarray"
+                    | "free"
+                    | "posix_memalign"
+                    | "aligned_alloc"
+                    | "memalign"
+                    | "valloc"
+                    | "pvalloc"
+                    | "libc_malloc"
+                    | "libc_calloc"
+                    | "libc_realloc"
+                    | "libc_free"
+                    | "libc_memalign"
+                    | "libc_valloc"
+                    | "libc_pvalloc"
+                    | "RtlAllocateHeap"
+                    | "RtlReAllocateHeap"
+                    | "RtlFreeHeap"
+                    | "HeapAlloc"
+                    | "HeapReAlloc"
+                    | "HeapFree"
+            ) || n.starts_with("operator new")
+                || n.starts_with("operator delete")
+        })
+    };
+    let skip = frames.iter().take_while(|f| is_alloc(f)).count();
+    if skip == frames.len() {
+        return frames;
+    }
+    frames.into_iter().skip(skip).collect()
+}
+
+/// Outstanding (or allocated) blocks sharing one allocation stack.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StackGroup {
+    pub pid: Option<u32>,
+    pub count: u64,
+    pub bytes: u64,
+    /// Top frames below the allocator (empty when the events carried no stack).
+    pub frames: Vec<Frame>,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ProcessSummary {
+    pub pid: u32,
+    pub allocs: u64,
+    pub alloc_bytes: u64,
+    pub frees: u64,
+    pub freed_bytes: u64,
+    pub reallocs: u64,
+    pub outstanding: u64,
+    pub outstanding_bytes: u64,
+    pub frees_of_unknown_blocks: u64,
+    pub addresses_reused_without_free: u64,
+}
+
+/// The leak report.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct HeapReport {
+    /// False when anything (lost events, unmatched frees...) makes the figures approximate.
+    pub exact: bool,
+    pub notes: Vec<String>,
+    pub lost_events: u64,
+    pub operations: u64,
+    pub outstanding_total: u64,
+    pub outstanding_bytes_total: u64,
+    pub processes: Vec<ProcessSummary>,
+    pub outstanding_by_stack: Vec<StackGroup>,
+    pub top_allocating_stacks: Vec<StackGroup>,
+}
+
+impl HeapReport {
+    /// Human-readable table.
+    pub fn to_table(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "Heap report: {} operations, {} outstanding blocks, {} bytes outstanding",
+            self.operations, self.outstanding_total, self.outstanding_bytes_total
+        );
+        if self.exact {
+            let _ = writeln!(s, "Figures are exact (no events lost).");
+        } else {
+            let _ = writeln!(s, "FIGURES ARE NOT EXACT:");
+            for n in &self.notes {
+                let _ = writeln!(s, "  - {n}");
+            }
+        }
+        let _ = writeln!(s, "\nPer process:");
+        let _ = writeln!(
+            s,
+            "{:>8} {:>10} {:>14} {:>10} {:>14} {:>9} {:>11} {:>14}",
+            "pid",
+            "allocs",
+            "alloc bytes",
+            "frees",
+            "freed bytes",
+            "reallocs",
+            "outstanding",
+            "out bytes"
+        );
+        for p in &self.processes {
+            let _ = writeln!(
+                s,
+                "{:>8} {:>10} {:>14} {:>10} {:>14} {:>9} {:>11} {:>14}",
+                p.pid,
+                p.allocs,
+                p.alloc_bytes,
+                p.frees,
+                p.freed_bytes,
+                p.reallocs,
+                p.outstanding,
+                p.outstanding_bytes
+            );
+        }
+        let group = |s: &mut String, title: &str, v: &[StackGroup]| {
+            let _ = writeln!(s, "\n{title}:");
+            for g in v {
+                let _ = writeln!(
+                    s,
+                    "  {} blocks, {} bytes{}",
+                    g.count,
+                    g.bytes,
+                    g.pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+                );
+                if g.frames.is_empty() {
+                    let _ = writeln!(s, "      (no stack)");
+                }
+                for f in &g.frames {
+                    let _ = writeln!(s, "      {}", f.display());
+                }
+            }
+        };
+        group(
+            &mut s,
+            "Outstanding allocations by stack",
+            &self.outstanding_by_stack,
+        );
+        group(&mut s, "Top allocating stacks", &self.top_allocating_stacks);
+        s
+    }
+}
+
+/// The `Api` string of an etwkit TraceLogging heap event (after the fixed fields).
+fn tl_api(payload: &[u8], opcode: u8) -> Option<&'static str> {
+    let at = match opcode {
+        EVENT_ALLOC => 28,
+        EVENT_REALLOC => 44,
+        EVENT_FREE => 20,
+        _ => return None,
+    };
+    let rest = payload.get(at..)?;
+    let s = &rest[..rest.iter().position(|&c| c == 0)?];
+    const KNOWN: [&str; 9] = [
+        "malloc",
+        "calloc",
+        "realloc",
+        "reallocarray",
+        "posix_memalign",
+        "memalign",
+        "valloc",
+        "pvalloc",
+        "free",
+    ];
+    KNOWN.iter().find(|k| k.as_bytes() == s).copied()
+}
+
+/// Turns Windows heap trace records (HeapTraceProvider Alloc/ReAlloc/Free with kernel StackWalk
+/// stacks) into [`HeapOp`]s.
+///
+/// The few fields needed are read here by the heap.json layouts (pointer-sized HeapHandle, then
+/// pointer/SizeT fields packed, per the record's pointer size) rather than through the generic
+/// decoder, because StackWalk correlation needs the raw timestamp anyway.
+/// Stack events follow their event: `(EventTimeStamp, StackThread)` matches the heap event's
+/// `(raw_timestamp, tid)`; kernel and user halves may come as two StackWalk events (appended).
+#[derive(Default)]
+pub struct WindowsHeapEvents {
+    ops: Vec<HeapOp>,
+    by_key: HashMap<(i64, u32), usize>,
+    stacks: HashMap<usize, Vec<u64>>,
+    pub malformed: u64,
+    pub heap_events: u64,
+    pub stack_events: u64,
+    pub unmatched_stacks: u64,
+}
+
+impl WindowsHeapEvents {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds one record (any record; non-heap ones are ignored).
+    pub fn push(&mut self, r: &EventRecord<'_>) {
+        let ps = r.pointer_size as usize;
+        let p = &r.payload;
+        let ptr = |o: usize| -> Option<u64> {
+            let b = p.get(o..o + ps)?;
+            Some(if ps == 4 {
+                u32::from_le_bytes(b.try_into().ok()?) as u64
+            } else {
+                u64::from_le_bytes(b.try_into().ok()?)
+            })
+        };
+        if r.provider == STACKWALK_GUID && r.descriptor.opcode == STACKWALK_STACK {
+            self.stack_events += 1;
+            let (Some(ts), Some(tid)) = (p.get(0..8), p.get(12..16)) else {
+                self.malformed += 1;
+                return;
+            };
+            let ts = i64::from_le_bytes(ts.try_into().unwrap());
+            let tid = u32::from_le_bytes(tid.try_into().unwrap());
+            let frames: Vec<u64> = (16..p.len()).step_by(ps).filter_map(ptr).collect();
+            match self.by_key.get(&(ts, tid)) {
+                Some(&i) => self.stacks.entry(i).or_default().extend(frames),
+                None => self.unmatched_stacks += 1,
+            }
+            return;
+        }
+        if r.provider != HEAP_PROVIDER || ps == 0 {
+            return;
+        }
+        // heap.json (x64 offsets = pointer size 8; x86 = 4): Alloc {HeapHandle, AllocSize,
+        // AllocAddress, SourceId}; ReAlloc {HeapHandle, NewAllocAddress, OldAllocAddress, NewAllocSize,
+        // OldAllocSize, SourceId}; Free {HeapHandle, FreeAddress, SourceId}.
+        let kind = match r.descriptor.opcode {
+            EVENT_ALLOC => ptr(ps)
+                .zip(ptr(2 * ps))
+                .map(|(size, address)| (HeapOpKind::Alloc { address, size }, "HeapAlloc")),
+            EVENT_REALLOC => match (ptr(ps), ptr(2 * ps), ptr(3 * ps)) {
+                (Some(new_address), Some(old_address), Some(new_size)) => Some((
+                    HeapOpKind::Realloc {
+                        old_address,
+                        new_address,
+                        new_size,
+                    },
+                    "HeapReAlloc",
+                )),
+                _ => None,
+            },
+            EVENT_FREE => ptr(ps).map(|address| (HeapOpKind::Free { address }, "HeapFree")),
+            _ => return,
+        };
+        self.heap_events += 1;
+        let Some((kind, api)) = kind else {
+            self.malformed += 1;
+            return;
+        };
+        // TraceLogging heap events (written by etwkit on Linux) carry their stack and API inline.
+        let stack = r.stack().map(|s| Arc::from(s.addresses));
+        let api = if r.header_type.is_event_header() {
+            tl_api(&r.payload, r.descriptor.opcode).unwrap_or(api)
+        } else {
+            api
+        };
+        let i = self.ops.len();
+        if stack.is_none() {
+            self.by_key.insert((r.raw_timestamp, r.tid), i);
+        }
+        self.ops.push(HeapOp {
+            pid: r.pid,
+            tid: r.tid,
+            timestamp: r.timestamp,
+            api,
+            kind,
+            stack,
+        });
+    }
+
+    /// The operations in record order, stacks attached.
+    pub fn finish(mut self) -> Vec<HeapOp> {
+        for (i, s) in self.stacks.drain() {
+            // StackWalk stacks: innermost first (kernel frames first when present); keep user frames.
+            let user: Vec<u64> = s
+                .into_iter()
+                .filter(|a| *a < 0xffff_8000_0000_0000)
+                .collect();
+            self.ops[i].stack = Some(Arc::from(user));
+        }
+        self.ops
+    }
+}
+
+/// Writes [`HeapOp`]s as heap-provider events: TraceLogging self-describing records with the heap
+/// provider GUID, ids/opcodes 33/34/36 and heap.json field names (pointer-sized fields are 8 bytes,
+/// so the payload offsets equal heap.json's x64 layout), plus an `Api` field; stacks as STACK_TRACE64.
+pub struct HeapEventEncoder {
+    alloc: crate::tlg::TlSchema,
+    realloc: crate::tlg::TlSchema,
+    free: crate::tlg::TlSchema,
+    /// Last known size per (pid, address), for ReAlloc's OldAllocSize.
+    sizes: HashMap<(u32, u64), u64>,
+}
+
+impl HeapEventEncoder {
+    pub fn new() -> Result<HeapEventEncoder, crate::tlg::TlError> {
+        use crate::tlg::{InType as I, OutType as O, TlSchemaBuilder};
+        let b = |name: &str, id: u8| {
+            TlSchemaBuilder::new("HeapTraceProvider", name)
+                .provider_guid(HEAP_PROVIDER)
+                .id(id as u16)
+                .opcode(id)
+                .version(2)
+        };
+        Ok(HeapEventEncoder {
+            alloc: b("Alloc", EVENT_ALLOC)
+                .field("HeapHandle", I::Hex64, O::Default)
+                .field("AllocSize", I::U64, O::Default)
+                .field("AllocAddress", I::Hex64, O::Default)
+                .field("SourceId", I::U32, O::Default)
+                .field("Api", I::CStr8, O::Default)
+                .build()?,
+            realloc: b("ReAlloc", EVENT_REALLOC)
+                .field("HeapHandle", I::Hex64, O::Default)
+                .field("NewAllocAddress", I::Hex64, O::Default)
+                .field("OldAllocAddress", I::Hex64, O::Default)
+                .field("NewAllocSize", I::U64, O::Default)
+                .field("OldAllocSize", I::U64, O::Default)
+                .field("SourceId", I::U32, O::Default)
+                .field("Api", I::CStr8, O::Default)
+                .build()?,
+            free: b("Free", EVENT_FREE)
+                .field("HeapHandle", I::Hex64, O::Default)
+                .field("FreeAddress", I::Hex64, O::Default)
+                .field("SourceId", I::U32, O::Default)
+                .field("Api", I::CStr8, O::Default)
+                .build()?,
+            sizes: HashMap::new(),
+        })
+    }
+
+    /// The record of one op (HeapHandle is 0: glibc has one process heap).
+    pub fn encode(&mut self, op: &HeapOp, cpu: u16) -> EventRecord<'static> {
+        use crate::tlg::{event_record_with_ext, TlInstance, TlPayload};
+        let mut p = TlPayload::with_capacity(64);
+        let schema = match op.kind {
+            HeapOpKind::Alloc { address, size } => {
+                self.sizes.insert((op.pid, address), size);
+                p.push_u64(0)
+                    .push_u64(size)
+                    .push_u64(address)
+                    .push_u32(0)
+                    .push_cstr(op.api);
+                &self.alloc
+            }
+            HeapOpKind::Realloc {
+                old_address,
+                new_address,
+                new_size,
+            } => {
+                let old = self.sizes.remove(&(op.pid, old_address)).unwrap_or(0);
+                self.sizes.insert((op.pid, new_address), new_size);
+                p.push_u64(0)
+                    .push_u64(new_address)
+                    .push_u64(old_address)
+                    .push_u64(new_size)
+                    .push_u64(old);
+                p.push_u32(0).push_cstr(op.api);
+                &self.realloc
+            }
+            HeapOpKind::Free { address } => {
+                self.sizes.remove(&(op.pid, address));
+                p.push_u64(0)
+                    .push_u64(address)
+                    .push_u32(0)
+                    .push_cstr(op.api);
+                &self.free
+            }
+        };
+        let inst = TlInstance {
+            pid: op.pid,
+            tid: op.tid,
+            cpu,
+            timestamp: op.timestamp,
+            activity_id: Guid::ZERO,
+        };
+        let ext = match &op.stack {
+            Some(s) => std::borrow::Cow::Owned(schema.ext_with_stack(&crate::event::Stack {
+                match_id: 0,
+                addresses: s.to_vec(),
+            })),
+            None => std::borrow::Cow::Owned(schema.ext().to_vec()),
+        };
+        event_record_with_ext(schema, &inst, p.into_bytes(), ext).into_owned()
+    }
+}

@@ -1,0 +1,3 @@
+//! Answers on top of the event stream.
+
+pub mod heap;

@@ -1,0 +1,489 @@
+//! Spawn mode through the allocator shim (`libetwkit_heapshim.so`, crate `etwkit-heapshim`): the
+//! command runs with the shim preloaded; the shim sends binary records over a SOCK_SEQPACKET socket
+//! (format in the shim crate's docs). Orders of magnitude cheaper than a uprobe per call (see
+//! tools/bench_heap.sh); uprobes remain the way to attach to a running process.
+//!
+//! Records of different threads arrive in per-thread batches; they are ordered by their TSC stamps
+//! before delivery, so a block allocated on one thread and freed on another pairs up correctly.
+
+use std::collections::HashMap;
+use std::io;
+use std::ops::ControlFlow;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::{perf, HeapError, StackEvents};
+use crate::analysis::heap::{HeapOp, HeapOpKind};
+use crate::live::linux::unwind::{Mapping, ProcessMaps};
+
+const MAGIC: u32 = u32::from_le_bytes(*b"HSPH");
+const T_ALLOC: u8 = 1;
+const T_REALLOC: u8 = 2;
+const T_FREE: u8 = 3;
+const T_STACK: u8 = 4;
+const T_CLOCK: u8 = 5;
+const T_MODULE: u8 = 6;
+const T_TRANSIENT: u8 = 7;
+const APIS: [&str; 10] = [
+    "malloc",
+    "calloc",
+    "realloc",
+    "reallocarray",
+    "posix_memalign",
+    "memalign",
+    "aligned_alloc",
+    "valloc",
+    "pvalloc",
+    "free",
+];
+
+/// Where the shim library is: `$ETWKIT_HEAPSHIM`, else next to the running executable or in its
+/// parent directory (cargo puts test binaries in `target/<profile>/deps`).
+pub fn find_shim() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("ETWKIT_HEAPSHIM") {
+        let p = PathBuf::from(p);
+        return p.is_file().then_some(p);
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [
+        dir.join("libetwkit_heapshim.so"),
+        dir.parent()?.join("libetwkit_heapshim.so"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+}
+
+/// Counters of a shim trace.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ShimStats {
+    pub datagrams: u64,
+    pub records: u64,
+    pub malformed: u64,
+    /// Allocation records naming a stack the thread never sent (should stay 0).
+    pub unknown_stacks: u64,
+}
+
+/// Alloc/free pairs the shim counted in process: (pid, stack, api, count, bytes).
+pub type Transient = (u32, Option<Arc<[u64]>>, &'static str, u64, u64);
+
+/// Per-address bookkeeping that makes pairing independent of arrival order: threads send their
+/// records in batches, and the shim keeps allocations back until they live long enough, so a free
+/// on one thread can arrive before the allocation it frees. A free pairs with the latest earlier
+/// allocation of its address; an allocation with the earliest later free.
+#[derive(Default)]
+struct AddrState {
+    allocs: Vec<(u64, HeapOp)>,
+    frees: Vec<(u64, HeapOp)>,
+}
+
+/// A command running with the heap shim preloaded.
+pub struct ShimTrace {
+    child: Option<Child>,
+    sock: OwnedFd,
+    stacks: HashMap<(u32, u64), Arc<[u64]>>,
+    maps: HashMap<u32, ProcessMaps>,
+    addrs: HashMap<(u32, u64), AddrState>,
+    /// Ops ready for delivery (pairs completed), in completion order.
+    ready: Vec<HeapOp>,
+    /// (pid, stack, api, count, bytes) of alloc/free pairs the shim cancelled locally.
+    transient: Vec<Transient>,
+    reallocs: HashMap<u32, u64>,
+    /// (tsc, CLOCK_MONOTONIC ns) anchors: first and latest seen.
+    anchors: Option<((u64, u64), (u64, u64))>,
+    clock: (u64, u64),
+    stop: Arc<AtomicBool>,
+    stats: ShimStats,
+}
+
+impl ShimTrace {
+    /// Starts `cmd` with the shim preloaded. `stacks` selects the events that carry a stack.
+    pub fn spawn(
+        cmd: &mut Command,
+        shim: &Path,
+        stacks: StackEvents,
+    ) -> Result<ShimTrace, HeapError> {
+        let mut fds = [0i32; 2];
+        // SAFETY: socketpair writes two descriptors into the array we pass.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        if r != 0 {
+            return Err(HeapError::Io {
+                context: "socketpair for the heap shim".into(),
+                source: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: both descriptors are fresh and owned by nobody else.
+        let (ours, theirs) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // A larger receive queue lets the program run ahead of us a little (it blocks when full).
+        let size: libc::c_int = 4 << 20;
+        // SAFETY: setsockopt reads one c_int through a valid pointer.
+        unsafe {
+            libc::setsockopt(
+                ours.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                &size as *const _ as *const libc::c_void,
+                4,
+            );
+        }
+        let child_fd = theirs.as_raw_fd();
+        let mut preload = shim.as_os_str().to_owned();
+        if let Some(old) = std::env::var_os("LD_PRELOAD") {
+            preload.push(":");
+            preload.push(old);
+        }
+        let mask = stacks.alloc as u32 | (stacks.realloc as u32) << 1 | (stacks.free as u32) << 2;
+        cmd.env("LD_PRELOAD", preload)
+            .env("ETWKIT_HEAP_FD", child_fd.to_string())
+            .env("ETWKIT_HEAP_STACKS", mask.to_string());
+        // SAFETY: runs in the forked child before exec; fcntl is async-signal-safe. It keeps the
+        // shim's socket open across exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fcntl(child_fd, libc::F_SETFD, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| HeapError::Io {
+            context: format!("cannot start {:?}", cmd.get_program()),
+            source: e,
+        })?;
+        drop(theirs);
+        Ok(ShimTrace {
+            child: Some(child),
+            sock: ours,
+            stacks: HashMap::new(),
+            maps: HashMap::new(),
+            addrs: HashMap::new(),
+            ready: Vec::new(),
+            transient: Vec::new(),
+            reallocs: HashMap::new(),
+            anchors: None,
+            clock: perf::clocks_now(),
+            stop: Arc::new(AtomicBool::new(false)),
+            stats: ShimStats::default(),
+        })
+    }
+
+    pub fn child_mut(&mut self) -> Option<&mut Child> {
+        self.child.as_mut()
+    }
+
+    pub fn stop_handle(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    pub fn stats(&self) -> &ShimStats {
+        &self.stats
+    }
+
+    /// The executable mappings the shim announced, per process (for symbolizing).
+    pub fn maps(&self) -> HashMap<u32, ProcessMaps> {
+        self.maps.clone()
+    }
+
+    /// Reads until every process holding the socket (the command and its children) has exited or
+    /// the stop flag is set; then delivers every operation in time order. `progress` is called
+    /// with the number of records received so far, about once per datagram.
+    pub fn process(
+        &mut self,
+        mut progress: impl FnMut(u64),
+        mut f: impl FnMut(&HeapOp) -> ControlFlow<()>,
+    ) -> Result<(), HeapError> {
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            perf::poll_fds(&[self.sock.as_raw_fd()], 100).map_err(|e| HeapError::Io {
+                context: "poll on the heap shim socket".into(),
+                source: e,
+            })?;
+            // SAFETY: recv writes at most buf.len() bytes into our buffer.
+            let n = unsafe {
+                libc::recv(
+                    self.sock.as_raw_fd(),
+                    buf.as_mut_ptr() as *mut libc::c_void,
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n == 0 {
+                break; // every writer closed its end
+            }
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(HeapError::Io {
+                    context: "recv from the heap shim".into(),
+                    source: e,
+                });
+            }
+            self.stats.datagrams += 1;
+            let msg = buf[..n as usize].to_vec();
+            self.parse(&msg);
+            progress(self.stats.records);
+            // Completed pairs can go now (their order does not matter to the analysis).
+            let ready = std::mem::take(&mut self.ready);
+            for op in &ready {
+                if f(op).is_break() {
+                    return Ok(());
+                }
+            }
+        }
+        // Unpaired allocations are outstanding, unpaired frees hit blocks allocated before tracing
+        // or inside the allocator; deliver them in time order after the pairs.
+        let mut rest: Vec<(u64, HeapOp)> = Vec::new();
+        for (_, st) in self.addrs.drain() {
+            rest.extend(st.allocs);
+            rest.extend(st.frees);
+        }
+        rest.sort_by_key(|r| r.0);
+        let mut ready = std::mem::take(&mut self.ready);
+        ready.extend(rest.into_iter().map(|(t, mut op)| {
+            op.timestamp = self.filetime(t);
+            op
+        }));
+        for op in &ready {
+            if f(op).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Alloc/free pairs the shim counted without sending them: (pid, stack, api, count, bytes).
+    pub fn transient(&self) -> &[Transient] {
+        &self.transient
+    }
+
+    /// Reallocations per process.
+    pub fn reallocs(&self) -> &HashMap<u32, u64> {
+        &self.reallocs
+    }
+
+    fn add_alloc(&mut self, tsc: u64, op: HeapOp, address: u64) {
+        let st = self.addrs.entry((op.pid, address)).or_default();
+        // The earliest free after this allocation.
+        let m = st
+            .frees
+            .iter()
+            .enumerate()
+            .filter(|(_, (t, _))| *t > tsc)
+            .min_by_key(|(_, (t, _))| *t)
+            .map(|(i, _)| i);
+        match m {
+            Some(i) => {
+                let (tf, mut free) = st.frees.swap_remove(i);
+                let empty = st.allocs.is_empty() && st.frees.is_empty();
+                let mut op = op;
+                op.timestamp = self.filetime(tsc);
+                free.timestamp = self.filetime(tf);
+                let key = (op.pid, address);
+                self.ready.push(op);
+                self.ready.push(free);
+                if empty {
+                    self.addrs.remove(&key);
+                }
+            }
+            None => st.allocs.push((tsc, op)),
+        }
+    }
+
+    fn add_free(&mut self, tsc: u64, op: HeapOp, address: u64) {
+        let st = self.addrs.entry((op.pid, address)).or_default();
+        // The latest allocation before this free.
+        let m = st
+            .allocs
+            .iter()
+            .enumerate()
+            .filter(|(_, (t, _))| *t < tsc)
+            .max_by_key(|(_, (t, _))| *t)
+            .map(|(i, _)| i);
+        match m {
+            Some(i) => {
+                let (ta, mut alloc) = st.allocs.swap_remove(i);
+                let empty = st.allocs.is_empty() && st.frees.is_empty();
+                let mut op = op;
+                alloc.timestamp = self.filetime(ta);
+                op.timestamp = self.filetime(tsc);
+                let key = (op.pid, address);
+                self.ready.push(alloc);
+                self.ready.push(op);
+                if empty {
+                    self.addrs.remove(&key);
+                }
+            }
+            None => st.frees.push((tsc, op)),
+        }
+    }
+
+    fn filetime(&self, tsc: u64) -> i64 {
+        let mono = match self.anchors {
+            Some(((t0, m0), (t1, m1))) if t1 > t0 => {
+                m0 as f64 + (tsc as f64 - t0 as f64) * (m1 - m0) as f64 / (t1 - t0) as f64
+            }
+            Some(((_, m0), _)) => m0 as f64,
+            None => self.clock.0 as f64,
+        };
+        let real = self.clock.1 as f64 + (mono - self.clock.0 as f64);
+        (real / 100.0) as i64 + 116_444_736_000_000_000
+    }
+
+    fn parse(&mut self, msg: &[u8]) {
+        let w = |o: usize| {
+            msg.get(o..o + 8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+        };
+        let d = |o: usize| {
+            msg.get(o..o + 4)
+                .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+        };
+        let (Some(MAGIC), Some(pid), Some(tid), Some(len)) = (d(0), d(4), d(8), d(12)) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let end = (16 + len as usize).min(msg.len());
+        let mut o = 16;
+        while o + 8 <= end {
+            let h = w(o).unwrap_or(0);
+            let (t, api, count) = (h as u8, (h >> 8) as u8, (h >> 16) as u16 as usize);
+            let api_name = APIS.get(api as usize).copied().unwrap_or("malloc");
+            let words = match t {
+                T_ALLOC => 5,
+                T_REALLOC => 6,
+                T_FREE => 3 + count,
+                T_STACK => 2 + count,
+                T_CLOCK => 3,
+                T_MODULE => 4 + count.div_ceil(8),
+                T_TRANSIENT => 4,
+                _ => {
+                    self.stats.malformed += 1;
+                    return;
+                }
+            };
+            if o + words * 8 > end {
+                self.stats.malformed += 1;
+                return;
+            }
+            let at = |i: usize| w(o + 8 * i).unwrap_or(0);
+            self.stats.records += 1;
+            let stack_of = |this: &mut Self, id: u64| -> Option<Arc<[u64]>> {
+                if id == 0 {
+                    return None;
+                }
+                let s = this.stacks.get(&(pid, id)).cloned();
+                if s.is_none() {
+                    this.stats.unknown_stacks += 1;
+                }
+                s
+            };
+            match t {
+                T_ALLOC => {
+                    let stack = stack_of(self, at(4));
+                    let op = HeapOp {
+                        pid,
+                        tid,
+                        timestamp: 0,
+                        api: api_name,
+                        kind: HeapOpKind::Alloc {
+                            address: at(2),
+                            size: at(3),
+                        },
+                        stack,
+                    };
+                    self.add_alloc(at(1), op, at(2));
+                }
+                T_REALLOC => {
+                    let stack = stack_of(self, at(5));
+                    // A reallocation frees the old block and allocates the new one at the same instant.
+                    *self.reallocs.entry(pid).or_default() += 1;
+                    let free = HeapOp {
+                        pid,
+                        tid,
+                        timestamp: 0,
+                        api: api_name,
+                        kind: HeapOpKind::Free { address: at(2) },
+                        stack: None,
+                    };
+                    self.add_free(at(1), free, at(2));
+                    let alloc = HeapOp {
+                        pid,
+                        tid,
+                        timestamp: 0,
+                        api: api_name,
+                        kind: HeapOpKind::Alloc {
+                            address: at(3),
+                            size: at(4),
+                        },
+                        stack,
+                    };
+                    self.add_alloc(at(1), alloc, at(3));
+                }
+                T_FREE => {
+                    let kind = HeapOpKind::Free { address: at(2) };
+                    let stack = if count > 0 {
+                        stack_of(self, at(3))
+                    } else {
+                        None
+                    };
+                    let op = HeapOp {
+                        pid,
+                        tid,
+                        timestamp: 0,
+                        api: api_name,
+                        kind,
+                        stack,
+                    };
+                    self.add_free(at(1), op, at(2));
+                }
+                T_TRANSIENT => {
+                    let stack = stack_of(self, at(1));
+                    self.transient.push((pid, stack, api_name, at(2), at(3)));
+                }
+                T_STACK => {
+                    let frames: Vec<u64> = (0..count).map(|i| at(2 + i)).collect();
+                    self.stacks.insert((pid, at(1)), Arc::from(frames));
+                }
+                T_CLOCK => {
+                    let a = (at(1), at(2));
+                    self.anchors = Some(match self.anchors {
+                        None => (a, a),
+                        Some((first, last)) => (first, if a.0 > last.0 { a } else { last }),
+                    });
+                }
+                T_MODULE => {
+                    let bytes: Vec<u8> = (0..count.div_ceil(8))
+                        .flat_map(|i| at(4 + i).to_le_bytes())
+                        .take(count)
+                        .collect();
+                    let path = PathBuf::from(String::from_utf8_lossy(&bytes).into_owned());
+                    self.maps.entry(pid).or_default().insert(Mapping {
+                        start: at(1),
+                        end: at(2),
+                        pgoff: at(3),
+                        path: Arc::from(path.as_path()),
+                    });
+                }
+                _ => {}
+            }
+            o += words * 8;
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Live ETW on Windows (windows-sys; type-checked on every OS).
+
+pub mod heap;
