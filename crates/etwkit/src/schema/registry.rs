@@ -75,6 +75,8 @@ pub struct Registry {
     provider_names: FastMap<Guid, String>,
     maps: HashMap<(Guid, String), Arc<ValueMap>>,
     tl: RwLock<FastMap<Box<[u8]>, Arc<EventSchema>>>,
+    /// Fall back to the built-in provider manifests (`schema::builtin::manifests`) on a miss.
+    builtin_manifests: bool,
 }
 
 /// What [`Registry::learn_from_file`] found.
@@ -273,9 +275,11 @@ impl Registry {
     /// the built-in Windows provider manifests) and the built-in provider names.
     pub fn with_builtins() -> Registry {
         let mut r = Registry::new();
-        // Provider manifests first: a hand-checked table (winsock-afd.json) wins a shared key.
-        for m in &crate::schema::builtin::manifests::all().0 {
-            r.add_manifest(m.clone());
+        // Provider manifests are looked up lazily (after every keyed schema, so a hand-checked
+        // table such as winsock-afd.json, embedded metadata or a user's manifest wins a shared key).
+        r.builtin_manifests = true;
+        for (guid, name) in crate::schema::builtin::manifests::provider_names() {
+            r.insert_provider_name(guid, name);
         }
         for (key, schema) in crate::schema::builtin::schemas() {
             r.insert(key, schema);
@@ -317,8 +321,14 @@ impl Registry {
             .insert((provider, map.name.clone()), Arc::new(map));
     }
 
-    pub fn get(&self, key: &SchemaKey) -> Option<&Arc<EventSchema>> {
-        self.schemas.get(key)
+    /// The layout filed under `key`: a keyed schema, else (with built-ins) a built-in provider
+    /// manifest's.
+    pub fn get(&self, key: &SchemaKey) -> Option<Arc<EventSchema>> {
+        self.schemas.get(key).cloned().or_else(|| {
+            self.builtin_manifests
+                .then(|| crate::schema::builtin::manifests::lookup(key))
+                .flatten()
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -329,7 +339,8 @@ impl Registry {
         self.schemas.is_empty()
     }
 
-    /// All keyed schemas (not the TraceLogging cache).
+    /// All keyed schemas (not the TraceLogging cache, nor the built-in provider manifests, which
+    /// [`Registry::get`] consults lazily).
     pub fn iter(&self) -> impl Iterator<Item = (&SchemaKey, &Arc<EventSchema>)> {
         self.schemas.iter()
     }
@@ -432,7 +443,7 @@ impl Registry {
                 return self.tl_schema(rec.provider, traits, meta).map(Some);
             }
         }
-        Ok(Self::key_for(rec).and_then(|k| self.schemas.get(&k).cloned()))
+        Ok(Self::key_for(rec).and_then(|k| self.get(&k)))
     }
 
     fn tl_schema(
