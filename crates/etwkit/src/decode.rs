@@ -148,7 +148,7 @@ impl serde::Serialize for Value {
                 q.end()
             }
             Value::Struct(p) => p.serialize(s),
-            Value::Hex(v) | Value::Pointer(v) => s.collect_str(&format_args!("0x{v:x}")),
+            Value::Hex(v) | Value::Pointer(v) => s.serialize_str(hex_u64(&mut [0; 18], *v)),
             Value::Ipv4(a) => s.collect_str(a),
             Value::Ipv6(a) => s.collect_str(a),
             Value::Port(p) => s.serialize_u16(*p),
@@ -162,6 +162,19 @@ impl serde::Serialize for Value {
             )),
         }
     }
+}
+
+/// `0x` and the lowercase hex digits of `v` (no leading zeros), written into `buf` — the
+/// `format_args!` path cost ~5% of `dump --format json` on pointer-heavy CLR stack walks.
+fn hex_u64(buf: &mut [u8; 18], v: u64) -> &str {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let n = (16 - (v.leading_zeros() as usize / 4)).max(1);
+    buf[0] = b'0';
+    buf[1] = b'x';
+    for i in 0..n {
+        buf[1 + n - i] = DIGITS[((v >> (4 * i)) & 0xF) as usize];
+    }
+    std::str::from_utf8(&buf[..2 + n]).unwrap_or("0x?")
 }
 
 /// Named values in schema order.
@@ -1205,6 +1218,13 @@ pub fn record_stack(rec: &EventRecord<'_>, index: Option<&stacks::StackIndex>) -
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn hex_u64_matches_format() {
+        for v in [0u64, 1, 0xf, 0x10, 0x7fee_e023_068, u64::MAX, 1 << 63] {
+            assert_eq!(super::hex_u64(&mut [0; 18], v), format!("0x{v:x}"));
+        }
+    }
+
     use super::*;
     use crate::schema::Property;
 
