@@ -705,24 +705,24 @@ impl HeapEventEncoder {
         };
         Ok(HeapEventEncoder {
             alloc: b("Alloc", EVENT_ALLOC)
-                .field("HeapHandle", I::Hex64, O::Default)
+                .field("HeapHandle", I::U64, O::Hex)
                 .field("AllocSize", I::U64, O::Default)
-                .field("AllocAddress", I::Hex64, O::Default)
+                .field("AllocAddress", I::U64, O::Hex)
                 .field("SourceId", I::U32, O::Default)
                 .field("Api", I::CStr8, O::Default)
                 .build()?,
             realloc: b("ReAlloc", EVENT_REALLOC)
-                .field("HeapHandle", I::Hex64, O::Default)
-                .field("NewAllocAddress", I::Hex64, O::Default)
-                .field("OldAllocAddress", I::Hex64, O::Default)
+                .field("HeapHandle", I::U64, O::Hex)
+                .field("NewAllocAddress", I::U64, O::Hex)
+                .field("OldAllocAddress", I::U64, O::Hex)
                 .field("NewAllocSize", I::U64, O::Default)
                 .field("OldAllocSize", I::U64, O::Default)
                 .field("SourceId", I::U32, O::Default)
                 .field("Api", I::CStr8, O::Default)
                 .build()?,
             free: b("Free", EVENT_FREE)
-                .field("HeapHandle", I::Hex64, O::Default)
-                .field("FreeAddress", I::Hex64, O::Default)
+                .field("HeapHandle", I::U64, O::Hex)
+                .field("FreeAddress", I::U64, O::Hex)
                 .field("SourceId", I::U32, O::Default)
                 .field("Api", I::CStr8, O::Default)
                 .build()?,

@@ -485,6 +485,22 @@ impl EtlFile {
         }
     }
 
+    /// [`EtlFile::buffer_data`], counting the buffer (read, compressed, truncated) in `summary`.
+    fn load_buffer(
+        &self,
+        b: &BufferInfo,
+        summary: &mut ReadSummary,
+    ) -> Result<Cow<'_, [u8]>, String> {
+        summary.buffers += 1;
+        if b.header.is_compressed() {
+            summary.compressed_buffers += 1;
+        }
+        if b.truncated {
+            summary.bad_buffers += 1;
+        }
+        self.buffer_data(b)
+    }
+
     /// Walks the records of one buffer's data (as returned by [`EtlFile::buffer_data`]).
     pub fn walk_buffer<'d>(
         &self,
@@ -561,14 +577,7 @@ impl EtlFile {
         summary: &mut ReadSummary,
         f: &mut dyn FnMut(&Record<'_>) -> ControlFlow<()>,
     ) -> ControlFlow<()> {
-        summary.buffers += 1;
-        if b.header.is_compressed() {
-            summary.compressed_buffers += 1;
-        }
-        if b.truncated {
-            summary.bad_buffers += 1;
-        }
-        match self.buffer_data(b) {
+        match self.load_buffer(b, summary) {
             Ok(data) => self.walk_buffer(b, &data, summary, &mut |r| f(r)),
             Err(reason) => {
                 summary.bad_buffers += 1;
@@ -738,14 +747,7 @@ impl EtlFile {
                 let b = &self.buffers[order[next].1];
                 let seq = next;
                 next += 1;
-                summary.buffers += 1;
-                if b.header.is_compressed() {
-                    summary.compressed_buffers += 1;
-                }
-                if b.truncated {
-                    summary.bad_buffers += 1;
-                }
-                match self.buffer_data(b) {
+                match self.load_buffer(b, summary) {
                     Ok(data) => {
                         let c = Cursor {
                             info: b,

@@ -192,6 +192,9 @@ pub struct SessionConfig {
     /// Start with the pid filter armed but empty: nothing is traced until [`LiveSession::spawn`]ed
     /// children add themselves.
     pub armed_for_spawn: bool,
+    /// Event ids whose events carry a stack (ETW's stack-walk event filter; the heap provider: Alloc
+    /// 33, ReAlloc 34, Free 36). Empty: as the providers' STACK_TRACE enable flag says.
+    pub stack_event_ids: Vec<u16>,
 }
 
 /// The callback type of [`LiveSession::process`].
@@ -261,6 +264,33 @@ impl Etw {
         self.backend.providers()
     }
 
+    /// A heap trace of running processes (every thread), like Windows' `StartHeapTrace` with a PID
+    /// list: a started [`Trace`] of the heap provider (HeapTraceProvider) whose events are Alloc (33),
+    /// ReAlloc (34) and Free (36), with stacks on the `stack_event_ids` among them. Spawn a command
+    /// suspended with [`Trace::spawn`] on a trace from [`Etw::open_heap_trace`] instead to miss
+    /// nothing from its start.
+    pub fn heap_trace(&self, pids: &[u32], stack_event_ids: &[u16]) -> Result<Trace> {
+        let mut t = self.open_heap_trace("heap", None, stack_event_ids)?;
+        for &p in pids {
+            t.add_pid(p)?;
+        }
+        t.start()?;
+        Ok(t)
+    }
+
+    /// A heap trace not started yet (add pids, or [`Trace::spawn`] a command suspended).
+    pub fn open_heap_trace(
+        &self,
+        name: &str,
+        logfile: Option<&Path>,
+        stack_event_ids: &[u16],
+    ) -> Result<Trace> {
+        let mut t = self.open_trace(name, logfile, Some(crate::analysis::heap::HEAP_PROVIDER));
+        t.enable(crate::analysis::heap::HEAP_PROVIDER, 0, Level::VERBOSE)?;
+        t.set_stack_events(stack_event_ids);
+        Ok(t)
+    }
+
     /// A trace handle, realtime when `logfile` is `None`. Nothing happens until [`Trace::start`] (or
     /// [`Trace::process`] on a logfile).
     pub fn open_trace(&self, name: &str, logfile: Option<&Path>, guid: Option<Guid>) -> Trace {
@@ -273,6 +303,7 @@ impl Etw {
             pids: Vec::new(),
             buffer_kb: 0,
             armed_for_spawn: false,
+            stack_event_ids: Vec::new(),
             session: None,
             writer: None,
             stop: StopHandle(Arc::new(AtomicBool::new(false))),
@@ -303,6 +334,7 @@ pub struct Trace {
     pids: Vec<u32>,
     buffer_kb: u64,
     armed_for_spawn: bool,
+    stack_event_ids: Vec<u16>,
     session: Option<Box<dyn LiveSession>>,
     /// Logfile mode: where the session's events go.
     writer: Option<crate::etl::writer::Writer<std::fs::File>>,
@@ -368,6 +400,11 @@ impl Trace {
         }
     }
 
+    /// Event ids whose events carry a stack (ETW's stack-walk event filter).
+    pub fn set_stack_events(&mut self, ids: &[u16]) {
+        self.stack_event_ids = ids.to_vec();
+    }
+
     pub fn set_buffer_kb(&mut self, kb: u64) {
         self.buffer_kb = kb;
     }
@@ -382,6 +419,7 @@ impl Trace {
             pids: self.pids.clone(),
             buffer_kb: self.buffer_kb,
             armed_for_spawn: self.armed_for_spawn,
+            stack_event_ids: self.stack_event_ids.clone(),
         };
         self.stop.0.store(false, Ordering::SeqCst);
         let session = self.backend.start(&cfg)?;

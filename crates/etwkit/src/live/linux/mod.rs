@@ -112,6 +112,14 @@ impl Backend for LinuxBackend {
     }
 
     fn start(&self, cfg: &SessionConfig) -> Result<Box<dyn LiveSession>> {
+        if cfg
+            .providers
+            .iter()
+            .any(|p| heap::session::is_heap_provider(&p.provider))
+        {
+            // Heap tracing: perf uprobes bound to the target processes, not tracefs.
+            return Ok(Box::new(heap::session::HeapSession::start(cfg)?));
+        }
         Ok(Box::new(LinuxSession::start(cfg)?))
     }
 

@@ -14,6 +14,7 @@
 
 pub mod perf;
 pub mod probes;
+pub mod session;
 pub mod shim;
 pub mod tracefs;
 
