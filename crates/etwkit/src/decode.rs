@@ -1220,7 +1220,7 @@ pub fn record_stack(rec: &EventRecord<'_>, index: Option<&stacks::StackIndex>) -
 mod tests {
     #[test]
     fn hex_u64_matches_format() {
-        for v in [0u64, 1, 0xf, 0x10, 0x7fee_e023_068, u64::MAX, 1 << 63] {
+        for v in [0u64, 1, 0xf, 0x10, 0x7fe_ee02_3068, u64::MAX, 1 << 63] {
             assert_eq!(super::hex_u64(&mut [0; 18], v), format!("0x{v:x}"));
         }
     }
