@@ -65,9 +65,8 @@ impl<'w> Printer<'w> {
             if d.is_decoded() {
                 self.decoded += 1;
             }
-            if !d.properties.is_empty()
-                && serde_json::to_writer(&mut self.props, &d.properties).is_ok()
-            {
+            if !d.properties.is_empty() {
+                d.properties.write_json(&mut self.props);
                 v.properties_json = std::str::from_utf8(&self.props).ok();
             }
         }

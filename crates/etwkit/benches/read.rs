@@ -115,8 +115,8 @@ fn main() {
             v.event_name = d.event_name.as_deref();
             v.stack = d.stack.as_ref();
             props.clear();
-            if !d.properties.is_empty() && serde_json::to_writer(&mut props, &d.properties).is_ok()
-            {
+            if !d.properties.is_empty() {
+                d.properties.write_json(&mut props);
                 v.properties_json = std::str::from_utf8(&props).ok();
             }
             decoded += d.is_decoded() as u64;

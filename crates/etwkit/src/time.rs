@@ -135,8 +135,11 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 }
 
 /// Writes a FILETIME as RFC 3339 UTC with 7 fractional digits, e.g. `2020-05-01T16:40:57.9762397Z`.
+///
+/// FILETIMEs are unsigned on Windows; negative values (corrupt input) are shown as the epoch,
+/// 1601-01-01T00:00:00Z, rather than overflowing.
 pub fn write_rfc3339(out: &mut impl std::fmt::Write, filetime: i64) -> std::fmt::Result {
-    let unix_ticks = filetime - FILETIME_UNIX_EPOCH;
+    let unix_ticks = filetime.max(0) - FILETIME_UNIX_EPOCH;
     let secs = unix_ticks.div_euclid(10_000_000);
     let frac = unix_ticks.rem_euclid(10_000_000);
     let days = secs.div_euclid(86_400);
@@ -249,6 +252,9 @@ mod tests {
             Some(132_670_374_570_000_000)
         );
         assert_eq!(parse_rfc3339("yesterday"), None);
+        // Corrupt timestamps (found by the fuzzer): no overflow, a valid RFC 3339 string.
+        assert_eq!(format_rfc3339(i64::MIN), "1601-01-01T00:00:00.0000000Z");
+        assert_eq!(format_rfc3339(i64::MAX), "30828-09-14T02:48:05.4775807Z");
     }
 
     #[test]

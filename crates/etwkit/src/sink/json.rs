@@ -184,26 +184,38 @@ fn opt_str(l: &mut Vec<u8>, key: &str, v: Option<&str>) {
     }
 }
 
-/// Appends `s` as a JSON string.
+/// Bytes that need escaping in a JSON string: control characters, `"` and `\`.
+static NEEDS_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
+/// Appends `s` as a JSON string (the escapes serde_json writes).
 pub fn escape(l: &mut Vec<u8>, s: &str) {
     l.push(b'"');
     let b = s.as_bytes();
     let mut start = 0;
-    for (i, &c) in b.iter().enumerate() {
-        let esc: &[u8] = match c {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0..=0x1f => b"",
-            _ => continue,
-        };
+    while let Some(off) = b[start..].iter().position(|&c| NEEDS_ESCAPE[c as usize]) {
+        let i = start + off;
         l.extend_from_slice(&b[start..i]);
-        if esc.is_empty() {
-            let _ = write!(l, "\\u{c:04x}");
-        } else {
-            l.extend_from_slice(esc);
+        match b[i] {
+            b'"' => l.extend_from_slice(b"\\\""),
+            b'\\' => l.extend_from_slice(b"\\\\"),
+            b'\n' => l.extend_from_slice(b"\\n"),
+            b'\r' => l.extend_from_slice(b"\\r"),
+            b'\t' => l.extend_from_slice(b"\\t"),
+            0x08 => l.extend_from_slice(b"\\b"),
+            0x0c => l.extend_from_slice(b"\\f"),
+            c => {
+                let _ = write!(l, "\\u{c:04x}");
+            }
         }
         start = i + 1;
     }
