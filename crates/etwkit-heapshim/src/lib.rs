@@ -108,6 +108,10 @@ struct ThreadBuf {
     pend_used: Cell<usize>,
     pend_live: Cell<usize>,
     oldest_check: Cell<u64>,
+    /// Coarse per-thread clock for kept-back allocations: the TSC read every `COARSE_EVERY`
+    /// allocations (one read per allocation was the largest cost of a malloc/free pair).
+    coarse: Cell<u64>,
+    coarse_left: Cell<u32>,
     agg: UnsafeCell<[Agg; AGG_SLOTS]>,
     /// Stack-cache entries (see `stack_id`) and the one hit last.
     scache: UnsafeCell<[SCache; SCACHE_SLOTS]>,
@@ -904,6 +908,26 @@ unsafe fn guarded<R>(f: impl FnOnce(&ThreadBuf) -> R) -> Option<R> {
     Some(r)
 }
 
+/// Kept-back allocations read the TSC once per this many allocations of their thread: their time is
+/// used to age them out (50 ms) and, for blocks still live at the end, as their allocation time, which
+/// is thus early by at most the time of `COARSE_EVERY - 1` allocations (microseconds). Exact mode
+/// (`-o`, every operation sent) reads the TSC for every record.
+const COARSE_EVERY: u32 = 32;
+
+#[inline(always)]
+fn coarse_tsc(b: &ThreadBuf) -> u64 {
+    let left = b.coarse_left.get();
+    if left == 0 {
+        let t = tsc();
+        b.coarse.set(t);
+        b.coarse_left.set(COARSE_EVERY - 1);
+        t
+    } else {
+        b.coarse_left.set(left - 1);
+        b.coarse.get()
+    }
+}
+
 #[inline(always)]
 unsafe fn record_alloc(api: u8, addr: *mut libc::c_void, size: usize) {
     if addr.is_null() {
@@ -925,7 +949,7 @@ unsafe fn record_alloc(api: u8, addr: *mut libc::c_void, size: usize) {
                 b,
                 Pend {
                     addr: addr as u64,
-                    tsc: tsc(),
+                    tsc: coarse_tsc(b),
                     size: size as u64,
                     stack: st,
                     api,

@@ -242,11 +242,7 @@ impl Value {
                 out.push(b']');
             }
             Value::Struct(p) => p.write_json(out),
-            Value::Hex(v) | Value::Pointer(v) => {
-                out.extend_from_slice(b"\"0x");
-                crate::sink::json::push_hex_u64(out, *v);
-                out.push(b'"');
-            }
+            Value::Hex(v) | Value::Pointer(v) => crate::sink::json::push_quoted_hex_u64(out, *v),
             Value::Ipv4(a) => {
                 let _ = write!(out, "\"{a}\"");
             }
@@ -333,12 +329,29 @@ struct PlanField {
 #[derive(Debug)]
 pub struct Plan {
     fields: Vec<PlanField>,
+    /// The schema's names, shared by every decoded event (no allocation per record).
+    names: PlanNames,
+}
+
+#[derive(Debug, Default)]
+struct PlanNames {
+    provider: Option<Arc<str>>,
+    event: Option<Arc<str>>,
+    task: Option<Arc<str>>,
+    opcode: Option<Arc<str>>,
 }
 
 impl Plan {
     pub fn new(schema: &EventSchema) -> Plan {
+        let arc = |s: &Option<String>| s.as_deref().map(Arc::<str>::from);
         Plan {
             fields: compile(&schema.properties),
+            names: PlanNames {
+                provider: arc(&schema.provider_name),
+                event: arc(&schema.event_name),
+                task: arc(&schema.task_name),
+                opcode: arc(&schema.opcode_name),
+            },
         }
     }
     /// Decodes a payload with this plan.
@@ -931,10 +944,10 @@ fn scalar(
 /// A decoded event: names and values (what `etwkit dump` prints under `properties`).
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct DecodedEvent {
-    pub provider_name: Option<String>,
-    pub event_name: Option<String>,
-    pub task_name: Option<String>,
-    pub opcode_name: Option<String>,
+    pub provider_name: Option<Arc<str>>,
+    pub event_name: Option<Arc<str>>,
+    pub task_name: Option<Arc<str>>,
+    pub opcode_name: Option<Arc<str>>,
     /// Empty when no layout is known (see `undecoded`).
     pub properties: Properties,
     /// Where the layout came from; `None` when undecoded.
@@ -1137,17 +1150,15 @@ impl Decoder {
                 return ev;
             }
         };
+        let plan = self.plan(&schema);
         if ev.provider_name.is_none() {
-            ev.provider_name = schema.provider_name.clone();
+            ev.provider_name = plan.names.provider.clone();
         }
-        ev.event_name = schema.event_name.clone();
-        ev.task_name = schema.task_name.clone();
-        ev.opcode_name = schema.opcode_name.clone();
+        ev.event_name = plan.names.event.clone();
+        ev.task_name = plan.names.task.clone();
+        ev.opcode_name = plan.names.opcode.clone();
         ev.source = Some(schema.source);
-        match self
-            .plan(&schema)
-            .decode_counted(&rec.payload, rec.pointer_size)
-        {
+        match plan.decode_counted(&rec.payload, rec.pointer_size) {
             Ok((p, used)) => {
                 ev.properties = p;
                 ev.unread_bytes = rec.payload.len() - used;
@@ -1267,7 +1278,8 @@ impl DecodeStats {
         } else {
             let k = d
                 .provider_name
-                .clone()
+                .as_deref()
+                .map(str::to_string)
                 .unwrap_or_else(|| rec.provider.to_string());
             *self.undecoded_by_provider.entry(k).or_default() += 1;
         }

@@ -202,7 +202,8 @@ fn compare_with(sample: &str, baseline: &str, test: &str, builtins: bool) -> Opt
     let mut evs = Vec::new();
     file.for_each(Order::Time, |r| {
         let d = dec.decode(&r.event);
-        if let (Some(src), Some(mut p)) = (d.source, d.provider_name) {
+        if let (Some(src), Some(mut p)) = (d.source, d.provider_name.as_deref().map(str::to_string))
+        {
             if d.task_name.as_deref() == Some("MetaData") && p == "KernelTraceControl" {
                 p = "KernelTraceControl/MetaData".into();
             }

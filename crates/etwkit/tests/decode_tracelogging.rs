@@ -226,7 +226,8 @@ fn every_tracelogging_payload_is_consumed_exactly() {
                 let d = dec.decode(&r.event);
                 let name = d
                     .provider_name
-                    .clone()
+                    .as_deref()
+                    .map(str::to_string)
                     .unwrap_or_else(|| r.event.provider.to_string());
                 *by_provider.entry(name.clone()).or_default() += 1;
                 if d.undecoded.is_some() || d.unread_bytes != 0 {

@@ -23,7 +23,7 @@ pub fn properties(rec: &EventRecord<'_>) -> Option<(String, Map<String, Value>)>
     }
     let name = d.event_name?;
     match d.properties.to_json() {
-        Value::Object(m) => Some((name, m)),
+        Value::Object(m) => Some((name.to_string(), m)),
         _ => None,
     }
 }

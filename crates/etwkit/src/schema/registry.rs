@@ -72,7 +72,7 @@ fn priority(s: SchemaSource) -> u8 {
 #[derive(Default)]
 pub struct Registry {
     schemas: FastMap<SchemaKey, Arc<EventSchema>>,
-    provider_names: FastMap<Guid, String>,
+    provider_names: FastMap<Guid, Arc<str>>,
     maps: HashMap<(Guid, String), Arc<ValueMap>>,
     tl: RwLock<FastMap<Box<[u8]>, Arc<EventSchema>>>,
     /// Fall back to the built-in provider manifests (`schema::builtin::manifests`) on a miss.
@@ -304,7 +304,9 @@ impl Registry {
                 SchemaKey::Manifest { provider, .. } => provider,
                 SchemaKey::Mof { .. } => schema.provider,
             };
-            self.provider_names.entry(pk).or_insert_with(|| n.clone());
+            self.provider_names
+                .entry(pk)
+                .or_insert_with(|| Arc::from(n.as_str()));
         }
         self.schemas.insert(key, Arc::new(schema));
         true
@@ -312,7 +314,7 @@ impl Registry {
 
     /// Names a provider (or kernel group / MOF class) GUID.
     pub fn insert_provider_name(&mut self, provider: Guid, name: impl Into<String>) {
-        self.provider_names.insert(provider, name.into());
+        self.provider_names.insert(provider, Arc::from(name.into()));
     }
 
     /// Adds a value/bit map for a provider (for schemas inserted later that refer to it by name).
@@ -348,7 +350,7 @@ impl Registry {
     /// Registers every event of a parsed manifest; returns how many were stored.
     pub fn add_manifest(&mut self, m: manifest::Manifest) -> usize {
         for (g, n) in m.providers {
-            self.provider_names.insert(g, n);
+            self.provider_names.insert(g, Arc::from(n));
         }
         let mut added = 0;
         for (k, s) in m.events {
@@ -388,9 +390,9 @@ impl Registry {
     }
 
     /// Provider name for a record: TraceLogging traits, else a registered name.
-    pub fn provider_name(&self, rec: &EventRecord<'_>) -> Option<String> {
+    pub fn provider_name(&self, rec: &EventRecord<'_>) -> Option<Arc<str>> {
         if let Some(n) = rec.traits_provider_name() {
-            return Some(n.to_string());
+            return Some(Arc::from(n));
         }
         self.provider_names.get(&rec.provider).cloned()
     }

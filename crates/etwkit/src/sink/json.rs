@@ -116,9 +116,7 @@ impl<W: Write> JsonLines<W> {
                     if i > 0 {
                         l.push(b',');
                     }
-                    l.extend_from_slice(b"\"0x");
-                    push_hex_u64(l, *a);
-                    l.push(b'"');
+                    push_quoted_hex_u64(l, *a);
                 }
                 l.push(b']');
             }
@@ -156,16 +154,38 @@ pub fn push_guid(l: &mut Vec<u8>, g: &crate::Guid) {
     l.extend_from_slice(&out);
 }
 
-/// Appends a u64 as lowercase hex without leading zeros.
+/// Appends a u64 as lowercase hex without leading zeros (built on the stack, appended once).
+#[inline]
 pub fn push_hex_u64(l: &mut Vec<u8>, v: u64) {
-    if v == 0 {
-        l.push(b'0');
-        return;
+    let mut buf = [0u8; 16];
+    let digits = if v == 0 {
+        1
+    } else {
+        16 - (v.leading_zeros() as usize / 4)
+    };
+    for (k, slot) in buf[..digits].iter_mut().enumerate() {
+        *slot = HEX[((v >> ((digits - 1 - k) * 4)) & 15) as usize];
     }
-    let digits = 16 - (v.leading_zeros() as usize / 4);
-    for i in (0..digits).rev() {
-        l.push(HEX[((v >> (i * 4)) & 15) as usize]);
+    l.extend_from_slice(&buf[..digits]);
+}
+
+/// Appends `"0x…"` (quoted hex, no leading zeros) in one copy.
+#[inline]
+pub fn push_quoted_hex_u64(l: &mut Vec<u8>, v: u64) {
+    let mut buf = [0u8; 20];
+    let digits = if v == 0 {
+        1
+    } else {
+        16 - (v.leading_zeros() as usize / 4)
+    };
+    buf[0] = b'"';
+    buf[1] = b'0';
+    buf[2] = b'x';
+    for k in 0..digits {
+        buf[3 + k] = HEX[((v >> ((digits - 1 - k) * 4)) & 15) as usize];
     }
+    buf[3 + digits] = b'"';
+    l.extend_from_slice(&buf[..4 + digits]);
 }
 
 fn num_or_null(l: &mut Vec<u8>, key: &[u8], v: u32) {
@@ -179,7 +199,9 @@ fn num_or_null(l: &mut Vec<u8>, key: &[u8], v: u32) {
 
 fn opt_str(l: &mut Vec<u8>, key: &str, v: Option<&str>) {
     if let Some(s) = v {
-        let _ = write!(l, ",\"{key}\":");
+        l.extend_from_slice(b",\"");
+        l.extend_from_slice(key.as_bytes());
+        l.extend_from_slice(b"\":");
         escape(l, s);
     }
 }
@@ -197,12 +219,37 @@ static NEEDS_ESCAPE: [bool; 256] = {
     t
 };
 
+/// Index of the first byte that needs escaping: 8 bytes per step (SWAR: a byte below 0x20, or equal
+/// to `"` or `\\`, sets its high bit in the mask), then byte by byte in the word that has one.
+#[inline]
+fn find_escape(b: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let mut i = 0;
+    while i + 8 <= b.len() {
+        let w = u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        let below_space = w.wrapping_sub(LO * 0x20) & !w;
+        let q = w ^ (LO * b'"' as u64);
+        let quote = q.wrapping_sub(LO) & !q;
+        let bs = w ^ (LO * b'\\' as u64);
+        let backslash = bs.wrapping_sub(LO) & !bs;
+        if (below_space | quote | backslash) & HI != 0 {
+            break;
+        }
+        i += 8;
+    }
+    b[i..]
+        .iter()
+        .position(|&c| NEEDS_ESCAPE[c as usize])
+        .map(|p| i + p)
+}
+
 /// Appends `s` as a JSON string (the escapes serde_json writes).
 pub fn escape(l: &mut Vec<u8>, s: &str) {
     l.push(b'"');
     let b = s.as_bytes();
     let mut start = 0;
-    while let Some(off) = b[start..].iter().position(|&c| NEEDS_ESCAPE[c as usize]) {
+    while let Some(off) = find_escape(&b[start..]) {
         let i = start + off;
         l.extend_from_slice(&b[start..i]);
         match b[i] {
