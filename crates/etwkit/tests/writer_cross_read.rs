@@ -89,58 +89,24 @@ fn etwkit_tl_events(path: &Path, by_seq: bool) -> Vec<Value> {
     out
 }
 
-/// A live capture on this machine (Linux, root, tracefs): the `sched` tracepoints of a short-lived
-/// child, written by the session's logfile mode. `None` (after a loud SKIPPED) elsewhere.
+/// A live capture on this machine (Linux, root, tracefs) of `provider` while `cmd` runs, written by the
+/// session's logfile mode. `None` (after a loud SKIPPED) elsewhere.
 #[cfg(target_os = "linux")]
-fn live_capture(path: &Path) -> Option<()> {
+fn live_capture(path: &Path, provider: &str, mut cmd: std::process::Command) -> Option<()> {
     use etwkit::live::{Etw, Level};
     if let Err(e) = etwkit::live::linux::tracefs::root() {
-        eprintln!("\n*** SKIPPED live capture part of peers_read_what_etwkit_writes: {e} ***\n");
+        eprintln!("\n*** SKIPPED live capture ({provider}) part of peers_read_what_etwkit_writes: {e} ***\n");
         return None;
     }
     let etw = Etw::new();
-    let mut t = etw.open_trace("etwkit-writer-xread", Some(path), None);
-    t.enable("sched", 0, Level::VERBOSE).unwrap();
-    let mut child = t
-        .spawn(std::process::Command::new("/bin/sleep").arg("0.05"))
-        .unwrap();
-    let stop = t.stop_handle();
-    let waiter = std::thread::spawn(move || {
-        child.wait().unwrap();
-        stop.stop();
-    });
-    t.process(|_| ControlFlow::Continue(()), None, None)
-        .unwrap();
-    t.stop(false).unwrap();
-    waiter.join().unwrap();
-    Some(())
-}
-
-#[cfg(not(target_os = "linux"))]
-fn live_capture(_: &Path) -> Option<()> {
-    None
-}
-
-/// A live capture of the Winsock-style provider over the built-in network workload (TCP v4/v6, a
-/// refused connect, resets, a UDP burst with drops), written in logfile mode.
-#[cfg(target_os = "linux")]
-fn live_winsock_capture(path: &Path) -> Option<()> {
-    use etwkit::live::{Etw, Level};
-    if let Err(e) = etwkit::live::linux::tracefs::root() {
-        eprintln!(
-            "\n*** SKIPPED live Winsock capture part of peers_read_what_etwkit_writes: {e} ***\n"
-        );
-        return None;
-    }
-    let etw = Etw::new();
-    let mut t = etw.open_trace("etwkit-writer-xread-net", Some(path), None);
-    t.enable("winsock", 0, Level::VERBOSE).unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_etwkit-netwl"));
+    let mut t = etw.open_trace(&format!("etwkit-writer-xread-{provider}"), Some(path), None);
+    t.enable(provider, 0, Level::VERBOSE).unwrap();
     cmd.stdout(std::process::Stdio::null());
     let mut child = t.spawn(&mut cmd).unwrap();
     let stop = t.stop_handle();
     let waiter = std::thread::spawn(move || {
         child.wait().unwrap();
+        // Socket events of the last moments (softirq) still arrive after the child exits.
         std::thread::sleep(std::time::Duration::from_millis(150));
         stop.stop();
     });
@@ -152,7 +118,7 @@ fn live_winsock_capture(path: &Path) -> Option<()> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn live_winsock_capture(_: &Path) -> Option<()> {
+fn live_capture(_: &Path, _: &str, _: std::process::Command) -> Option<()> {
     None
 }
 
@@ -362,7 +328,9 @@ fn peers_read_what_etwkit_writes() {
     // A Linux live capture: its TraceLogging events, matched in file order.
     let live = tmp.join("live_sched.etl");
     let _ = std::fs::remove_file(&live);
-    if live_capture(&live).is_some() {
+    let mut sleep = std::process::Command::new("/bin/sleep");
+    sleep.arg("0.05");
+    if live_capture(&live, "sched", sleep).is_some() {
         let n = etwkit_records(&live);
         assert!(n > 10, "live capture holds {n} records");
         let tl = etwkit_tl_events(&live, false);
@@ -371,7 +339,10 @@ fn peers_read_what_etwkit_writes() {
     }
     let net = tmp.join("live_winsock.etl");
     let _ = std::fs::remove_file(&net);
-    if live_winsock_capture(&net).is_some() {
+    // The Winsock-style provider over the built-in network workload (TCP v4/v6, a refused connect,
+    // resets, a UDP burst with drops).
+    let workload = std::process::Command::new(env!("CARGO_BIN_EXE_etwkit-netwl"));
+    if live_capture(&net, "winsock", workload).is_some() {
         let n = etwkit_records(&net);
         let tl = etwkit_tl_events(&net, false);
         assert!(

@@ -285,45 +285,30 @@ impl HeapAnalyzer {
                     .collect(),
             )
         };
-        let mut outstanding: Vec<StackGroup> = by_stack
-            .into_iter()
-            .map(|(id, (count, bytes))| {
-                let (pid, frames) = name(id);
-                StackGroup {
-                    pid,
-                    count,
-                    bytes,
-                    frames,
-                }
-            })
-            .collect();
-        outstanding.sort_by(|a, b| {
-            b.bytes
-                .cmp(&a.bytes)
-                .then(b.count.cmp(&a.count))
-                .then(a.frames.cmp(&b.frames))
-        });
-        outstanding.truncate(top);
-        let mut top_alloc: Vec<StackGroup> = self
-            .alloc_by_stack
-            .iter()
-            .map(|(&id, &(count, bytes))| {
-                let (pid, frames) = name(id);
-                StackGroup {
-                    pid,
-                    count,
-                    bytes,
-                    frames,
-                }
-            })
-            .collect();
-        top_alloc.sort_by(|a, b| {
-            b.bytes
-                .cmp(&a.bytes)
-                .then(b.count.cmp(&a.count))
-                .then(a.frames.cmp(&b.frames))
-        });
-        top_alloc.truncate(top);
+        // Groups by stack, largest first (bytes, then count, then frames), the `top` of them.
+        let mut ranked = |groups: &mut dyn Iterator<Item = (u32, (u64, u64))>| -> Vec<StackGroup> {
+            let mut v: Vec<StackGroup> = groups
+                .map(|(id, (count, bytes))| {
+                    let (pid, frames) = name(id);
+                    StackGroup {
+                        pid,
+                        count,
+                        bytes,
+                        frames,
+                    }
+                })
+                .collect();
+            v.sort_by(|a, b| {
+                b.bytes
+                    .cmp(&a.bytes)
+                    .then(b.count.cmp(&a.count))
+                    .then(a.frames.cmp(&b.frames))
+            });
+            v.truncate(top);
+            v
+        };
+        let outstanding = ranked(&mut by_stack.into_iter());
+        let top_alloc = ranked(&mut self.alloc_by_stack.iter().map(|(&id, &v)| (id, v)));
         let mut processes: Vec<ProcessSummary> = self
             .procs
             .iter()
