@@ -27,7 +27,11 @@ fn setup(test: &str) -> Option<(PathBuf, PathBuf)> {
         if std::env::var("ETWKIT_REQUIRE_ROOT").is_ok_and(|v| v == "1") {
             panic!("{test}: needs root but ETWKIT_REQUIRE_ROOT=1");
         }
-        eprintln!("\n*** SKIPPED {test}: live heap tracing needs root ***\n");
+        std::io::Write::write_all(
+            &mut std::io::stderr(),
+            format!("\n*** SKIPPED {test}: live heap tracing needs root ***\n\n").as_bytes(),
+        )
+        .ok();
         return None;
     }
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));

@@ -12,7 +12,11 @@ fn samples() -> Option<PathBuf> {
     if std::env::var("ETWKIT_REQUIRE_SHARED").is_ok_and(|v| v == "1") {
         panic!("../shared/etl-samples is missing but ETWKIT_REQUIRE_SHARED=1");
     }
-    eprintln!("\n*** SKIPPED relog_cli: ../shared/etl-samples not found ***\n");
+    std::io::Write::write_all(
+        &mut std::io::stderr(),
+        "\n*** SKIPPED relog_cli: ../shared/etl-samples not found ***\n\n".as_bytes(),
+    )
+    .ok();
     None
 }
 

@@ -3,6 +3,8 @@
 //! silently. (Not a benchmark: `examples/live_storm.rs` measures throughput.)
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::ops::ControlFlow;
 use std::process::{Command, Stdio};
 
@@ -12,6 +14,9 @@ use etwkit::live::{Etw, Level};
 
 #[test]
 fn every_storm_event_is_delivered_or_reported_lost() {
+    if !common::live_available("every_storm_event_is_delivered_or_reported_lost") {
+        return;
+    }
     let root = tracefs::root().unwrap_or_else(|e| {
         panic!("this test traces the real kernel and requires root with tracefs: {e}")
     });

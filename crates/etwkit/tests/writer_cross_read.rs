@@ -95,7 +95,7 @@ fn etwkit_tl_events(path: &Path, by_seq: bool) -> Vec<Value> {
 fn live_capture(path: &Path, provider: &str, mut cmd: std::process::Command) -> Option<()> {
     use etwkit::live::{Etw, Level};
     if let Err(e) = etwkit::live::linux::tracefs::root() {
-        eprintln!("\n*** SKIPPED live capture ({provider}) part of peers_read_what_etwkit_writes: {e} ***\n");
+        std::io::Write::write_all(&mut std::io::stderr(), format!("\n*** SKIPPED live capture ({provider}) part of peers_read_what_etwkit_writes: {e} ***\n\n").as_bytes()).ok();
         return None;
     }
     let etw = Etw::new();
@@ -365,7 +365,7 @@ fn peers_read_what_etwkit_writes() {
                 "{test}: no peer venv but ETWKIT_REQUIRE_PEERS=1 (run tests/peers/setup_venv.sh)"
             );
         }
-        eprintln!("\n*** SKIPPED {test} (peer half): no target/peer-venv (run tests/peers/setup_venv.sh) ***\n");
+        std::io::Write::write_all(&mut std::io::stderr(), format!("\n*** SKIPPED {test} (peer half): no target/peer-venv (run tests/peers/setup_venv.sh) ***\n\n").as_bytes()).ok();
         return;
     };
     let script = workspace().join("tests/peers/cross_read.py");

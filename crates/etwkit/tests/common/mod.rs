@@ -22,7 +22,7 @@ fn missing(what: &str, test: &str) -> Option<PathBuf> {
     if std::env::var("ETWKIT_REQUIRE_SHARED").is_ok_and(|v| v == "1") {
         panic!("{test}: {what} is missing but ETWKIT_REQUIRE_SHARED=1");
     }
-    eprintln!("\n*** SKIPPED {test}: {what} not found (set ETWKIT_SHARED or clone next to ../shared) ***\n");
+    std::io::Write::write_all(&mut std::io::stderr(), format!("\n*** SKIPPED {test}: {what} not found (set ETWKIT_SHARED or clone next to ../shared) ***\n\n").as_bytes()).ok();
     None
 }
 
@@ -56,4 +56,25 @@ pub fn all_samples(test: &str) -> Option<Vec<PathBuf>> {
         .collect();
     v.sort();
     Some(v)
+}
+
+/// Live tracing needs root and tracefs. Without them a live test prints a loud `SKIPPED` line and
+/// returns `false`; with `ETWKIT_REQUIRE_ROOT=1` (set by `.ci/run`, which runs as root) it fails.
+#[cfg(target_os = "linux")]
+pub fn live_available(test: &str) -> bool {
+    match etwkit::live::linux::check_available() {
+        Ok(_) => true,
+        Err(e) => {
+            if std::env::var("ETWKIT_REQUIRE_ROOT").is_ok_and(|v| v == "1") {
+                panic!("{test}: traces the real kernel and needs root with tracefs ({e}), and ETWKIT_REQUIRE_ROOT=1");
+            }
+            std::io::Write::write_all(
+                &mut std::io::stderr(),
+                format!("\n*** SKIPPED {test}: live tracing needs root with tracefs ({e}) ***\n\n")
+                    .as_bytes(),
+            )
+            .ok();
+            false
+        }
+    }
 }

@@ -1774,7 +1774,12 @@ mod tests {
             if std::env::var("ETWKIT_REQUIRE_SHARED").is_ok_and(|v| v == "1") {
                 panic!("field_names_match_the_afd_schema: ../shared is missing but ETWKIT_REQUIRE_SHARED=1");
             }
-            eprintln!("\n*** SKIPPED field_names_match_the_afd_schema: ../shared not found ***\n");
+            std::io::Write::write_all(
+                &mut std::io::stderr(),
+                "\n*** SKIPPED field_names_match_the_afd_schema: ../shared not found ***\n\n"
+                    .as_bytes(),
+            )
+            .ok();
             return;
         };
         let text = std::fs::read_to_string(dir.join("schemas/winsock-afd.json")).unwrap();
