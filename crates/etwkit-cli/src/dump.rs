@@ -4,7 +4,6 @@ use std::io::Write;
 use std::ops::ControlFlow;
 
 use etwkit::etl::{EtlFile, Order};
-use etwkit::filter::{EventFilter, TimeBound};
 use etwkit::sink::Format;
 
 #[derive(clap::Args)]
@@ -13,21 +12,8 @@ pub struct Args {
     file: std::path::PathBuf,
     #[arg(long, value_enum, default_value = "table")]
     format: OutFormat,
-    /// Keep events at or after this time: RFC 3339, or seconds from the trace start.
-    #[arg(long)]
-    begin: Option<String>,
-    /// Keep events at or before this time: RFC 3339, or seconds from the trace start.
-    #[arg(long)]
-    end: Option<String>,
-    /// Keep events of this provider: a GUID or a name (manifest, TraceLogging or EventSource; repeatable).
-    #[arg(long)]
-    provider: Vec<String>,
-    /// Keep events with this id (repeatable).
-    #[arg(long)]
-    id: Vec<u16>,
-    /// Keep events of this process id (repeatable).
-    #[arg(long)]
-    pid: Vec<u32>,
+    #[command(flatten)]
+    filter: crate::filter_args::FilterArgs,
     /// Record order: as stored (file) or merged by timestamp (time).
     #[arg(long, value_enum, default_value = "time")]
     order: OrderArg,
@@ -72,37 +58,6 @@ pub enum OrderArg {
     Time,
 }
 
-/// Builds the event filter from command-line values.
-pub fn build_filter(
-    begin: Option<&str>,
-    end: Option<&str>,
-    providers: &[String],
-    ids: &[u16],
-    pids: &[u32],
-    trace_start: i64,
-    registry: &etwkit::schema::Registry,
-) -> anyhow::Result<EventFilter> {
-    let bound = |s: Option<&str>| -> anyhow::Result<Option<i64>> {
-        s.map(|s| {
-            TimeBound::parse(s)
-                .map(|b| b.resolve(trace_start))
-                .map_err(anyhow::Error::msg)
-        })
-        .transpose()
-    };
-    let mut f = EventFilter {
-        begin: bound(begin)?,
-        end: bound(end)?,
-        ids: ids.to_vec(),
-        pids: pids.to_vec(),
-        ..Default::default()
-    };
-    for p in providers {
-        f.add_provider(p, |name| registry.provider_guids_named(name));
-    }
-    Ok(f)
-}
-
 pub fn run(a: Args) -> anyhow::Result<()> {
     let f = EtlFile::open(&a.file)?;
     // Decoding also learns the file's embedded provider names, which --provider NAME may use.
@@ -112,15 +67,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let d = etwkit::decode::Decoder::for_file(registry(&a.manifest)?, &f).0;
         (Some(d), etwkit::schema::Registry::new())
     };
-    let filter = build_filter(
-        a.begin.as_deref(),
-        a.end.as_deref(),
-        &a.provider,
-        &a.id,
-        &a.pid,
-        f.header().start_time,
-        decoder.as_ref().map(|d| d.registry()).unwrap_or(&registry),
-    )?;
+    let registry = decoder.as_ref().map(|d| d.registry()).unwrap_or(&registry);
+    let filter = a.filter.to_filter(f.header().start_time, |name| {
+        registry.provider_guids_named(name)
+    })?;
     let stdout = std::io::stdout().lock();
     let mut printer = crate::print::Printer::with_decoder(
         a.format.into(),

@@ -91,7 +91,6 @@ fn report_from_etl(file: &PathBuf, top: usize, frames: usize) -> anyhow::Result<
 
 #[cfg(target_os = "linux")]
 fn live(a: &Args) -> anyhow::Result<HeapReport> {
-    use etwkit::analysis::heap::HeapEventEncoder;
     use etwkit::live::linux::heap::{spawn_suspended, HeapOptions, HeapTrace, StackEvents};
     use etwkit::live::linux::unwind::LinuxStackNamer;
     use std::time::{Duration, Instant};
@@ -133,13 +132,7 @@ fn live(a: &Args) -> anyhow::Result<HeapReport> {
     let stop = trace.stop_handle();
     ctrlc_stop(stop);
 
-    let mut writer = match &a.output {
-        Some(p) => Some((
-            etwkit::etl::writer::Writer::create(p, etwkit::etl::writer::WriterOptions::now())?,
-            HeapEventEncoder::new().map_err(|e| anyhow::anyhow!("{e}"))?,
-        )),
-        None => None,
-    };
+    let mut writer = open_output(a.output.as_deref())?;
     let mut write_err = None;
     let mut an = HeapAnalyzer::new();
     let mut last = Instant::now();
@@ -207,7 +200,6 @@ fn live_shim(
     shim: &std::path::Path,
     stacks: etwkit::live::linux::heap::StackEvents,
 ) -> anyhow::Result<HeapReport> {
-    use etwkit::analysis::heap::HeapEventEncoder;
     use etwkit::live::linux::heap::shim::ShimTrace;
     use etwkit::live::linux::unwind::LinuxStackNamer;
     use std::time::{Duration, Instant};
@@ -220,13 +212,7 @@ fn live_shim(
     }
     let mut trace = ShimTrace::spawn(&mut cmd, shim, stacks)?;
     ctrlc_stop(trace.stop_handle());
-    let mut writer = match &a.output {
-        Some(p) => Some((
-            etwkit::etl::writer::Writer::create(p, etwkit::etl::writer::WriterOptions::now())?,
-            HeapEventEncoder::new().map_err(|e| anyhow::anyhow!("{e}"))?,
-        )),
-        None => None,
-    };
+    let mut writer = open_output(a.output.as_deref())?;
     let mut write_err = None;
     let mut an = HeapAnalyzer::new();
     let mut last = Instant::now();
@@ -311,4 +297,22 @@ fn ctrlc_stop(stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
 #[cfg(not(target_os = "linux"))]
 fn live(_a: &Args) -> anyhow::Result<HeapReport> {
     bail!("live heap tracing from this command is implemented on Linux; on Windows use the library's heap session (etwkit::live::windows::heap)")
+}
+
+#[cfg(target_os = "linux")]
+type HeapOutput = (
+    etwkit::etl::writer::Writer<std::fs::File>,
+    etwkit::analysis::heap::HeapEventEncoder,
+);
+
+/// `-o FILE.etl`: the ETL writer and the encoder that turns heap operations into heap-provider events.
+#[cfg(target_os = "linux")]
+fn open_output(path: Option<&std::path::Path>) -> anyhow::Result<Option<HeapOutput>> {
+    path.map(|p| -> anyhow::Result<_> {
+        Ok((
+            etwkit::etl::writer::Writer::create(p, etwkit::etl::writer::WriterOptions::now())?,
+            etwkit::analysis::heap::HeapEventEncoder::new().map_err(|e| anyhow::anyhow!("{e}"))?,
+        ))
+    })
+    .transpose()
 }

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod demo;
 mod dump;
+mod filter_args;
 mod heap;
 mod info;
 mod print;

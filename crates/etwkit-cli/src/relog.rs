@@ -6,8 +6,6 @@ use std::path::PathBuf;
 use anyhow::Context;
 use etwkit::etl::relog::{relog_options, relog_to_file, RelogFilter};
 use etwkit::etl::EtlFile;
-use etwkit::filter::{EventFilter, TimeBound};
-use etwkit::Guid;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -17,21 +15,8 @@ pub struct Args {
     /// The ETL file to write.
     #[arg(short, long)]
     output: PathBuf,
-    /// Keep records of this provider: a GUID, or a TraceLogging/EventSource name (repeatable).
-    #[arg(long)]
-    provider: Vec<String>,
-    /// Keep events with this id (repeatable).
-    #[arg(long)]
-    id: Vec<u16>,
-    /// Keep events of this process id (repeatable).
-    #[arg(long)]
-    pid: Vec<u32>,
-    /// Keep records at or after this time: RFC 3339, or seconds from the (earliest) trace start.
-    #[arg(long)]
-    begin: Option<String>,
-    /// Keep records at or before this time: RFC 3339, or seconds from the (earliest) trace start.
-    #[arg(long)]
-    end: Option<String>,
+    #[command(flatten)]
+    filter: crate::filter_args::FilterArgs,
     /// Output buffer size in KiB.
     #[arg(long, default_value_t = 64)]
     buffer_kib: u32,
@@ -67,34 +52,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .filter(|&t| t > 0)
         .min()
         .unwrap_or(0);
-    let bound = |s: &Option<String>| -> anyhow::Result<Option<i64>> {
-        s.as_deref()
-            .map(|s| {
-                TimeBound::parse(s)
-                    .map(|b| b.resolve(start))
-                    .map_err(anyhow::Error::msg)
-            })
-            .transpose()
-    };
-    let mut guids = Vec::new();
-    let mut names = Vec::new();
-    for p in &a.provider {
-        match p.parse::<Guid>() {
-            Ok(g) => guids.push(g),
-            Err(_) => names.push(p.clone()),
-        }
-    }
-    let filter = RelogFilter::new(
-        EventFilter {
-            begin: bound(&a.begin)?,
-            end: bound(&a.end)?,
-            providers: guids,
-            ids: a.id.clone(),
-            pids: a.pid.clone(),
-            ..Default::default()
-        },
-        names,
-    );
+    // Names match TraceLogging/EventSource providers (name-derived GUID, traits name).
+    let mut events = a.filter.to_filter(start, |_| Vec::new())?;
+    let names = std::mem::take(&mut events.provider_names);
+    let filter = RelogFilter::new(events, names);
     let mut opts = relog_options(&files);
     opts.buffer_size = a
         .buffer_kib

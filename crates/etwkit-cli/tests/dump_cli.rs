@@ -1,69 +1,16 @@
 //! `etwkit info | stats | dump` as a user runs them: the JSON contracts of README.md, filters
 //! (provider by GUID and by name, id, time bounds), and clear errors.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
+use common::{etwkit, json_lines, samples, DUMP_FIELDS};
 use serde_json::Value;
-
-fn samples() -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/etl-samples");
-    if p.is_dir() {
-        return Some(p);
-    }
-    if std::env::var("ETWKIT_REQUIRE_SHARED").is_ok_and(|v| v == "1") {
-        panic!("../shared/etl-samples is missing but ETWKIT_REQUIRE_SHARED=1");
-    }
-    std::io::Write::write_all(
-        &mut std::io::stderr(),
-        "\n*** SKIPPED dump_cli: ../shared/etl-samples not found ***\n\n".as_bytes(),
-    )
-    .ok();
-    None
-}
-
-fn etwkit(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_etwkit"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn json_lines(s: &str) -> Vec<Value> {
-    s.lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
-}
-
-const DUMP_FIELDS: [&str; 18] = [
-    "timestamp",
-    "provider",
-    "id",
-    "version",
-    "level",
-    "opcode",
-    "task",
-    "keywords",
-    "channel",
-    "pid",
-    "tid",
-    "cpu",
-    "header_type",
-    "pointer_size",
-    "activity_id",
-    "payload",
-    "stack",
-    "properties",
-];
 
 #[test]
 fn dump_json_contract_and_filters() {
-    let Some(dir) = samples() else { return };
+    let Some(dir) = samples("dump_cli") else {
+        return;
+    };
     let pktmon = dir.join("pktmonvpn_PktMon.etl");
     let p = pktmon.to_str().unwrap();
     let (ok, out, err) = etwkit(&["dump", p, "--format", "json"]);
@@ -145,7 +92,9 @@ fn dump_json_contract_and_filters() {
 
 #[test]
 fn stats_and_info_json_contracts() {
-    let Some(dir) = samples() else { return };
+    let Some(dir) = samples("dump_cli") else {
+        return;
+    };
     let f = dir.join("perfview_net.4.5.2.x64.etl");
     let (ok, out, err) = etwkit(&["stats", f.to_str().unwrap(), "--format", "json"]);
     assert!(ok, "{err}");

@@ -5,33 +5,16 @@
 //! written with -o must give the same outstanding figures through `--report`.
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
 const THREADS: u64 = 4;
 const K: u64 = 3;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
 fn setup(test: &str) -> Option<(PathBuf, PathBuf)> {
-    if !is_root() {
-        if std::env::var("ETWKIT_REQUIRE_ROOT").is_ok_and(|v| v == "1") {
-            panic!("{test}: needs root but ETWKIT_REQUIRE_ROOT=1");
-        }
-        std::io::Write::write_all(
-            &mut std::io::stderr(),
-            format!("\n*** SKIPPED {test}: live heap tracing needs root ***\n\n").as_bytes(),
-        )
-        .ok();
+    if !common::require_root(test) {
         return None;
     }
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));

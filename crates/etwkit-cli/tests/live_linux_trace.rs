@@ -2,32 +2,13 @@
 //! provider/event names and properties, the loss summary, logfile mode, and the listing commands.
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::process::Command;
 
 use serde_json::Value;
 
 const EXE: &str = env!("CARGO_BIN_EXE_etwkit");
-
-/// tracefs control files are root-only: without root a test says loudly that it did not run, and
-/// fails when ETWKIT_REQUIRE_ROOT=1 (as `.ci/run` sets).
-fn require_root() -> bool {
-    let ok = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false);
-    if !ok {
-        if std::env::var("ETWKIT_REQUIRE_ROOT").is_ok_and(|v| v == "1") {
-            panic!("this test traces the real kernel and needs root, and ETWKIT_REQUIRE_ROOT=1");
-        }
-        std::io::Write::write_all(
-            &mut std::io::stderr(),
-            "\n*** SKIPPED live_linux_trace: live tracing needs root ***\n\n".as_bytes(),
-        )
-        .ok();
-    }
-    ok
-}
 
 /// The demo workload's facts, from the traced child's stderr.
 fn facts(stderr: &str) -> Value {
@@ -40,7 +21,7 @@ fn facts(stderr: &str) -> Value {
 
 #[test]
 fn trace_json_lines_carry_dump_fields_names_and_properties() {
-    if !require_root() {
+    if !common::require_root("live_linux_trace") {
         return;
     }
     let out = Command::new(EXE)
@@ -73,30 +54,11 @@ fn trace_json_lines_carry_dump_fields_names_and_properties() {
             .unwrap() as usize,
         events.len()
     );
-    let keys = [
-        "timestamp",
-        "provider",
-        "id",
-        "version",
-        "level",
-        "opcode",
-        "task",
-        "keywords",
-        "channel",
-        "pid",
-        "tid",
-        "cpu",
-        "header_type",
-        "pointer_size",
-        "activity_id",
-        "payload",
-        "stack",
-        "properties",
-        "provider_name",
-        "event_name",
-    ];
+    let keys = common::DUMP_FIELDS
+        .iter()
+        .chain(&["provider_name", "event_name"]);
     for e in events {
-        for k in keys {
+        for k in keys.clone() {
             assert!(e.get(k).is_some(), "missing {k} in {e}");
         }
         let ts = e["timestamp"].as_str().unwrap();
@@ -129,7 +91,7 @@ fn trace_json_lines_carry_dump_fields_names_and_properties() {
 
 #[test]
 fn trace_to_logfile_then_dump() {
-    if !require_root() {
+    if !common::require_root("live_linux_trace") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("etwkit-cli-{}", std::process::id()));
@@ -194,7 +156,7 @@ fn trace_to_logfile_then_dump() {
 
 #[test]
 fn providers_and_sessions_list() {
-    if !require_root() {
+    if !common::require_root("live_linux_trace") {
         return;
     }
     let out = Command::new(EXE)
@@ -240,7 +202,7 @@ fn providers_and_sessions_list() {
 
 #[test]
 fn not_root_gets_one_clear_sentence() {
-    if !require_root() {
+    if !common::require_root("live_linux_trace") {
         return;
     }
     // Drop to nobody with setpriv (util-linux).

@@ -1,40 +1,15 @@
 //! `etwkit relog` end to end: filters from the command line, a JSON summary on stdout, a file that
 //! `etwkit stats` reads, and clear errors for bad input.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::Command;
 
-fn samples() -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/etl-samples");
-    if p.is_dir() {
-        return Some(p);
-    }
-    if std::env::var("ETWKIT_REQUIRE_SHARED").is_ok_and(|v| v == "1") {
-        panic!("../shared/etl-samples is missing but ETWKIT_REQUIRE_SHARED=1");
-    }
-    std::io::Write::write_all(
-        &mut std::io::stderr(),
-        "\n*** SKIPPED relog_cli: ../shared/etl-samples not found ***\n\n".as_bytes(),
-    )
-    .ok();
-    None
-}
-
-fn etwkit(args: &[&str]) -> (bool, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_etwkit"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
+use common::{etwkit, samples};
 
 #[test]
 fn relog_command_filters_and_stats_reads_the_result() {
-    let Some(s) = samples() else {
+    let Some(s) = samples("relog_cli") else {
         return;
     };
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
@@ -113,7 +88,7 @@ fn relog_command_refuses_bad_input_clearly() {
         stderr.contains("not an ETL file") || stderr.contains("also an input"),
         "{stderr}"
     );
-    let Some(s) = samples() else {
+    let Some(s) = samples("relog_cli") else {
         return;
     };
     let input = s.join("etlparser_AMSITrace.etl");

@@ -485,12 +485,9 @@ impl EtlFile {
         }
     }
 
-    /// [`EtlFile::buffer_data`], counting the buffer (read, compressed, truncated) in `summary`.
-    fn load_buffer(
-        &self,
-        b: &BufferInfo,
-        summary: &mut ReadSummary,
-    ) -> Result<Cow<'_, [u8]>, String> {
+    /// [`EtlFile::buffer_data`], counting the buffer (read, compressed, truncated) in `summary`; an
+    /// unusable buffer is counted bad, described in `summary`, and gives `None`.
+    fn load_buffer(&self, b: &BufferInfo, summary: &mut ReadSummary) -> Option<Cow<'_, [u8]>> {
         summary.buffers += 1;
         if b.header.is_compressed() {
             summary.compressed_buffers += 1;
@@ -498,7 +495,19 @@ impl EtlFile {
         if b.truncated {
             summary.bad_buffers += 1;
         }
-        self.buffer_data(b)
+        match self.buffer_data(b) {
+            Ok(data) => Some(data),
+            Err(reason) => {
+                summary.bad_buffers += 1;
+                summary.issue(ReadIssue {
+                    file_offset: b.file_offset,
+                    buffer_index: Some(b.index),
+                    record_offset: None,
+                    reason,
+                });
+                None
+            }
+        }
     }
 
     /// Walks the records of one buffer's data (as returned by [`EtlFile::buffer_data`]).
@@ -578,17 +587,8 @@ impl EtlFile {
         f: &mut dyn FnMut(&Record<'_>) -> ControlFlow<()>,
     ) -> ControlFlow<()> {
         match self.load_buffer(b, summary) {
-            Ok(data) => self.walk_buffer(b, &data, summary, &mut |r| f(r)),
-            Err(reason) => {
-                summary.bad_buffers += 1;
-                summary.issue(ReadIssue {
-                    file_offset: b.file_offset,
-                    buffer_index: Some(b.index),
-                    record_offset: None,
-                    reason,
-                });
-                ControlFlow::Continue(())
-            }
+            Some(data) => self.walk_buffer(b, &data, summary, &mut |r| f(r)),
+            None => ControlFlow::Continue(()),
         }
     }
 
@@ -747,29 +747,18 @@ impl EtlFile {
                 let b = &self.buffers[order[next].1];
                 let seq = next;
                 next += 1;
-                match self.load_buffer(b, summary) {
-                    Ok(data) => {
-                        let c = Cursor {
-                            info: b,
-                            data,
-                            pos: BUFFER_HEADER_SIZE,
-                            prev_ts: b.header.timestamp,
-                        };
-                        if let Some(t) = peek_ts(&c, summary) {
-                            heap.push(Reverse((t, seq, c.pos, cursors.len())));
-                            cursors.push(Some(c));
-                        } else {
-                            done_bytes += b.header.buffer_size as u64;
-                        }
-                    }
-                    Err(reason) => {
-                        summary.bad_buffers += 1;
-                        summary.issue(ReadIssue {
-                            file_offset: b.file_offset,
-                            buffer_index: Some(b.index),
-                            record_offset: None,
-                            reason,
-                        });
+                if let Some(data) = self.load_buffer(b, summary) {
+                    let c = Cursor {
+                        info: b,
+                        data,
+                        pos: BUFFER_HEADER_SIZE,
+                        prev_ts: b.header.timestamp,
+                    };
+                    if let Some(t) = peek_ts(&c, summary) {
+                        heap.push(Reverse((t, seq, c.pos, cursors.len())));
+                        cursors.push(Some(c));
+                    } else {
+                        done_bytes += b.header.buffer_size as u64;
                     }
                 }
             }
