@@ -36,10 +36,12 @@ impl Ev {
 
 fn trace_workload(name: &str, level: u8) -> (Facts, Vec<Ev>, etwkit::live::TraceSummary) {
     let etw = Etw::new();
-    let mut t = etw.open_trace(name, None, None);
+    // Unique per test process, so several copies of this binary can run side by side.
+    let name = format!("{name}-{}", std::process::id());
+    let mut t = etw.open_trace(&name, None, None);
     t.enable(PROVIDER_GUID, 0, level).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_etwkit-netwl"));
-    cmd.stdout(Stdio::piped());
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = t.spawn(&mut cmd).unwrap();
     let stop = t.stop_handle();
     let waiter = std::thread::spawn(move || {
@@ -197,12 +199,17 @@ fn tcp_udp_lifecycle_matches_what_the_child_did() {
         .iter()
         .find(|e| e.id == 4 && e.u("Port") == Some(f.refused_port as u64))
         .expect("refused connect event");
-    let rdone: Vec<_> = of_endpoint(&evs, rc.u("Endpoint").unwrap())
-        .into_iter()
-        .filter(|e| e.id == 6)
-        .collect();
-    assert_eq!(rdone.len(), 1);
-    assert_eq!(rdone[0].u("Error"), Some(f.refused_errno as u64));
+    let rmine = of_endpoint(&evs, rc.u("Endpoint").unwrap());
+    let rdone: Vec<_> = rmine.iter().filter(|e| e.id == 6).collect();
+    assert_eq!(rdone.len(), 1, "refused socket: {rmine:#?}");
+    assert_eq!(
+        rdone[0].u("Error"),
+        Some(f.refused_errno as u64),
+        "refused socket: {rmine:#?}\nfacts: {f:?}\nevery connect to that port: {:#?}",
+        evs.iter()
+            .filter(|e| e.u("Port") == Some(f.refused_port as u64))
+            .collect::<Vec<_>>()
+    );
     assert_eq!(f.refused_errno, 111);
     assert_eq!(rdone[0].tid, f.refused_tid);
 
@@ -228,7 +235,8 @@ fn tcp_udp_lifecycle_matches_what_the_child_did() {
         .any(|e| e.id == 11 && e.u("Error") == Some(104)));
 
     // UDP drops: one Datagram dropped per datagram sent and not received, on the receiver's endpoint
-    // (the socket whose RecvFrom completed), which bound 127.0.0.1 port 0 (what the program passed).
+    // (the socket whose RecvFrom completed). It bound 127.0.0.1 port 0; the bind event carries the port
+    // the kernel chose, which the workload read back with getsockname.
     let rx_ep = evs
         .iter()
         .find(|e| e.id == 26)
@@ -241,7 +249,7 @@ fn tcp_udp_lifecycle_matches_what_the_child_did() {
     assert_eq!(rx_bind.len(), 1);
     assert_eq!(
         (rx_bind[0].s("Address"), rx_bind[0].u("Port")),
-        (Some("127.0.0.1"), Some(0))
+        (Some("127.0.0.1"), Some(f.udp_port as u64))
     );
     let drops: Vec<_> = evs.iter().filter(|e| e.id == 33).collect();
     assert!(
@@ -251,7 +259,8 @@ fn tcp_udp_lifecycle_matches_what_the_child_did() {
     assert_eq!(
         drops.len() as u32,
         f.udp_sent - f.udp_received,
-        "drops = sent - received"
+        "drops = sent - received; receiver: {:#?}",
+        of_endpoint(&evs, rx_ep)
     );
     assert!(drops.iter().all(|d| d.u("Endpoint") == Some(rx_ep)
         && d.s("Address") == Some("127.0.0.1")

@@ -10,6 +10,7 @@
 //! - Pid filter: `set_event_pid` with every thread of each pid, `options/event-fork` for children.
 //! - Losses: page-header counts, then `per_cpu/cpuN/stats` (overrun + dropped) at stop.
 
+pub mod early;
 pub mod format;
 pub mod heap;
 pub mod procfd;
@@ -383,7 +384,11 @@ impl LinuxSession {
             }
             let cpus = tracefs::cpus(&instances[0])?;
             let page = ring::page_size(&instances[0]);
-            let readers = Readers::start(&instances, &cpus, page)?;
+            // The readers of the filtered instance take bind/connect addresses while the process lives.
+            let early = ws
+                .as_mut()
+                .map(|c: &mut winsock::Correlator| c.early_peek());
+            let readers = Readers::start(&instances, &cpus, page, early)?;
             let streams = readers.streams.len();
             let pid_file = std::fs::OpenOptions::new()
                 .append(true)
@@ -542,7 +547,7 @@ impl LinuxSession {
                     tid,
                     tgid,
                     s.cpu,
-                    filetime,
+                    (filetime, raw.ts),
                     data,
                     &mut |rec| cb(rec).is_continue(),
                 ) {

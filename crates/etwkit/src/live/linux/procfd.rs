@@ -61,6 +61,14 @@ impl SockAddr {
     }
 }
 
+/// The process (thread group) a thread belongs to, from `/proc/TID/status`.
+pub fn tgid_of(tid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// What [`peek`] found: the socket's family/type and its local or peer address.
 #[derive(Clone, Copy, Debug)]
 pub struct Peek {

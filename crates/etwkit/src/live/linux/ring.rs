@@ -19,6 +19,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::super::LiveError;
+use super::early::EarlyPeek;
 
 const MISSED_EVENTS: u64 = 1 << 31;
 const MISSED_STORED: u64 = 1 << 30;
@@ -198,6 +199,7 @@ impl Readers {
         instances: &[PathBuf],
         cpus: &[usize],
         page_size: usize,
+        early: Option<Arc<EarlyPeek>>,
     ) -> Result<Readers, LiveError> {
         let (tx, rx) = mpsc::sync_channel::<Msg>(4096);
         let stop = Arc::new(AtomicBool::new(false));
@@ -224,9 +226,10 @@ impl Readers {
             let tx = tx.clone();
             let stop = stop.clone();
             let name = format!("etwkit-cpu{}", streams[si].cpu);
+            let early = early.clone().filter(|_| streams[si].instance == 0);
             let h = std::thread::Builder::new()
                 .name(name)
-                .spawn(move || read_loop(si, f, page_size, &stop, &tx))
+                .spawn(move || read_loop(si, f, page_size, &stop, &tx, early))
                 .map_err(|e| LiveError::Other(format!("cannot start reader thread: {e}")))?;
             handles.push(h);
         }
@@ -271,8 +274,10 @@ fn read_loop(
     page_size: usize,
     stop: &AtomicBool,
     tx: &mpsc::SyncSender<Msg>,
+    early: Option<Arc<EarlyPeek>>,
 ) {
     let mut error = None;
+    let mut scratch = ParsedPage::default();
     loop {
         // Read the stop flag before draining: after it is seen, one more full drain happens.
         let stopping = stop.load(Ordering::SeqCst);
@@ -290,6 +295,9 @@ fn read_loop(
             }
             Ok(n) => {
                 buf.truncate(n);
+                if let Some(e) = &early {
+                    e.on_page(&buf, &mut scratch);
+                }
                 if tx.send(Msg::Page { stream, page: buf }).is_err() {
                     return;
                 }

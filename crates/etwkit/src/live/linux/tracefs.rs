@@ -119,8 +119,11 @@ pub fn cleanup_orphans(root: &Path) -> Result<Vec<String>, LiveError> {
         if pid_alive(pid) {
             continue;
         }
-        remove_instance(root, &name)?;
-        removed.push(name);
+        // Best effort: another tracer may be removing the same orphan right now (ENOENT/ENODEV),
+        // or a reader may still hold it open (EBUSY). Neither stops a new session from starting.
+        if remove_instance(root, &name).is_ok() {
+            removed.push(name);
+        }
     }
     Ok(removed)
 }

@@ -13,8 +13,10 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
+use std::sync::Arc;
 
 use super::super::{EnableSpec, LiveError, ProviderRef};
+use super::early::{EarlyPeek, Watched};
 use super::format::{read_int, read_uint, EventFormat};
 use super::procfd::{self, SockAddr};
 use crate::event::EventRecord;
@@ -398,7 +400,7 @@ const SYSCALLS: &[(Sys, &str, &[&str], bool)] = &[
     (Sys::Readv, "readv", &["fd", "vec", "vlen"], true),
 ];
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Tp {
     Enter(Sys),
     Exit(Sys),
@@ -575,6 +577,10 @@ pub struct Correlator {
     payload: Vec<u8>,
     issues: Vec<String>,
     pub events_emitted: u64,
+    /// Addresses the reader threads took when bind/connect returned (see [`super::early`]).
+    early: Option<Arc<EarlyPeek>>,
+    /// Raw (ring) timestamp of the record being handled: the key into `early`.
+    raw_ts: u64,
 }
 
 const SYN_SENT: i64 = 2;
@@ -707,7 +713,49 @@ impl Correlator {
             payload: Vec::with_capacity(64),
             issues: Vec::new(),
             events_emitted: 0,
+            early: None,
+            raw_ts: 0,
         })
+    }
+
+    /// The early address taker the reader threads of the filtered instance feed (one per correlator).
+    pub fn early_peek(&mut self) -> Arc<EarlyPeek> {
+        if let Some(e) = &self.early {
+            return e.clone();
+        }
+        let mut watched = Vec::new();
+        for sys in [Sys::Bind, Sys::Connect] {
+            let enter = self
+                .fm
+                .sys_offsets
+                .iter()
+                .find(|(_, i)| i.tp == Tp::Enter(sys))
+                .map(|(&id, i)| (id, i.offs[0]));
+            let exit = self
+                .fm
+                .sys_offsets
+                .iter()
+                .find(|(_, i)| i.tp == Tp::Exit(sys))
+                .map(|(&id, _)| id);
+            if let (Some((enter, fd)), Some(exit)) = (enter, exit) {
+                if let Some(&ret) = self.fm.ret_off.get(&exit) {
+                    watched.push(Watched {
+                        enter,
+                        exit,
+                        fd,
+                        ret,
+                    });
+                }
+            }
+        }
+        let e = Arc::new(EarlyPeek::new(watched));
+        self.early = Some(e.clone());
+        e
+    }
+
+    /// The local address the reader threads saw right after the syscall being handled returned.
+    fn early_local(&self, tid: u32) -> Option<SockAddr> {
+        self.early.as_ref()?.take(tid, self.raw_ts)
     }
 
     /// (instance, system, event, id): 0 = the pid-filtered instance, 1 = the unfiltered `.net` one.
@@ -839,10 +887,11 @@ impl Correlator {
         tid: u32,
         tgid: u32,
         cpu: u16,
-        ts: i64,
+        (ts, raw_ts): (i64, u64),
         data: &[u8],
         emit: &mut dyn FnMut(&EventRecord<'_>) -> bool,
     ) -> bool {
+        self.raw_ts = raw_ts;
         let mut out: Vec<AfdEvent> = Vec::new();
         if inst == 0 {
             if let Some(&(sys, o)) = self.fm.uprobes.get(&id) {
@@ -1088,9 +1137,11 @@ impl Correlator {
                     out.push(e);
                     return;
                 }
-                let fd = inf.args[0] as i32;
-                let _ = fd;
-                let local = inf.uaddr;
+                // What the program passed; port 0 (or no probe) means the kernel chose: ask what it chose.
+                let mut local = inf.uaddr;
+                if local.is_none_or(|a| a.port == 0) {
+                    local = self.early_local(tid).or(local);
+                }
                 let v6 = self
                     .socks
                     .get(&s)
@@ -1138,7 +1189,14 @@ impl Correlator {
                     e.set("Error", V::U32(code));
                     out.push(e);
                 }
+                let early = if ret == 0 && so.local.is_none_or(|a| a.port == 0) {
+                    self.early_local(tid)
+                } else {
+                    None
+                };
                 if let Some(so) = self.socks.get_mut(&s) {
+                    // A connect binds implicitly: the local address (UDP has no other source of it).
+                    so.local = early.or(so.local);
                     so.completed_reported = true;
                     so.conn = if ret == 0 {
                         Conn::Connected

@@ -95,6 +95,21 @@ fn echo(addr: SocketAddr, bytes: usize) -> std::io::Result<EchoFacts> {
     })
 }
 
+/// A loopback listener whose port is none of `used`.
+fn listener_except(used: &[u16]) -> std::io::Result<TcpListener> {
+    loop {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        if !used.contains(&l.local_addr()?.port()) {
+            return Ok(l);
+        }
+    }
+}
+
+/// A loopback port that was free a moment ago and is none of `used`.
+fn free_port_except(used: &[u16]) -> std::io::Result<u16> {
+    Ok(listener_except(used)?.local_addr()?.port())
+}
+
 /// Runs the workload and returns its facts.
 pub fn run() -> std::io::Result<Facts> {
     let mut f = Facts {
@@ -104,10 +119,9 @@ pub fn run() -> std::io::Result<Facts> {
     f.v4 = echo(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), 1234)?;
     f.v6 = echo(SocketAddr::from((Ipv6Addr::LOCALHOST, 0)), 4321)?;
 
-    // Refused connect: a port that was just free.
-    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port();
+    // Refused connect: a port that was just free. Every port this workload reports names one socket
+    // only, so a port the kernel hands out twice (it may: the echo listeners are closed) is skipped.
+    let port = free_port_except(&[f.v4.server_port, f.v6.server_port])?;
     f.refused_port = port;
     f.refused_tid = tid();
     match TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
@@ -125,7 +139,7 @@ pub fn run() -> std::io::Result<Facts> {
     drop(busy);
 
     // Peer reset: the server closes with SO_LINGER 0.
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    let l = listener_except(&[f.v4.server_port, f.v6.server_port, f.refused_port])?;
     f.reset_server_port = l.local_addr()?.port();
     let mut c = TcpStream::connect(l.local_addr()?)?;
     f.reset_client_port = c.local_addr()?.port();

@@ -1,0 +1,234 @@
+//! Socket addresses taken as soon as a reader thread sees `bind`/`connect` return.
+//!
+//! The Winsock correlator runs at the consumer's pace, so it can be tens of milliseconds behind the
+//! kernel. A program that binds port 0, gets flooded and exits within that window would leave the
+//! kernel-chosen port unknown by the time the correlator asks `/proc` for it, and the datagram drops
+//! (which name only the port) could not be attributed. The reader threads see each page within about
+//! 2 ms, so they look for the two syscalls' exit records themselves and ask the still-running process
+//! for the socket's local address right then ([`procfd::peek`]). The correlator takes the answer by
+//! (thread, exit timestamp), which names exactly one syscall, so a reused descriptor can never pick up
+//! an older socket's address.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::procfd::{self, SockAddr};
+use super::ring::{parse_page, ParsedPage};
+
+/// One syscall whose completion is watched: its enter and exit event ids and where fd and ret are.
+#[derive(Clone, Copy, Debug)]
+pub struct Watched {
+    pub enter: u16,
+    pub exit: u16,
+    /// Offset, size and signedness of the descriptor argument in the enter record.
+    pub fd: (usize, usize, bool),
+    /// Offset and size of `ret` in the exit record.
+    pub ret: (usize, usize),
+}
+
+#[derive(Default)]
+struct State {
+    /// tid → (watched index, fd) of an enter whose exit has not been seen.
+    enters: HashMap<u32, (usize, i32)>,
+    /// tid → (watched index, ret, exit ts) of an exit seen before its enter (another CPU's reader).
+    exits: HashMap<u32, (usize, i64, u64)>,
+    /// (tid, exit ts) → local address.
+    found: HashMap<(u32, u64), SockAddr>,
+}
+
+/// Shared between the reader threads (which fill it) and the correlator (which takes from it).
+pub struct EarlyPeek {
+    watched: Vec<Watched>,
+    state: Mutex<State>,
+}
+
+/// Entries the correlator never asked for (it got there first) are dropped beyond this many.
+const MAX_FOUND: usize = 4096;
+
+fn field(data: &[u8], off: usize, size: usize, signed: bool) -> Option<i64> {
+    let b = data.get(off..off + size)?;
+    Some(match (size, signed) {
+        (4, true) => i32::from_le_bytes(b.try_into().ok()?) as i64,
+        (4, false) => u32::from_le_bytes(b.try_into().ok()?) as i64,
+        (8, _) => i64::from_le_bytes(b.try_into().ok()?),
+        _ => return None,
+    })
+}
+
+impl EarlyPeek {
+    pub fn new(watched: Vec<Watched>) -> EarlyPeek {
+        EarlyPeek {
+            watched,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// Scans one raw page of the filtered instance. Cheap when the page holds none of the watched ids.
+    pub fn on_page(&self, page: &[u8], scratch: &mut ParsedPage) {
+        parse_page(page, scratch);
+        for &(ts, off, len) in &scratch.entries {
+            let Some(data) = page.get(off as usize..off as usize + len as usize) else {
+                continue;
+            };
+            if data.len() < 8 {
+                continue;
+            }
+            let id = u16::from_le_bytes([data[0], data[1]]);
+            let Some((wi, is_enter)) = self.watched.iter().enumerate().find_map(|(i, w)| {
+                if w.enter == id {
+                    Some((i, true))
+                } else if w.exit == id {
+                    Some((i, false))
+                } else {
+                    None
+                }
+            }) else {
+                continue;
+            };
+            let tid = i32::from_le_bytes(data[4..8].try_into().unwrap()) as u32;
+            let w = self.watched[wi];
+            let done = {
+                let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                if is_enter {
+                    let Some(fd) = field(data, w.fd.0, w.fd.1, w.fd.2) else {
+                        continue;
+                    };
+                    match st.exits.remove(&tid) {
+                        Some((xi, ret, xts)) if xi == wi => Some((fd as i32, ret, xts)),
+                        _ => {
+                            st.enters.insert(tid, (wi, fd as i32));
+                            None
+                        }
+                    }
+                } else {
+                    let Some(ret) = field(data, w.ret.0, w.ret.1, true) else {
+                        continue;
+                    };
+                    match st.enters.remove(&tid) {
+                        Some((ei, fd)) if ei == wi => Some((fd, ret, ts)),
+                        _ => {
+                            st.exits.insert(tid, (wi, ret, ts));
+                            None
+                        }
+                    }
+                }
+            };
+            // Only successful calls leave an address worth asking for; the lock is not held while
+            // the process is asked.
+            if let Some((fd, 0, xts)) = done {
+                let Some(tgid) = procfd::tgid_of(tid) else {
+                    continue;
+                };
+                if let Some(addr) = procfd::peek(tgid, fd, false).and_then(|p| p.addr) {
+                    let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                    if st.found.len() >= MAX_FOUND {
+                        st.found.clear();
+                    }
+                    st.found.insert((tid, xts), addr);
+                }
+            }
+        }
+    }
+
+    /// The local address seen right after the syscall whose exit record is (tid, raw ts) returned.
+    pub fn take(&self, tid: u32, exit_ts: u64) -> Option<SockAddr> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.found.remove(&(tid, exit_ts))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::os::fd::AsRawFd;
+
+    const ENTER: u16 = 700;
+    const EXIT: u16 = 701;
+
+    /// A tracefs record: id, flags, preempt count, pid, then 8 bytes of argument or ret.
+    fn record(id: u16, tid: u32, value: i64) -> Vec<u8> {
+        let mut r = Vec::new();
+        r.extend_from_slice(&id.to_le_bytes());
+        r.extend_from_slice(&[0, 0]);
+        r.extend_from_slice(&(tid as i32).to_le_bytes());
+        r.extend_from_slice(&value.to_le_bytes());
+        r
+    }
+
+    /// A ring page holding `recs`, each 10 ns after the previous one.
+    fn page(recs: &[Vec<u8>]) -> Vec<u8> {
+        let mut data = Vec::new();
+        for r in recs {
+            assert_eq!(r.len() % 4, 0);
+            let type_len = (r.len() / 4) as u32;
+            data.extend_from_slice(&((10u32 << 5) | type_len).to_le_bytes());
+            data.extend_from_slice(r);
+        }
+        let mut p = Vec::new();
+        p.extend_from_slice(&1_000u64.to_le_bytes());
+        p.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        p.extend_from_slice(&data);
+        p
+    }
+
+    fn peek_table() -> EarlyPeek {
+        EarlyPeek::new(vec![Watched {
+            enter: ENTER,
+            exit: EXIT,
+            fd: (8, 8, true),
+            ret: (8, 8),
+        }])
+    }
+
+    fn tid() -> u32 {
+        // SAFETY: gettid has no arguments and cannot fail.
+        unsafe { libc::gettid() as u32 }
+    }
+
+    #[test]
+    fn takes_the_port_the_kernel_chose_keyed_by_exit() {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = s.local_addr().unwrap().port();
+        let me = tid();
+        let e = peek_table();
+        let mut scratch = ParsedPage::default();
+        let pg = page(&[record(ENTER, me, s.as_raw_fd() as i64), record(EXIT, me, 0)]);
+        e.on_page(&pg, &mut scratch);
+        // The exit is the second record: 1000 + 10 + 10.
+        assert!(
+            e.take(me, 1010).is_none(),
+            "keyed by the exit, not the enter"
+        );
+        let a = e.take(me, 1020).expect("address taken at the exit");
+        assert_eq!(a.port, port);
+        assert!(e.take(me, 1020).is_none(), "taken once");
+    }
+
+    #[test]
+    fn exit_seen_before_enter_and_failed_calls() {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let me = tid();
+        let e = peek_table();
+        let mut scratch = ParsedPage::default();
+        // Another CPU's reader delivers the exit first.
+        e.on_page(&page(&[record(EXIT, me, 0)]), &mut scratch);
+        e.on_page(
+            &page(&[record(ENTER, me, s.as_raw_fd() as i64)]),
+            &mut scratch,
+        );
+        assert_eq!(
+            e.take(me, 1010).map(|a| a.port),
+            Some(s.local_addr().unwrap().port())
+        );
+        // A failed call leaves nothing to take.
+        e.on_page(
+            &page(&[
+                record(ENTER, me, s.as_raw_fd() as i64),
+                record(EXIT, me, -98),
+            ]),
+            &mut scratch,
+        );
+        assert!(e.take(me, 1020).is_none());
+    }
+}
