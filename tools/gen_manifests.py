@@ -21,6 +21,13 @@ in-types carry non-standard names. They are restored here:
     manifests declare for a few fields (Kernel-Network addresses, ports and connection id;
     ClrStackWalk's frame array), each checked against the byte sizes of real records;
   * LOSSY_TEMPLATES lists templates the dump flattens beyond repair; they are left out.
+  * The CLR providers (Microsoft-Windows-DotNETRuntime and -Rundown) get the facts of
+    tools/clr_facts.py merged in (written from the CLR's own public manifest, ClrEtwAll.man): all
+    their value/bit maps with the current entries, the map= of every field that uses one (the
+    dumps keep a map= only on the first template naming a map), and the event versions newer
+    than the dumps (GCHeapStats v2, GCAllocationTick v4, GCGlobalHeapHistory v4, GCLOHCompact,
+    GCFitBucketInfo, GCPerHeapHistory v3 with its struct array, GCSettingsRundown,
+    TieredCompilationSettingsDCStart).
 Events whose layout cannot be known from the dump (an unknown in-type, or a Binary of unknown
 length that is not the last field) are left out and listed on stderr, never guessed.
 
@@ -29,11 +36,15 @@ Usage: python3 tools/gen_manifests.py [DIR_WITH_XML]
 
 import glob
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 import zipfile
 from xml.sax.saxutils import quoteattr
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clr_facts  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "crates", "etwkit", "src", "schema", "builtin", "manifests")
@@ -98,11 +109,9 @@ COUNT_FIXES = {
 }
 
 # Templates the dump flattens beyond repair: left out rather than decoded wrongly.
-LOSSY_TEMPLATES = {
-    ("Microsoft-Windows-DotNETRuntime", "GCPerHeapHistoryArgs_V3"):
-        "Values is an array of per-generation structs in the provider's manifest; the dump "
-        "flattens it to one pointer per element",
-}
+# (GCPerHeapHistoryArgs_V3 of DotNETRuntime, whose struct array the dump flattens, is replaced by
+# the layout in tools/clr_facts.py.)
+LOSSY_TEMPLATES = {}
 
 
 def fetch():
@@ -138,8 +147,9 @@ class Skip(Exception):
     pass
 
 
-def convert_field(provider, tid, d, last):
-    """One <data> element -> our <data> line, or raises Skip(reason)."""
+def convert_field(provider, tid, d, last, map_name=None):
+    """One <data> element -> our <data> line, or raises Skip(reason). `map_name` (from the CLR
+    facts) sets the field's map; a different map in the dump is an error."""
     name = d.get("name")
     raw = d.get("inType", "").split(":")[-1]
     length = d.get("length")
@@ -167,10 +177,53 @@ def convert_field(provider, tid, d, last):
             count = mx
     if it == "win:Binary" and length is None and not last:
         raise Skip(f"field {name!r}: Binary of unknown length before other fields")
+    m = d.get("map")
+    if map_name is not None:
+        if m is not None and m != map_name:
+            sys.exit(f"{provider} {tid}.{name}: the dump says map {m!r}, the CLR facts {map_name!r}")
+        m = map_name
     return "<data" + attrs(
         [("name", name), ("inType", it), ("outType", out), ("length", length),
-         ("count", count), ("map", d.get("map"))]
+         ("count", count), ("map", m)]
     ) + "/>"
+
+
+def facts_field(provider, tid, f, padding=None):
+    """One field of a clr_facts template -> our <data>/<struct> text."""
+    if f[0] == "struct":
+        _, name, a, members = f
+        pads = (padding or {}).get((provider, tid, name), [])
+        body = []
+        for m in members:
+            body.append(facts_field(provider, tid, m))
+            body += ["<data" + attrs([("name", pn), ("inType", pt)]) + "/>"
+                     for after, pn, pt in pads if after == m[0]]
+        return f"<struct name={quoteattr(name)}" + attrs([("count", a.get("count"))]) + ">" + \
+            "".join(body) + "</struct>"
+    name, it, a = f
+    return "<data" + attrs(
+        [("name", name), ("inType", it), ("outType", a.get("outType")),
+         ("length", a.get("length")), ("count", a.get("count")), ("map", a.get("map"))]
+    ) + "/>"
+
+
+def clr_template_maps(provider_name, p, facts):
+    """({tid: {field: map}}, {tid: [event id, ...]}) from the facts' per-event field maps, over
+    every event (the dump's and the facts' own) that uses the template; conflicting maps for one
+    template field are an error."""
+    uses = [(int(e.get("value")), e.get("template")) for group in kids(p, "events")
+            for e in kids(group, "event")]
+    uses += [(e[0], e[7]) for e in facts["events"]]
+    out, ids = {}, {}
+    for value, tid in uses:
+        if tid is None:
+            continue
+        ids.setdefault(tid, []).append(value)
+        for field, m in facts["field_maps"].get(value, {}).items():
+            seen = out.setdefault(tid, {}).setdefault(field, m)
+            if seen != m:
+                sys.exit(f"{provider_name} template {tid}.{field}: events want maps {seen!r} and {m!r}")
+    return out, ids
 
 
 def convert(path, provider_name):
@@ -183,6 +236,7 @@ def convert(path, provider_name):
         return s
 
     p = next(e for e in root.iter(NS + "provider") if e.get("name") == provider_name)
+    facts = clr_facts.PROVIDERS.get(provider_name)
     guid = p.get("guid").strip("{}").lower()
     lines = [
         "<!-- generated by tools/gen_manifests.py; facts from the public provider manifest of "
@@ -193,20 +247,32 @@ def convert(path, provider_name):
     skipped = []
     for group in kids(p, "keywords"):
         lines.append("<keywords>")
+        names = set()
         for k in kids(group, "keyword"):
+            names.add(k.get("name"))
             lines.append("<keyword" + attrs([("name", k.get("name")), ("mask", k.get("mask"))]) + "/>")
+        for name, mask in (facts or {}).get("keywords", []):
+            if name not in names:
+                lines.append("<keyword" + attrs([("name", name), ("mask", mask)]) + "/>")
         lines.append("</keywords>")
     for group in kids(p, "tasks"):
         lines.append("<tasks>")
         for t in kids(group, "task"):
-            ops = [o for os_ in kids(t, "opcodes") for o in kids(os_, "opcode")]
+            ops = [(o.get("name"), o.get("value"))
+                   for os_ in kids(t, "opcodes") for o in kids(os_, "opcode")]
+            ops += [(n, str(v)) for n, v in (facts or {}).get("opcodes", {}).get(t.get("name"), [])]
             head = "<task" + attrs([("name", t.get("name")), ("value", t.get("value"))])
             if not ops:
                 lines.append(head + "/>")
                 continue
             lines.append(head + "><opcodes>")
-            for o in ops:
-                lines.append("<opcode" + attrs([("name", o.get("name")), ("value", o.get("value"))]) + "/>")
+            for name, value in ops:
+                lines.append("<opcode" + attrs([("name", name), ("value", value)]) + "/>")
+            lines.append("</opcodes></task>")
+        for name, value, ops in (facts or {}).get("tasks", []):
+            lines.append("<task" + attrs([("name", name), ("value", value)]) + "><opcodes>")
+            for on, ov in ops:
+                lines.append("<opcode" + attrs([("name", on), ("value", ov)]) + "/>")
             lines.append("</opcodes></task>")
         lines.append("</tasks>")
     for group in kids(p, "opcodes"):
@@ -214,23 +280,38 @@ def convert(path, provider_name):
         for o in kids(group, "opcode"):
             lines.append("<opcode" + attrs([("name", o.get("name")), ("value", o.get("value"))]) + "/>")
         lines.append("</opcodes>")
+    map_names = set()
     for group in kids(p, "maps"):
         lines.append("<maps>")
         for m in group:
             kind = tag(m)
             if kind not in ("valueMap", "bitMap"):
                 continue
+            if facts and m.get("name") in facts["maps"]:
+                continue  # the facts' current version of the map is written below
+            map_names.add(m.get("name"))
             lines.append(f"<{kind} name={quoteattr(m.get('name'))}>")
             for e in kids(m, "map"):
                 text = resolve(e.get("message"))
                 lines.append("<map" + attrs([("value", e.get("value")), ("message", text)]) + "/>")
             lines.append(f"</{kind}>")
+        if facts:
+            for name, (kind, entries) in facts["maps"].items():
+                map_names.add(name)
+                lines.append(f"<{kind} name={quoteattr(name)}>")
+                for v, text in entries:
+                    lines.append("<map" + attrs([("value", f"0x{v:x}"), ("message", text)]) + "/>")
+                lines.append(f"</{kind}>")
         lines.append("</maps>")
+    field_maps, template_ids = clr_template_maps(provider_name, p, facts) if facts else ({}, {})
+    applied = set()
     good_templates = set()
     for group in kids(p, "templates"):
         lines.append("<templates>")
         for t in kids(group, "template"):
             tid = t.get("tid")
+            if facts and tid in facts["templates"]:
+                continue  # replaced by the facts' layout, written below
             fields = [c for c in t if tag(c) == "data"]
             if any(tag(c) == "struct" for c in t):
                 skipped.append(f"template {tid}: <struct> in a dump is not expected")
@@ -238,20 +319,47 @@ def convert(path, provider_name):
             if (provider_name, tid) in LOSSY_TEMPLATES:
                 skipped.append(f"template {tid}: {LOSSY_TEMPLATES[(provider_name, tid)]}")
                 continue
+            fm = field_maps.get(tid, {})
             try:
-                body = [convert_field(provider_name, tid, d, i == len(fields) - 1)
+                body = [convert_field(provider_name, tid, d, i == len(fields) - 1,
+                                      fm.get(d.get("name")))
                         for i, d in enumerate(fields)]
             except Skip as e:
                 skipped.append(f"template {tid}: {e}")
                 continue
+            applied.update((tid, d.get("name")) for d in fields if d.get("name") in fm)
             good_templates.add(tid)
             lines.append(f"<template tid={quoteattr(tid)}>" + "".join(body) + "</template>")
+        if facts:
+            for tid, fields in facts["templates"].items():
+                for f in fields:
+                    want = field_maps.get(tid, {}).get(f[1] if f[0] == "struct" else f[0])
+                    if want is not None:
+                        if f[0] == "struct" or f[2].get("map") != want:
+                            sys.exit(f"{provider_name} {tid}.{f[0]}: facts template and field "
+                                     f"maps disagree ({want!r})")
+                        applied.add((tid, f[0]))
+                good_templates.add(tid)
+                lines.append(f"<template tid={quoteattr(tid)}>" + "".join(
+                    facts_field(provider_name, tid, f, clr_facts.STRUCT_PADDING)
+                    for f in fields) + "</template>")
         lines.append("</templates>")
+    if facts:
+        # Every (event, field) of the facts must reach a field of one of the event's templates
+        # (events absent from the dump and the facts are not checked).
+        reached = {(i, f) for tid, f in applied for i in template_ids.get(tid, [])}
+        present = {i for ids in template_ids.values() for i in ids}
+        unused = sorted(f"event {i}.{f}" for i, fm in facts["field_maps"].items() for f in fm
+                        if i in present and (i, f) not in reached)
+        if unused:
+            sys.exit(f"{provider_name}: CLR field maps name fields no template has: {unused}")
     n_events = 0
     for group in kids(p, "events"):
         lines.append("<events>")
+        have = set()
         for e in kids(group, "event"):
             t = e.get("template")
+            have.add((int(e.get("value")), int(e.get("version", "0"))))
             if t is not None and t not in good_templates:
                 skipped.append(f"event {e.get('value')} v{e.get('version', '0')}: template {t} left out")
                 continue
@@ -260,8 +368,19 @@ def convert(path, provider_name):
                 [("value", e.get("value")), ("version", e.get("version")), ("symbol", e.get("symbol")),
                  ("level", e.get("level")), ("task", e.get("task")), ("opcode", e.get("opcode")),
                  ("keywords", e.get("keywords")), ("template", t)]) + "/>")
+        for value, version, symbol, level, task, opcode, keywords, t in (facts or {}).get("events", []):
+            if (value, version) in have:
+                sys.exit(f"{provider_name}: event {value} v{version} is in the dump and the CLR facts")
+            n_events += 1
+            lines.append("<event" + attrs(
+                [("value", value), ("version", version), ("symbol", symbol), ("level", level),
+                 ("task", task), ("opcode", opcode), ("keywords", keywords), ("template", t)]) + "/>")
         lines.append("</events>")
     lines.append("</provider></events></instrumentation></instrumentationManifest>")
+    for line in lines:
+        for m in re.findall(r' map="([^"]+)"', line):
+            if m not in map_names:
+                sys.exit(f"{provider_name}: map {m!r} is used but not defined")
     return guid, "\n".join(lines) + "\n", n_events, skipped
 
 

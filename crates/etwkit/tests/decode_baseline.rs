@@ -167,6 +167,8 @@ fn num(s: &str) -> Option<i128> {
 struct Outcome {
     matched_lines: usize,
     compared_fields: usize,
+    /// Of those, enum or flag fields whose TraceEvent text equals our map name (not a number).
+    mapped_fields: usize,
     /// (event name, field, baseline value, our value)
     mismatches: Vec<(String, String, String, String)>,
     /// Baseline lines of decoded providers that found no record.
@@ -246,6 +248,7 @@ fn compare_with(sample: &str, baseline: &str, test: &str, builtins: bool) -> Opt
     let mut out = Outcome {
         matched_lines: 0,
         compared_fields: 0,
+        mapped_fields: 0,
         mismatches: vec![],
         unmatched: vec![],
         undecoded: BTreeMap::new(),
@@ -290,7 +293,12 @@ fn compare_with(sample: &str, baseline: &str, test: &str, builtins: bool) -> Opt
         for (k, v) in &l.fields {
             let Some(ours) = e.props.get(k) else { continue };
             match matches(v, ours) {
-                Some(true) => out.compared_fields += 1,
+                Some(true) => {
+                    out.compared_fields += 1;
+                    if matches!(ours, Value::Mapped { .. }) && num(v).is_none() {
+                        out.mapped_fields += 1;
+                    }
+                }
                 Some(false) => out.mismatches.push((
                     l.name.clone(),
                     k.clone(),
@@ -482,125 +490,149 @@ fn perfview_gc_files_carry_no_metadata_for_their_clr_events() {
     }
 }
 
-/// CLR enum and flag names TraceEvent prints (the CLR manifest's valueMaps/bitMaps) for fields whose
-/// map the built-in CLR manifests do not carry (the generator's source dump has no CLR maps): (field,
-/// name, value). A baseline name is accepted only if our integer is exactly that value (flags: the
-/// OR of the listed names; a truncated list: those bits set).
-const CLR_ENUM_NAMES: &[(&str, &str, u64)] = &[
-    ("Type", "SmallObjectHeap", 0),
-    ("Type", "LargeObjectHeap", 1),
-    ("Type", "PinnedObjectHeap", 3),
-    ("Type", "NonConcurrentGC", 0),
-    ("Reason", "Induced", 1),
-    ("Reason", "SuspendForGC", 1),
-    ("Sku", "CoreClr", 2),
-    ("AppDomainFlags", "Default", 1),
-    ("AppDomainFlags", "Executable", 2),
-    ("AssemblyFlags", "ReadyToRun", 16),
-    ("ModuleFlags", "Manifest", 8),
-    ("ModuleFlags", "ReadyToRun", 32),
+/// Where TraceEvent's text for a CLR field is not the CLR manifest's, so not ours: (event, field,
+/// TraceEvent's text, our value as JSON), each exactly as the comparison meets it. Two kinds:
+/// * fields the manifest declares without a map, which TraceEvent names from its own C# enums
+///   (GlobalHeapHistory Reason / GlobalMechanisms / PauseMode, PerHeapHistory CompactMechanisms /
+///   ExpandMechanisms, GCSettingsRundown BitSettings): ours is the plain integer;
+/// * map entries TraceEvent names differently: segment type 3 is "PinnedHeap" in the manifest's
+///   GCSegmentTypeMap, bucket kind 1 is "Plug" in its GCBucketKindMap, and assembly flag 0x10 has
+///   no entry in its AssemblyFlagsMap (ours is the integer 16). (Module flag 0x20 is
+///   "ReadyToRunModule" in the manifest, "ReadyToRun" in TraceEvent; the baselines cut that text
+///   to "Manifest, ReadyToRun...", a prefix of ours, so it compares equal.)
+/// Every other enum or flag field is compared by name: TraceEvent's text against our
+/// `Value::Mapped` name. Each entry must be met at least once.
+const TRACEEVENT_OWN_NAMES: &[(&str, &str, &str, &str)] = &[
+    (
+        "Microsoft-Windows-DotNETRuntime/GC/CreateSegment",
+        "Type",
+        "PinnedObjectHeap",
+        "\"PinnedHeap\"",
+    ),
+    (
+        "Microsoft-Windows-DotNETRuntime/GC/FitBucketInfo",
+        "BucketKind",
+        "PlugsInCondemned",
+        "\"Plug\"",
+    ),
+    (
+        "Microsoft-Windows-DotNETRuntime/GC/GlobalHeapHistory",
+        "Reason",
+        "Induced",
+        "1",
+    ),
+    (
+        "Microsoft-Windows-DotNETRuntime/GC/GlobalHeapHistory",
+        "GlobalMechanisms",
+        "Compaction, Promotio...",
+        "30",
+    ),
+    (
+        "Microsoft-Windows-DotNETRuntime/GC/GlobalHeapHistory",
+        "PauseMode",
+        "Interactive",
+        "1",
+    ),
+    (
+        "Microsoft-Windows-DotNETRuntime/GC/PerHeapHistory",
+        "CompactMechanisms",
+        "compact_high_frag",
+        "2147483650",
+    ),
+    (
+        "Microsoft-Windows-DotNETRuntime/GC/PerHeapHistory",
+        "CompactMechanisms",
+        "compact_loh_forced",
+        "2147483656",
+    ),
+    (
+        "Microsoft-Windows-DotNETRuntime/GC/PerHeapHistory",
+        "ExpandMechanisms",
+        "not_specified",
+        "0",
+    ),
+    (
+        "Microsoft-Windows-DotNETRuntimeRundown/Loader/AssemblyDCStop",
+        "AssemblyFlags",
+        "ReadyToRun",
+        "16",
+    ),
+    (
+        "Microsoft-Windows-DotNETRuntimeRundown/GC/SettingsRundown",
+        "BitSettings",
+        "GCSettingsConcurrent...",
+        "21",
+    ),
 ];
 
-fn clr_enum_matches(field: &str, base: &str, ours: &str) -> bool {
-    let Ok(ours) = ours.parse::<u64>() else {
-        return false;
-    };
-    let (list, truncated) = match base.strip_suffix("...") {
-        Some(p) => (p, true),
-        None => (base, false),
-    };
-    let mut bits = 0;
-    for name in list.split(", ") {
-        match CLR_ENUM_NAMES.iter().find(|e| e.0 == field && e.1 == name) {
-            Some(e) => bits |= e.2,
-            None => return false,
-        }
-    }
-    if truncated {
-        ours & bits == bits
-    } else {
-        ours == bits
-    }
-}
-
 /// perfview_gcevents / gcrundownevents with the built-in CLR manifests: every EVENT line of the CLR
-/// providers whose event version the built-in manifest knows finds its record, and every field both
-/// sides name has TraceEvent's value (enum names checked through [`CLR_ENUM_NAMES`]).
+/// providers finds its record, and every field both sides name has TraceEvent's value, enum and
+/// flag fields by name (our map names against TraceEvent's) except the [`TRACEEVENT_OWN_NAMES`].
 #[test]
 fn perfview_gc_files_match_traceevent_with_builtin_clr_manifests() {
     let t = "perfview_gc_files_match_traceevent_with_builtin_clr_manifests";
-    for (sample, baseline, provider, lines, fields, counts, not_in_manifest) in [
+    let mut met = BTreeSet::new();
+    for (sample, baseline, provider, lines, fields, mapped, counts) in [
         (
             "perfview_gcevents.etl",
             "perfview_gcevents.baseline.txt",
             "Microsoft-Windows-DotNETRuntime",
-            38,
-            104,
-            (69, 49),
-            // Newer event versions than the built-in CLR manifest lists (AllocationTick v4,
-            // HeapStats v2, GlobalHeapHistory v4, FitBucketInfo, LOHCompact), and
-            // GCPerHeapHistory v3, left out by the generator (its struct array is flattened in
-            // the source dump).
-            &[
-                "GC/AllocationTick",
-                "GC/FitBucketInfo",
-                "GC/GlobalHeapHistory",
-                "GC/HeapStats",
-                "GC/LOHCompact",
-                "GC/PerHeapHistory",
-            ][..],
+            51,
+            243,
+            18,
+            (69, 69),
         ),
         (
             "perfview_gcrundownevents.clrRundown.etl",
             "perfview_gcrundownevents.baseline.txt",
             "Microsoft-Windows-DotNETRuntimeRundown",
-            22,
-            143,
-            (30, 28),
-            // Rundown events newer than the built-in manifest.
-            &[
-                "GC/SettingsRundown",
-                "TieredCompilationRundown/SettingsDCStart",
-            ][..],
+            24,
+            165,
+            14,
+            (30, 30),
         ),
     ] {
         let Some(o) = compare_with(sample, baseline, t, true) else {
             return;
         };
         eprintln!(
-            "{sample}: matched {} lines, {} fields equal, {} enum names",
+            "{sample}: matched {} lines, {} fields equal ({} by map name), {} TraceEvent-only names",
             o.matched_lines,
             o.compared_fields,
+            o.mapped_fields,
             o.mismatches.len()
         );
-        assert_eq!(o.matched_lines, lines, "{sample}");
         assert!(
-            o.compared_fields >= fields,
-            "{sample}: {}",
-            o.compared_fields
+            o.unmatched.is_empty(),
+            "{sample}: baseline lines with no decoded record: {:#?}",
+            o.unmatched
         );
-        let wrong: Vec<_> = o
-            .mismatches
-            .iter()
-            .filter(|m| !clr_enum_matches(&m.1, &m.2, &m.3))
-            .collect();
+        assert_eq!(o.matched_lines, lines, "{sample}");
+        assert_eq!(o.compared_fields, fields, "{sample}");
+        assert_eq!(o.mapped_fields, mapped, "{sample}");
+        let mut wrong = Vec::new();
+        for m in &o.mismatches {
+            match TRACEEVENT_OWN_NAMES
+                .iter()
+                .position(|e| (e.0, e.1, e.2, e.3) == (&*m.0, &*m.1, &*m.2, &*m.3))
+            {
+                Some(i) => {
+                    met.insert(i);
+                }
+                None => wrong.push(m),
+            }
+        }
         assert!(wrong.is_empty(), "{sample}: values differ: {wrong:#?}");
         assert_eq!(o.counts.get(provider), Some(&counts), "{sample}");
-        let mut missing: Vec<String> = o
-            .unmatched
-            .iter()
-            .map(|u| {
-                let name = u.split(" at ").next().unwrap();
-                name.strip_prefix(provider).unwrap()[1..].to_string()
-            })
-            .collect();
-        missing.sort();
-        missing.dedup();
-        assert_eq!(missing, not_in_manifest, "{sample}");
         assert_eq!(
             o.undecoded.keys().map(String::as_str).collect::<Vec<_>>(),
             ["Windows"],
             "{sample}: only the kernel header line is outside the CLR providers"
         );
     }
+    let unmet: Vec<_> = (0..TRACEEVENT_OWN_NAMES.len())
+        .filter(|i| !met.contains(i))
+        .map(|i| TRACEEVENT_OWN_NAMES[i])
+        .collect();
+    assert!(unmet.is_empty(), "listed but never met: {unmet:#?}");
 }

@@ -134,8 +134,8 @@ fn decoded_is_at_least_what_each_peer_decodes_on_every_sample() {
     // The five samples that needed the manifests, exactly.
     let want = [
         ("krabsetw_powershell.etl", 114),
-        ("perfview_gcevents.etl", 51),
-        ("perfview_gcrundownevents.clrRundown.etl", 110),
+        ("perfview_gcevents.etl", 71),
+        ("perfview_gcrundownevents.clrRundown.etl", 112),
         ("pywintrace_eventlog.etl", 47),
         ("tx_WsRm01.etl", 58),
         ("tx_KernelNetwork.etl", 8924),
