@@ -416,3 +416,196 @@ fn winrm_values() {
         [80, 81, 82, 83, 129, 134, 134, 143, 143, 166, 166, 166, 169]
     );
 }
+
+fn le16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes(b[at..at + 2].try_into().unwrap())
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// The elements of a struct-array property.
+fn elements<'a>(r: &'a Rec, name: &str) -> Vec<&'a etwkit::decode::Properties> {
+    match prop(r, name) {
+        Value::Array(a) => a
+            .iter()
+            .map(|e| match e {
+                Value::Struct(p) => p,
+                other => panic!("{name}: element {other:?} is not a struct"),
+            })
+            .collect(),
+        other => panic!("{name} is not an array: {other:?}"),
+    }
+}
+
+fn field(p: &etwkit::decode::Properties, name: &str) -> u64 {
+    p.get(name)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("no integer {name} in {p:?}"))
+}
+
+/// The CLR event versions the built-in CLR manifests gained from the CLR's own manifest
+/// (tools/clr_facts.py), against the payload bytes read here: every CLR record of the two PerfView
+/// GC samples decodes with no byte left over; GCFitBucketInfo's 16-byte elements (2 bytes of
+/// alignment padding after Index) add up to its TotalSize; GCLOHCompact's 32-byte elements;
+/// GCPerHeapHistory v3's Count structs of ten pointers; GCGlobalHeapHistory v4's Time array;
+/// GCAllocationTick v4, GCHeapStats v2, GCSettingsRundown and the tiered-compilation settings.
+#[test]
+fn clr_gc_events_match_the_payload_bytes() {
+    let t = "clr_gc_events_match_the_payload_bytes";
+    let Some(gc) = decode_all("perfview_gcevents.etl", t) else {
+        return;
+    };
+    let Some(rd) = decode_all("perfview_gcrundownevents.clrRundown.etl", t) else {
+        return;
+    };
+    let rt = "e13c0d23-ccbc-4e12-931b-d9cc2eee27e4";
+    let rn = "a669021c-c450-4609-a035-5af59af4df18";
+    for (recs, p, n) in [(&gc, rt, 69), (&rd, rn, 110)] {
+        let clr: Vec<&Rec> = recs.iter().filter(|r| r.provider == p).collect();
+        assert_eq!(clr.len(), n, "{p}");
+        for r in clr {
+            assert_eq!(r.pointer_size, 8);
+            assert_eq!(
+                r.d.source,
+                Some(SchemaSource::Builtin),
+                "{} v{}",
+                r.id,
+                r.version
+            );
+            assert_eq!(r.d.undecoded, None, "{} v{}", r.id, r.version);
+            assert_eq!(r.d.unread_bytes, 0, "{} v{}", r.id, r.version);
+        }
+    }
+
+    let fit: Vec<&Rec> = of(&gc, rt, 209).collect();
+    assert_eq!(fit.len(), 1);
+    let (r, b) = (fit[0], &fit[0].payload);
+    let n = le16(b, 12) as usize;
+    assert_eq!((n, b.len()), (9, 14 + 16 * n));
+    assert_eq!(
+        prop(r, "BucketKind"),
+        &Value::Mapped {
+            value: 1,
+            name: "Plug".into()
+        }
+    );
+    assert_eq!(u(r, "TotalSize"), le64(b, 4));
+    let vals = elements(r, "Values");
+    assert_eq!(vals.len(), n);
+    let mut sum = 0;
+    for (i, e) in vals.iter().enumerate() {
+        let at = 14 + 16 * i;
+        assert_eq!(field(e, "Index"), i as u64);
+        assert_eq!(field(e, "Index"), le16(b, at) as u64);
+        assert_eq!(field(e, "Count"), le32(b, at + 4) as u64);
+        assert_eq!(field(e, "Size"), le64(b, at + 8));
+        sum += field(e, "Size");
+    }
+    assert_eq!(sum, u(r, "TotalSize"));
+    assert_eq!(sum, 310_848);
+
+    let loh: Vec<&Rec> = of(&gc, rt, 208).collect();
+    assert_eq!(loh.len(), 1);
+    let (r, b) = (loh[0], &loh[0].payload);
+    assert_eq!((le16(b, 2), b.len()), (1, 4 + 32));
+    let e = elements(r, "Values")[0];
+    assert_eq!(
+        [
+            field(e, "TimePlan"),
+            field(e, "TimeCompact"),
+            field(e, "TimeRelocate")
+        ],
+        [le32(b, 4) as u64, le32(b, 8) as u64, le32(b, 12) as u64]
+    );
+    assert_eq!(
+        [field(e, "TotalRefs"), field(e, "ZeroRefs")],
+        [le64(b, 20), le64(b, 28)]
+    );
+
+    let phh: Vec<&Rec> = of(&gc, rt, 204).collect();
+    assert_eq!(phh.len(), 2);
+    for r in phh {
+        let b = &r.payload;
+        assert_eq!(r.version, 3);
+        let n = le32(b, 82) as usize;
+        assert_eq!((n, b.len()), (5, 86 + 80 * n));
+        let vals = elements(r, "Values");
+        assert_eq!(vals.len(), n);
+        for (i, e) in vals.iter().enumerate() {
+            let at = 86 + 80 * i;
+            assert_eq!(field(e, "SizeBefore"), le64(b, at));
+            assert_eq!(field(e, "NewAllocation"), le64(b, at + 72));
+        }
+        assert_eq!(u(r, "CompactMechanisms"), le32(b, 62) as u64);
+    }
+
+    let ghh: Vec<&Rec> = of(&gc, rt, 205).collect();
+    assert_eq!(ghh.len(), 2);
+    for r in ghh {
+        let b = &r.payload;
+        assert_eq!(r.version, 4);
+        let n = le32(b, 46) as usize;
+        assert_eq!((n, b.len()), (8, 50 + 4 * n));
+        let times: Vec<u64> = elements(r, "Values")
+            .iter()
+            .map(|e| field(e, "Time"))
+            .collect();
+        let want: Vec<u64> = (0..n).map(|i| le32(b, 50 + 4 * i) as u64).collect();
+        assert_eq!(times, want);
+        assert_eq!(u(r, "Reason"), 1);
+    }
+
+    let ticks: Vec<&Rec> = of(&gc, rt, 10).collect();
+    assert_eq!(ticks.len(), 12);
+    for r in ticks {
+        assert_eq!(r.version, 4);
+        let b = &r.payload;
+        assert_eq!(u(r, "ObjectSize"), le64(b, b.len() - 8));
+        let kind = le32(b, 4);
+        assert_eq!(
+            prop(r, "AllocationKind"),
+            &Value::Mapped {
+                value: kind as u64,
+                name: ["Small", "Large", "Pinned"][kind as usize].into()
+            }
+        );
+    }
+    let first = of(&gc, rt, 10).next().unwrap();
+    assert_eq!(s(first, "TypeName"), "System.String");
+    assert_eq!(u(first, "ObjectSize"), 32);
+
+    let stats: Vec<&Rec> = of(&gc, rt, 4).collect();
+    assert_eq!(stats.len(), 2);
+    for r in stats {
+        let b = &r.payload;
+        assert_eq!((r.version, b.len()), (2, 110));
+        assert_eq!(u(r, "GenerationSize4"), le64(b, 94));
+        assert_eq!(u(r, "TotalPromotedSize4"), le64(b, 102));
+    }
+    assert_eq!(u(of(&gc, rt, 4).next().unwrap(), "GenerationSize4"), 16_368);
+
+    let settings: Vec<&Rec> = of(&rd, rn, 10).collect();
+    assert_eq!(settings.len(), 1);
+    let (r, b) = (settings[0], &settings[0].payload);
+    assert_eq!(b.len(), 50);
+    assert_eq!(u(r, "LOHThreshold"), le64(b, 8));
+    assert_eq!(u(r, "LOHThreshold"), 85_000);
+    assert_eq!(u(r, "BitSettings"), le32(b, 44) as u64);
+    assert_eq!(u(r, "ClrInstanceID"), le16(b, 48) as u64);
+    assert_eq!(r.d.task_name.as_deref(), Some("CLRGCRundown"));
+    assert_eq!(r.d.opcode_name.as_deref(), Some("GCSettingsRundown"));
+
+    let tiered: Vec<&Rec> = of(&rd, rn, 280).collect();
+    assert_eq!(tiered.len(), 1);
+    let (r, b) = (tiered[0], &tiered[0].payload);
+    assert_eq!(b.len(), 6);
+    assert_eq!(
+        prop(r, "Flags"),
+        &Value::Mapped {
+            value: le32(b, 2) as u64,
+            name: "QuickJit|QuickJitForLoops|ReadyToRun".into()
+        }
+    );
+}
