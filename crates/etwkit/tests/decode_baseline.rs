@@ -500,6 +500,7 @@ fn perfview_gc_files_carry_no_metadata_for_their_clr_events() {
 ///   no entry in its AssemblyFlagsMap (ours is the integer 16). (Module flag 0x20 is
 ///   "ReadyToRunModule" in the manifest, "ReadyToRun" in TraceEvent; the baselines cut that text
 ///   to "Manifest, ReadyToRun...", a prefix of ours, so it compares equal.)
+///
 /// Every other enum or flag field is compared by name: TraceEvent's text against our
 /// `Value::Mapped` name. Each entry must be met at least once.
 const TRACEEVENT_OWN_NAMES: &[(&str, &str, &str, &str)] = &[
