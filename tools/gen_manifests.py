@@ -27,7 +27,9 @@ in-types carry non-standard names. They are restored here:
     dumps keep a map= only on the first template naming a map), and the event versions newer
     than the dumps (GCHeapStats v2, GCAllocationTick v4, GCGlobalHeapHistory v4, GCLOHCompact,
     GCFitBucketInfo, GCPerHeapHistory v3 with its struct array, GCSettingsRundown,
-    TieredCompilationSettingsDCStart).
+    TieredCompilationSettingsDCStart), with the alignment padding the runtime writes inside two
+    struct arrays that the manifest does not list (clr_facts.STRUCT_PADDING, checked against
+    real records).
 Events whose layout cannot be known from the dump (an unknown in-type, or a Binary of unknown
 length that is not the last field) are left out and listed on stderr, never guessed.
 

@@ -427,8 +427,8 @@ fn perfview_net_x64_manifest_events_match_traceevent() {
 /// perfview_gcevents / gcrundownevents were recorded by PerfView without merging: they carry no
 /// EventInfo records and no EventSource manifest, so the CLR events (Microsoft-Windows-DotNETRuntime,
 /// -Rundown) have no layout in the file. TraceEvent decodes them with its compiled-in CLR parser; we
-/// need the CLR manifest for that (`--manifest`), which is not in ../shared. This test pins that
-/// state down so a change in it is noticed.
+/// need the CLR manifest for that: the built-in one (next test) or `--manifest`. This test pins the
+/// file's own state down (no registry built-ins) so a change in it is noticed.
 #[test]
 fn perfview_gc_files_carry_no_metadata_for_their_clr_events() {
     for (sample, baseline, provider, n) in [
