@@ -146,14 +146,17 @@ fn tcp_udp_lifecycle_matches_what_the_child_did() {
             .sum();
         assert_eq!(
             sent, echo.bytes as u64,
-            "{fam}: client send completed byte count"
+            "{fam}: client send completed byte count; client socket: {mine:#?}"
         );
         let recvd: u64 = mine
             .iter()
             .filter(|e| e.id == 23)
             .map(|e| e.u("BufferLength").unwrap())
             .sum();
-        assert_eq!(recvd, echo.bytes as u64, "{fam}: client received the echo");
+        assert_eq!(
+            recvd, echo.bytes as u64,
+            "{fam}: client received the echo; client socket: {mine:#?}"
+        );
         for e in mine
             .iter()
             .filter(|e| [1, conn_id, 6, 24, 14, 13].contains(&e.id))
@@ -177,7 +180,7 @@ fn tcp_udp_lifecycle_matches_what_the_child_did() {
             .sum();
         assert_eq!(
             got, echo.bytes as u64,
-            "{fam}: server receive completed byte count"
+            "{fam}: server receive completed byte count; server socket: {srv:#?}\nfacts: {f:?}"
         );
         for e in srv
             .iter()

@@ -128,11 +128,39 @@ pub fn cleanup_orphans(root: &Path) -> Result<Vec<String>, LiveError> {
     Ok(removed)
 }
 
+/// Runs `op` again while it fails with EBUSY, for up to about a second. tracefs refuses to remove an
+/// instance while any process holds one of its files open, and a uprobe while an instance has it
+/// enabled; both are brief (a child we forked holds our descriptors until its exec, another tool may
+/// be listing the instance), so waiting a little turns a spurious failure into success.
+pub fn retry_busy<T>(mut op: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    let mut tries = 0;
+    loop {
+        match op() {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Appends `value` to a tracefs control file, retrying while the kernel says the target is busy.
+pub fn append_retrying(path: &Path, value: &str) -> Result<(), LiveError> {
+    retry_busy(|| {
+        fs::OpenOptions::new()
+            .append(true)
+            .open(path)?
+            .write_all(value.as_bytes())
+    })
+    .map_err(|e| LiveError::io(path, e))
+}
+
 /// Stops and removes one instance.
 pub fn remove_instance(root: &Path, name: &str) -> Result<(), LiveError> {
     let dir = root.join("instances").join(name);
     let _ = write(&dir.join("tracing_on"), "0");
-    fs::remove_dir(&dir).map_err(|e| LiveError::io(&dir, e))
+    retry_busy(|| fs::remove_dir(&dir)).map_err(|e| LiveError::io(&dir, e))
 }
 
 /// Every thread id of a process (`/proc/PID/task/*`).

@@ -110,35 +110,61 @@ fn free_port_except(used: &[u16]) -> std::io::Result<u16> {
     Ok(listener_except(used)?.local_addr()?.port())
 }
 
+/// Names the step an error came from, so a failed workload says what failed.
+fn step<T>(what: &str, r: std::io::Result<T>) -> std::io::Result<T> {
+    r.map_err(|e| std::io::Error::new(e.kind(), format!("{what}: {e}")))
+}
+
 /// Runs the workload and returns its facts.
 pub fn run() -> std::io::Result<Facts> {
     let mut f = Facts {
         pid: std::process::id(),
         ..Default::default()
     };
-    f.v4 = echo(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), 1234)?;
-    f.v6 = echo(SocketAddr::from((Ipv6Addr::LOCALHOST, 0)), 4321)?;
+    f.v4 = step(
+        "IPv4 echo",
+        echo(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), 1234),
+    )?;
+    f.v6 = step(
+        "IPv6 echo",
+        echo(SocketAddr::from((Ipv6Addr::LOCALHOST, 0)), 4321),
+    )?;
+    step("refused connect", refused(&mut f))?;
+    step("bind to a busy port", busy_bind(&mut f))?;
+    step("peer reset", reset(&mut f))?;
+    step("UDP burst", udp_burst(&mut f))?;
+    Ok(f)
+}
 
-    // Refused connect: a port that was just free. Every port this workload reports names one socket
-    // only, so a port the kernel hands out twice (it may: the echo listeners are closed) is skipped.
+/// A connect to a port that was just free. Every port this workload reports names one socket only,
+/// so a port the kernel hands out twice (it may: the echo listeners are closed) is skipped.
+fn refused(f: &mut Facts) -> std::io::Result<()> {
     let port = free_port_except(&[f.v4.server_port, f.v6.server_port])?;
     f.refused_port = port;
     f.refused_tid = tid();
     match TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
-        Ok(_) => return Err(std::io::Error::other("connect to a closed port succeeded")),
-        Err(e) => f.refused_errno = e.raw_os_error().unwrap_or(0),
+        Ok(_) => Err(std::io::Error::other("connect to a closed port succeeded")),
+        Err(e) => {
+            f.refused_errno = e.raw_os_error().unwrap_or(0);
+            Ok(())
+        }
     }
+}
 
-    // Bind to a busy port.
-    let busy = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+fn busy_bind(f: &mut Facts) -> std::io::Result<()> {
+    let busy = listener_except(&[f.v4.server_port, f.v6.server_port, f.refused_port])?;
     f.busy_port = busy.local_addr()?.port();
     match TcpListener::bind((Ipv4Addr::LOCALHOST, f.busy_port)) {
-        Ok(_) => return Err(std::io::Error::other("second bind succeeded")),
-        Err(e) => f.bind_errno = e.raw_os_error().unwrap_or(0),
+        Ok(_) => Err(std::io::Error::other("second bind succeeded")),
+        Err(e) => {
+            f.bind_errno = e.raw_os_error().unwrap_or(0);
+            Ok(())
+        }
     }
-    drop(busy);
+}
 
-    // Peer reset: the server closes with SO_LINGER 0.
+/// The server closes with SO_LINGER 0: the client's next read fails with ECONNRESET.
+fn reset(f: &mut Facts) -> std::io::Result<()> {
     let l = listener_except(&[f.v4.server_port, f.v6.server_port, f.refused_port])?;
     f.reset_server_port = l.local_addr()?.port();
     let mut c = TcpStream::connect(l.local_addr()?)?;
@@ -164,13 +190,18 @@ pub fn run() -> std::io::Result<Facts> {
     drop(s);
     let mut b = [0u8; 16];
     match c.read(&mut b) {
-        Ok(_) => return Err(std::io::Error::other("read after peer reset did not fail")),
-        Err(e) => f.reset_errno = e.raw_os_error().unwrap_or(0),
+        Ok(n) => Err(std::io::Error::other(format!(
+            "read after peer reset did not fail (returned {n})"
+        ))),
+        Err(e) => {
+            f.reset_errno = e.raw_os_error().unwrap_or(0);
+            Ok(())
+        }
     }
-    drop(c);
-    drop(l);
+}
 
-    // UDP burst into a small receive buffer.
+/// 64 datagrams of 1000 bytes into a 2 KiB receive buffer, then whatever fits is read back.
+fn udp_burst(f: &mut Facts) -> std::io::Result<()> {
     let rx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
     setsockopt_int(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 2048)?;
     f.udp_port = rx.local_addr()?.port();
@@ -186,7 +217,7 @@ pub fn run() -> std::io::Result<Facts> {
     while rx.recv_from(&mut buf).is_ok() {
         f.udp_received += 1;
     }
-    Ok(f)
+    Ok(())
 }
 
 /// A syscall storm: `n` calls of `close(-1)` (each fails with EBADF without touching any file).
