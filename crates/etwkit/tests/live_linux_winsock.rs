@@ -229,7 +229,16 @@ fn tcp_udp_lifecycle_matches_what_the_child_did() {
         .expect("reset client connect");
     let rep = rconn.u("Endpoint").unwrap();
     let aborts: Vec<_> = evs.iter().filter(|e| e.id == 8).collect();
-    assert_eq!(aborts.len(), 1, "one transport abort: {aborts:?}");
+    assert_eq!(
+        aborts.len(),
+        1,
+        "one transport abort: {aborts:?}\nthe sockets: {:#?}\nthe reset client: {:#?}\nfacts: {f:?}",
+        aborts
+            .iter()
+            .map(|a| of_endpoint(&evs, a.u("Endpoint").unwrap()))
+            .collect::<Vec<_>>(),
+        of_endpoint(&evs, rep)
+    );
     assert_eq!(aborts[0].u("Endpoint"), Some(rep));
     assert_eq!(f.reset_errno, 104);
     // The failed receive that saw the reset.

@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use super::format::{read_int, read_uint};
 use super::procfd::{self, SockAddr};
 use super::ring::{parse_page, ParsedPage};
 
@@ -46,13 +47,11 @@ pub struct EarlyPeek {
 const MAX_FOUND: usize = 4096;
 
 fn field(data: &[u8], off: usize, size: usize, signed: bool) -> Option<i64> {
-    let b = data.get(off..off + size)?;
-    Some(match (size, signed) {
-        (4, true) => i32::from_le_bytes(b.try_into().ok()?) as i64,
-        (4, false) => u32::from_le_bytes(b.try_into().ok()?) as i64,
-        (8, _) => i64::from_le_bytes(b.try_into().ok()?),
-        _ => return None,
-    })
+    if signed {
+        read_int(data, off, size)
+    } else {
+        read_uint(data, off, size).map(|v| v as i64)
+    }
 }
 
 impl EarlyPeek {

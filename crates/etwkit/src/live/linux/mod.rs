@@ -175,14 +175,8 @@ impl Tgids {
         if tid == 0 {
             return 0;
         }
-        if let Ok(s) = std::fs::read_to_string(format!("/proc/{tid}/status")) {
-            if let Some(v) = s
-                .lines()
-                .find_map(|l| l.strip_prefix("Tgid:"))
-                .and_then(|v| v.trim().parse().ok())
-            {
-                return v;
-            }
+        if let Some(v) = procfd::tgid_of(tid) {
+            return v;
         }
         if let Ok(s) = std::fs::read_to_string(self.root.join("saved_tgids")) {
             for l in s.lines() {

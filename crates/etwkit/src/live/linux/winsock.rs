@@ -522,7 +522,10 @@ struct Formats {
     /// (instance, system, event, id) of every tracepoint to enable.
     enable: Vec<(usize, String, String, u16)>,
     set_state_addrs: Option<AddrOffs>,
+    /// inet_sk_error_report's addresses (same field names as set_state's).
+    err_addrs: Option<AddrOffs>,
     udp_saddr: Option<(usize, usize)>,
+    udp_daddr: Option<(usize, usize)>,
     /// uprobe event id → (which call, offsets of fd, family, port, a4, a6).
     uprobes: HashMap<u16, (Sys, Offs)>,
 }
@@ -534,6 +537,63 @@ struct AddrOffs {
     daddr: usize,
     saddr6: usize,
     daddr6: usize,
+}
+
+impl AddrOffs {
+    /// The family and address fields of a sock/tcp tracepoint (`family`, `saddr`, `daddr`, `saddr_v6`,
+    /// `daddr_v6`), when it has all of them.
+    fn of(f: &EventFormat) -> Option<AddrOffs> {
+        let g = |n: &str| f.field(n).map(|x| x.offset);
+        Some(AddrOffs {
+            family: g("family")?,
+            saddr: g("saddr")?,
+            daddr: g("daddr")?,
+            saddr6: g("saddr_v6")?,
+            daddr6: g("daddr_v6")?,
+        })
+    }
+
+    /// (source, destination) of one record, with the ports given.
+    fn read(&self, data: &[u8], sport: u16, dport: u16) -> (Option<SockAddr>, Option<SockAddr>) {
+        let family = read_uint(data, self.family, 2).unwrap_or(0) as i32;
+        let b4 = |off: usize| -> Option<[u8; 4]> { data.get(off..off + 4)?.try_into().ok() };
+        let b16 = |off: usize| -> Option<[u8; 16]> { data.get(off..off + 16)?.try_into().ok() };
+        if family == libc::AF_INET6 {
+            (
+                b16(self.saddr6).map(|x| SockAddr::v6(x, sport)),
+                b16(self.daddr6).map(|x| SockAddr::v6(x, dport)),
+            )
+        } else {
+            (
+                b4(self.saddr).map(|x| SockAddr::v4(x, sport)),
+                b4(self.daddr).map(|x| SockAddr::v4(x, dport)),
+            )
+        }
+    }
+}
+
+/// An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) as the IPv4 address it carries.
+fn unmapped(a: SockAddr) -> SockAddr {
+    if a.v6 && a.addr[..10] == [0; 10] && a.addr[10..12] == [0xff, 0xff] {
+        SockAddr::v4([a.addr[12], a.addr[13], a.addr[14], a.addr[15]], a.port)
+    } else {
+        a
+    }
+}
+
+/// Whether a socket bound to `bound` receives what is addressed to `to`: same port, and the same
+/// address or a wildcard bind (an IPv6 wildcard also takes IPv4). Another process may use the same
+/// port on another address (127.0.0.1 and ::1 are different endpoints), so the port alone is not
+/// enough to name our socket.
+fn accepts(bound: SockAddr, to: SockAddr) -> bool {
+    let (b, t) = (unmapped(bound), unmapped(to));
+    if b.port != t.port {
+        return false;
+    }
+    if b.addr == [0; 16] {
+        return b.v6 || !t.v6;
+    }
+    b.v6 == t.v6 && b.addr == t.addr
 }
 
 fn offs_of(f: &EventFormat, names: &[&str]) -> Result<Offs, LiveError> {
@@ -588,6 +648,7 @@ const ESTABLISHED: i64 = 1;
 const SYN_RECV: i64 = 3;
 const CLOSE_WAIT: i64 = 8;
 const LISTEN: i64 = 10;
+const TCP_CLOSE: i64 = 7;
 
 impl Correlator {
     pub fn new(
@@ -602,7 +663,9 @@ impl Correlator {
             ret_off: HashMap::new(),
             enable: Vec::new(),
             set_state_addrs: None,
+            err_addrs: None,
             udp_saddr: None,
+            udp_daddr: None,
             uprobes: HashMap::new(),
         };
         if let Some(g) = uprobe_group {
@@ -656,35 +719,21 @@ impl Correlator {
             let f = EventFormat::load(events_dir, sys, name)?;
             let tp = match name {
                 "inet_sock_set_state" => {
-                    let g = |n: &str| f.field(n).map(|x| x.offset);
-                    fm.set_state_addrs = match (
-                        g("family"),
-                        g("saddr"),
-                        g("daddr"),
-                        g("saddr_v6"),
-                        g("daddr_v6"),
-                    ) {
-                        (Some(family), Some(saddr), Some(daddr), Some(saddr6), Some(daddr6)) => {
-                            Some(AddrOffs {
-                                family,
-                                saddr,
-                                daddr,
-                                saddr6,
-                                daddr6,
-                            })
-                        }
-                        _ => None,
-                    };
+                    fm.set_state_addrs = AddrOffs::of(&f);
                     Tp::SetState
                 }
                 "sock_send_length" => Tp::SendLen,
                 "sock_recv_length" => Tp::RecvLen,
-                "inet_sk_error_report" => Tp::ErrReport,
+                "inet_sk_error_report" => {
+                    fm.err_addrs = AddrOffs::of(&f);
+                    Tp::ErrReport
+                }
                 "tcp_receive_reset" => Tp::RecvReset,
                 "tcp_send_reset" => Tp::SendReset,
                 "tcp_destroy_sock" => Tp::Destroy,
                 "udp_fail_queue_rcv_skb" => {
                     fm.udp_saddr = f.field("saddr").map(|x| (x.offset, x.size));
+                    fm.udp_daddr = f.field("daddr").map(|x| (x.offset, x.size));
                     Tp::UdpFail
                 }
                 _ => Tp::DataReady,
@@ -820,8 +869,9 @@ impl Correlator {
         false
     }
 
-    /// Forgets a closed socket once nothing can refer to it any more: at close for sockets without
-    /// a TCP sock, else when the kernel destroys the sock (resets and FINs after close still find it).
+    /// Forgets a closed socket once nothing can refer to it any more: at close, except for a
+    /// connected TCP socket, which is forgotten when the kernel destroys its sock (resets and FINs
+    /// after close still find it) or when its sock pointer starts a new life.
     fn retire(&mut self, id: u64) {
         let Some(so) = self.socks.get(&id) else {
             return;
@@ -829,10 +879,15 @@ impl Correlator {
         if !so.closed {
             return;
         }
-        let tcp = so.stype == libc::SOCK_STREAM as u32;
-        if tcp && so.sk.is_some() && !so.destroyed {
+        // Only a connected TCP sock outlives close() (FIN handshake, resets after close); the kernel
+        // frees one that never connected, was refused or only listened inside close() itself.
+        let lingers = so.stype == libc::SOCK_STREAM as u32 && so.conn == Conn::Connected;
+        if lingers && so.sk.is_some() && !so.destroyed {
             return;
         }
+        // The pointer that named this socket stops naming it: the kernel reuses sock memory for
+        // other processes' sockets, whose events must never land on a socket we retired. (bind_sk
+        // keeps at most this one pointer per socket and never binds a retired one.)
         if let Some(sk) = so.sk {
             if self.sks.get(&sk) == Some(&id) {
                 self.sks.remove(&sk);
@@ -842,18 +897,27 @@ impl Correlator {
         self.socks.remove(&id);
     }
 
+    /// The live socket a kernel sock pointer names (never a retired one).
+    fn sock_of_sk(&self, sk: u64) -> Option<u64> {
+        self.sks
+            .get(&sk)
+            .copied()
+            .filter(|s| self.socks.contains_key(s))
+    }
+
     fn bind_sk(&mut self, id: u64, sk: u64) {
         if sk == 0 {
             return;
         }
-        if let Some(s) = self.socks.get_mut(&id) {
-            if let Some(old) = s.sk {
-                if old != sk && self.sks.get(&old) == Some(&id) {
-                    self.sks.remove(&old);
-                }
+        let Some(s) = self.socks.get_mut(&id) else {
+            return; // retired: nothing may be attributed to it any more
+        };
+        if let Some(old) = s.sk {
+            if old != sk && self.sks.get(&old) == Some(&id) {
+                self.sks.remove(&old);
             }
-            s.sk = Some(sk);
         }
+        s.sk = Some(sk);
         // A reused sk now belongs to this socket.
         self.sks.insert(sk, id);
     }
@@ -1424,6 +1488,10 @@ impl Correlator {
                             s.conn == Conn::Listening
                                 && !s.closed
                                 && s.local.map(|a| a.port) == Some(sport)
+                                && match (s.local, local) {
+                                    (Some(b), Some(to)) => accepts(b, to),
+                                    _ => true,
+                                }
                         })
                         .map(|s| s.id)
                         .min();
@@ -1440,7 +1508,19 @@ impl Correlator {
                     }
                     return;
                 }
-                let Some(&s) = self.sks.get(&sk) else { return };
+                let Some(s) = self.sock_of_sk(sk) else { return };
+                if old == TCP_CLOSE && inflight.and_then(|i| i.sock) != Some(s) {
+                    // A sock leaving CLOSE starts a new life; ours start inside a syscall of ours on
+                    // that socket (connect and listen are handled above). This pointer was freed and
+                    // now belongs to another socket, possibly another process's: it no longer names ours.
+                    self.sks.remove(&sk);
+                    if let Some(so) = self.socks.get_mut(&s) {
+                        so.sk = None;
+                        so.destroyed = true;
+                    }
+                    self.retire(s);
+                    return;
+                }
                 if old == SYN_SENT && new == ESTABLISHED {
                     let mut pending = false;
                     if let Some(so) = self.socks.get_mut(&s) {
@@ -1482,8 +1562,8 @@ impl Correlator {
                         }
                         s
                     }
-                    None => match self.sks.get(&sk) {
-                        Some(&s) => s,
+                    None => match self.sock_of_sk(sk) {
+                        Some(s) => s,
                         None => return,
                     },
                 };
@@ -1546,7 +1626,8 @@ impl Correlator {
                 if proto != libc::IPPROTO_TCP as i64 {
                     return;
                 }
-                // No sk in this event: find the connecting socket by its ports.
+                // No sk in this event: find the connecting socket by its ports and peer address.
+                let peer = self.fm.err_addrs.and_then(|a| a.read(data, sport, dport).1);
                 let cand = self
                     .socks
                     .values()
@@ -1555,6 +1636,10 @@ impl Correlator {
                             && matches!(s.conn, Conn::Connecting | Conn::ConnectPending)
                             && s.remote.map(|r| r.port) == Some(dport)
                             && s.local.is_none_or(|l| l.port == sport || l.port == 0)
+                            && match (s.remote, peer) {
+                                (Some(r), Some(p)) => unmapped(r) == unmapped(p),
+                                _ => true,
+                            }
                     })
                     .map(|s| s.id)
                     .min();
@@ -1575,7 +1660,7 @@ impl Correlator {
             }
             Tp::RecvReset => {
                 let sk = get(data, o[0]) as u64;
-                let Some(&s) = self.sks.get(&sk) else { return };
+                let Some(s) = self.sock_of_sk(sk) else { return };
                 let conn = self.socks.get(&s).map(|x| x.conn);
                 if matches!(conn, Some(Conn::Connecting | Conn::ConnectPending)) {
                     // A reset answering a SYN is a refused connect: reported by connect completed.
@@ -1588,7 +1673,7 @@ impl Correlator {
                 if sk == 0 {
                     return;
                 }
-                let Some(&s) = self.sks.get(&sk) else { return };
+                let Some(s) = self.sock_of_sk(sk) else { return };
                 out.push(self.ev(7, s, tid, tgid, cpu, ts));
             }
             Tp::Destroy => {
@@ -1611,7 +1696,12 @@ impl Correlator {
                     .udp_saddr
                     .and_then(|(off, sz)| data.get(off..off + sz))
                     .and_then(SockAddr::from_sockaddr);
-                let cand = self.udp_by_port(dport);
+                let dst = self
+                    .fm
+                    .udp_daddr
+                    .and_then(|(off, sz)| data.get(off..off + sz))
+                    .and_then(SockAddr::from_sockaddr);
+                let cand = self.udp_receiver(dport, dst);
                 let Some(s) = cand else { return };
                 let v6 = self.socks[&s].family == libc::AF_INET6 as u16;
                 let mut e = self.ev(if v6 { 34 } else { 33 }, s, tid, tgid, cpu, ts);
@@ -1621,14 +1711,15 @@ impl Correlator {
             }
             Tp::DataReady => {
                 let sk = get(data, o[0]) as u64;
-                let Some(&s) = self.sks.get(&sk) else { return };
+                let Some(s) = self.sock_of_sk(sk) else { return };
                 out.push(self.ev(37, s, tid, tgid, cpu, ts));
             }
             Tp::Enter(_) | Tp::Exit(_) => {}
         }
     }
 
-    fn udp_by_port(&mut self, port: u16) -> Option<u64> {
+    /// Our UDP socket that receives datagrams for `port` (at `dst`, when the event names it).
+    fn udp_receiver(&mut self, port: u16, dst: Option<SockAddr>) -> Option<u64> {
         let find = |socks: &HashMap<u64, Sock>| {
             socks
                 .values()
@@ -1636,6 +1727,10 @@ impl Correlator {
                     !s.closed
                         && s.stype == libc::SOCK_DGRAM as u32
                         && s.local.map(|a| a.port) == Some(port)
+                        && match (s.local, dst) {
+                            (Some(b), Some(to)) => accepts(b, to),
+                            _ => true,
+                        }
                 })
                 .map(|s| s.id)
                 .min()
@@ -1673,22 +1768,9 @@ impl Correlator {
         sport: u16,
         dport: u16,
     ) -> (Option<SockAddr>, Option<SockAddr>) {
-        let Some(a) = self.fm.set_state_addrs else {
-            return (None, None);
-        };
-        let family = read_uint(data, a.family, 2).unwrap_or(0) as i32;
-        let b4 = |off: usize| -> Option<[u8; 4]> { data.get(off..off + 4)?.try_into().ok() };
-        let b16 = |off: usize| -> Option<[u8; 16]> { data.get(off..off + 16)?.try_into().ok() };
-        if family == libc::AF_INET6 {
-            (
-                b16(a.saddr6).map(|x| SockAddr::v6(x, sport)),
-                b16(a.daddr6).map(|x| SockAddr::v6(x, dport)),
-            )
-        } else {
-            (
-                b4(a.saddr).map(|x| SockAddr::v4(x, sport)),
-                b4(a.daddr).map(|x| SockAddr::v4(x, dport)),
-            )
+        match self.fm.set_state_addrs {
+            Some(a) => a.read(data, sport, dport),
+            None => (None, None),
         }
     }
 
@@ -1816,6 +1898,34 @@ fn pack(out: &mut Vec<u8>, t: T, v: V) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_port_alone_does_not_name_a_socket() {
+        use super::{accepts, unmapped};
+        let v4 = |a: [u8; 4], p| SockAddr::v4(a, p);
+        let mut v6loop = [0u8; 16];
+        v6loop[15] = 1;
+        let mut mapped = [0u8; 16];
+        mapped[10] = 0xff;
+        mapped[11] = 0xff;
+        mapped[12..].copy_from_slice(&[127, 0, 0, 1]);
+        let lo4 = v4([127, 0, 0, 1], 5000);
+        assert!(accepts(lo4, lo4));
+        assert!(!accepts(lo4, v4([127, 0, 0, 1], 5001)), "other port");
+        assert!(!accepts(lo4, v4([127, 0, 0, 2], 5000)), "other address");
+        assert!(
+            !accepts(SockAddr::v6(v6loop, 5000), lo4),
+            "::1 is not 127.0.0.1"
+        );
+        assert!(accepts(v4([0; 4], 5000), lo4), "IPv4 wildcard");
+        assert!(!accepts(v4([0; 4], 5000), SockAddr::v6(v6loop, 5000)));
+        assert!(
+            accepts(SockAddr::v6([0; 16], 5000), lo4),
+            "IPv6 wildcard is dual-stack"
+        );
+        assert!(accepts(lo4, SockAddr::v6(mapped, 5000)), "v4-mapped");
+        assert_eq!(unmapped(SockAddr::v6(mapped, 7)), v4([127, 0, 0, 1], 7));
+    }
+
     use super::*;
 
     #[test]
