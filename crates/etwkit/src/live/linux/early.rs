@@ -40,6 +40,9 @@ struct State {
 /// Shared between the reader threads (which fill it) and the correlator (which takes from it).
 pub struct EarlyPeek {
     watched: Vec<Watched>,
+    /// `sys_enter_close` (id, fd argument): a descriptor closed after the call returned may already
+    /// name another socket, so its address is not taken.
+    close: Option<(u16, (usize, usize, bool))>,
     state: Mutex<State>,
 }
 
@@ -55,11 +58,37 @@ fn field(data: &[u8], off: usize, size: usize, signed: bool) -> Option<i64> {
 }
 
 impl EarlyPeek {
-    pub fn new(watched: Vec<Watched>) -> EarlyPeek {
+    pub fn new(watched: Vec<Watched>, close: Option<(u16, (usize, usize, bool))>) -> EarlyPeek {
         EarlyPeek {
             watched,
+            close,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// Whether this page shows `tid` closing `fd` after `after` (the descriptor then names nothing, or
+    /// something else, by the time it is asked about).
+    fn closed_later(
+        &self,
+        page: &[u8],
+        scratch: &ParsedPage,
+        tid: u32,
+        fd: i32,
+        after: u64,
+    ) -> bool {
+        let Some((id, fo)) = self.close else {
+            return false;
+        };
+        scratch.entries.iter().any(|&(ts, off, len)| {
+            let Some(d) = page.get(off as usize..off as usize + len as usize) else {
+                return false;
+            };
+            ts > after
+                && d.len() >= 8
+                && u16::from_le_bytes([d[0], d[1]]) == id
+                && i32::from_le_bytes(d[4..8].try_into().unwrap()) as u32 == tid
+                && field(d, fo.0, fo.1, fo.2) == Some(fd as i64)
+        })
     }
 
     /// Scans one raw page of the filtered instance. Cheap when the page holds none of the watched ids.
@@ -115,6 +144,9 @@ impl EarlyPeek {
             // Only successful calls leave an address worth asking for; the lock is not held while
             // the process is asked.
             if let Some((fd, 0, xts)) = done {
+                if self.closed_later(page, scratch, tid, fd, xts) {
+                    continue;
+                }
                 let Some(tgid) = procfd::tgid_of(tid) else {
                     continue;
                 };
@@ -171,13 +203,18 @@ mod tests {
         p
     }
 
+    const CLOSE: u16 = 702;
+
     fn peek_table() -> EarlyPeek {
-        EarlyPeek::new(vec![Watched {
-            enter: ENTER,
-            exit: EXIT,
-            fd: (8, 8, true),
-            ret: (8, 8),
-        }])
+        EarlyPeek::new(
+            vec![Watched {
+                enter: ENTER,
+                exit: EXIT,
+                fd: (8, 8, true),
+                ret: (8, 8),
+            }],
+            Some((CLOSE, (8, 8, true))),
+        )
     }
 
     fn tid() -> u32 {
@@ -229,5 +266,36 @@ mod tests {
             &mut scratch,
         );
         assert!(e.take(me, 1020).is_none());
+    }
+
+    #[test]
+    fn a_descriptor_closed_after_the_call_is_not_asked() {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let fd = s.as_raw_fd() as i64;
+        let me = tid();
+        let e = peek_table();
+        let mut scratch = ParsedPage::default();
+        e.on_page(
+            &page(&[
+                record(ENTER, me, fd),
+                record(EXIT, me, 0),
+                record(CLOSE, me, fd),
+            ]),
+            &mut scratch,
+        );
+        assert!(
+            e.take(me, 1020).is_none(),
+            "fd closed (and maybe reused) since"
+        );
+        // Another descriptor's close does not matter.
+        e.on_page(
+            &page(&[
+                record(ENTER, me, fd),
+                record(EXIT, me, 0),
+                record(CLOSE, me, fd + 100),
+            ]),
+            &mut scratch,
+        );
+        assert!(e.take(me, 1020).is_some());
     }
 }

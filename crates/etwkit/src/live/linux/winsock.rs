@@ -797,7 +797,13 @@ impl Correlator {
                 }
             }
         }
-        let e = Arc::new(EarlyPeek::new(watched));
+        let close = self
+            .fm
+            .sys_offsets
+            .iter()
+            .find(|(_, i)| i.tp == Tp::Enter(Sys::Close))
+            .map(|(&id, i)| (id, i.offs[0]));
+        let e = Arc::new(EarlyPeek::new(watched, close));
         self.early = Some(e.clone());
         e
     }
