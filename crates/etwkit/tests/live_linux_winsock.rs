@@ -97,6 +97,8 @@ fn tcp_udp_lifecycle_matches_what_the_child_did() {
         return;
     }
     let (f, evs, sum) = trace_workload("t-winsock", Level::VERBOSE);
+    // Shown with any failure below (libtest prints a failed test's output).
+    println!("trace summary: {sum:?}");
     assert_eq!(
         sum.events_lost, 0,
         "no events may be lost in this small trace: {sum:?}"

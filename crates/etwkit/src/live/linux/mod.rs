@@ -590,6 +590,12 @@ impl LinuxSession {
             ("pages_flagged_uncounted".into(), c.lost_uncounted_pages),
         ];
         sum.issues.extend(c.issues.iter().cloned());
+        if c.out_of_order > 0 {
+            sum.issues.push(format!(
+                "{} events reached the reader after later ones had been delivered (a CPU's ring was read late); they were delivered out of time order",
+                c.out_of_order
+            ));
+        }
         if self.short_records > 0 {
             sum.issues.push(format!("{} tracepoint records were shorter than their format (missing fields written as 0)", self.short_records));
         }

@@ -345,6 +345,9 @@ pub struct ReadCounters {
     /// Pages flagged with lost events but no stored count.
     pub lost_uncounted_pages: u64,
     pub malformed_pages: u64,
+    /// Events released after a later event had already been released: a ring's reader was behind the
+    /// slack (e.g. a vCPU descheduled mid-write). They are delivered, late.
+    pub out_of_order: u64,
     pub issues: Vec<String>,
 }
 
@@ -354,6 +357,7 @@ pub struct ReadCounters {
 pub struct Merger {
     queues: Vec<StreamQueue>,
     slack_ns: u64,
+    last_ts: u64,
     pub counters: ReadCounters,
 }
 
@@ -368,6 +372,7 @@ impl Merger {
                 })
                 .collect(),
             slack_ns,
+            last_ts: 0,
             counters: ReadCounters::default(),
         }
     }
@@ -448,6 +453,11 @@ impl Merger {
             let (page, parsed, i) = q.pages.front_mut().unwrap();
             let (ts, off, len) = parsed.entries[*i];
             self.counters.events += 1;
+            if ts < self.last_ts {
+                self.counters.out_of_order += 1;
+            } else {
+                self.last_ts = ts;
+            }
             let keep = f(RawEvent {
                 ts,
                 stream: si,

@@ -4,7 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 /// One TCP echo exchange.
@@ -105,11 +105,6 @@ fn listener_except(used: &[u16]) -> std::io::Result<TcpListener> {
     }
 }
 
-/// A loopback port that was free a moment ago and is none of `used`.
-fn free_port_except(used: &[u16]) -> std::io::Result<u16> {
-    Ok(listener_except(used)?.local_addr()?.port())
-}
-
 /// Names the step an error came from, so a failed workload says what failed.
 fn step<T>(what: &str, r: std::io::Result<T>) -> std::io::Result<T> {
     r.map_err(|e| std::io::Error::new(e.kind(), format!("{what}: {e}")))
@@ -136,10 +131,11 @@ pub fn run() -> std::io::Result<Facts> {
     Ok(f)
 }
 
-/// A connect to a port that was just free. Every port this workload reports names one socket only,
-/// so a port the kernel hands out twice (it may: the echo listeners are closed) is skipped.
+/// A connect to a port nobody listens on. The port is held by a TCP socket of ours that is bound
+/// without SO_REUSEADDR and never listens: connects to it are refused, and no other process (another
+/// copy of this workload, say) can start listening there meanwhile, as it could on a port merely freed.
 fn refused(f: &mut Facts) -> std::io::Result<()> {
-    let port = free_port_except(&[f.v4.server_port, f.v6.server_port])?;
+    let (_holder, port) = unlistened_port_except(&[f.v4.server_port, f.v6.server_port])?;
     f.refused_port = port;
     f.refused_tid = tid();
     match TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
@@ -147,6 +143,35 @@ fn refused(f: &mut Facts) -> std::io::Result<()> {
         Err(e) => {
             f.refused_errno = e.raw_os_error().unwrap_or(0);
             Ok(())
+        }
+    }
+}
+
+/// A TCP socket bound to 127.0.0.1 on a kernel-chosen port (none of `used`), not listening.
+fn unlistened_port_except(used: &[u16]) -> std::io::Result<(OwnedFd, u16)> {
+    loop {
+        // SAFETY: plain syscall with integer arguments; the descriptor is owned right away.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: sockaddr_in is plain old data; all-zero is a valid value.
+        let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        sa.sin_family = libc::AF_INET as libc::sa_family_t;
+        sa.sin_addr.s_addr = u32::from_ne_bytes(Ipv4Addr::LOCALHOST.octets());
+        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let p = (&mut sa as *mut libc::sockaddr_in).cast::<libc::sockaddr>();
+        // SAFETY: p points to a sockaddr_in of len bytes that lives for both calls.
+        if unsafe { libc::bind(fd.as_raw_fd(), p, len) } != 0
+            || unsafe { libc::getsockname(fd.as_raw_fd(), p, &mut len) } != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        let port = u16::from_be(sa.sin_port);
+        if !used.contains(&port) {
+            return Ok((fd, port));
         }
     }
 }
