@@ -29,8 +29,8 @@ pub struct Watched {
 
 #[derive(Default)]
 struct State {
-    /// tid → (watched index, fd) of an enter whose exit has not been seen.
-    enters: HashMap<u32, (usize, i32)>,
+    /// tid → (watched index, fd, enter ts) of an enter whose exit has not been seen.
+    enters: HashMap<u32, (usize, i32, u64)>,
     /// tid → (watched index, ret, exit ts) of an exit seen before its enter (another CPU's reader).
     exits: HashMap<u32, (usize, i64, u64)>,
     /// (tid, exit ts) → local address.
@@ -121,10 +121,11 @@ impl EarlyPeek {
                     let Some(fd) = field(data, w.fd.0, w.fd.1, w.fd.2) else {
                         continue;
                     };
+                    // Only a later exit belongs to this enter; an older one lost its enter.
                     match st.exits.remove(&tid) {
-                        Some((xi, ret, xts)) if xi == wi => Some((fd as i32, ret, xts)),
+                        Some((xi, ret, xts)) if xi == wi && xts > ts => Some((fd as i32, ret, xts)),
                         _ => {
-                            st.enters.insert(tid, (wi, fd as i32));
+                            st.enters.insert(tid, (wi, fd as i32, ts));
                             None
                         }
                     }
@@ -133,7 +134,7 @@ impl EarlyPeek {
                         continue;
                     };
                     match st.enters.remove(&tid) {
-                        Some((ei, fd)) if ei == wi => Some((fd, ret, ts)),
+                        Some((ei, fd, ets)) if ei == wi && ets < ts => Some((fd, ret, ts)),
                         _ => {
                             st.exits.insert(tid, (wi, ret, ts));
                             None
@@ -187,8 +188,12 @@ mod tests {
         r
     }
 
-    /// A ring page holding `recs`, each 10 ns after the previous one.
+    /// A ring page holding `recs`, each 10 ns after the previous one, from 1000.
     fn page(recs: &[Vec<u8>]) -> Vec<u8> {
+        page_at(1_000, recs)
+    }
+
+    fn page_at(base: u64, recs: &[Vec<u8>]) -> Vec<u8> {
         let mut data = Vec::new();
         for r in recs {
             assert_eq!(r.len() % 4, 0);
@@ -197,7 +202,7 @@ mod tests {
             data.extend_from_slice(r);
         }
         let mut p = Vec::new();
-        p.extend_from_slice(&1_000u64.to_le_bytes());
+        p.extend_from_slice(&base.to_le_bytes());
         p.extend_from_slice(&(data.len() as u64).to_le_bytes());
         p.extend_from_slice(&data);
         p
@@ -247,16 +252,27 @@ mod tests {
         let me = tid();
         let e = peek_table();
         let mut scratch = ParsedPage::default();
-        // Another CPU's reader delivers the exit first.
+        // Another CPU's reader delivers the exit (at 1010) before the enter (at 1005).
         e.on_page(&page(&[record(EXIT, me, 0)]), &mut scratch);
         e.on_page(
-            &page(&[record(ENTER, me, s.as_raw_fd() as i64)]),
+            &page_at(995, &[record(ENTER, me, s.as_raw_fd() as i64)]),
             &mut scratch,
         );
         assert_eq!(
             e.take(me, 1010).map(|a| a.port),
             Some(s.local_addr().unwrap().port())
         );
+        // An exit whose enter was lost never pairs with a later enter.
+        e.on_page(&page_at(2_000, &[record(EXIT, me, 0)]), &mut scratch);
+        e.on_page(
+            &page_at(
+                3_000,
+                &[record(ENTER, me, s.as_raw_fd() as i64), record(EXIT, me, 0)],
+            ),
+            &mut scratch,
+        );
+        assert!(e.take(me, 2_010).is_none());
+        assert!(e.take(me, 3_020).is_some(), "the later call still resolves");
         // A failed call leaves nothing to take.
         e.on_page(
             &page(&[
