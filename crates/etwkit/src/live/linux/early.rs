@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::format::{read_int, read_uint};
+use super::format::read_field;
 use super::procfd::{self, SockAddr};
 use super::ring::{parse_page, ParsedPage};
 
@@ -49,14 +49,6 @@ pub struct EarlyPeek {
 /// Entries the correlator never asked for (it got there first) are dropped beyond this many.
 const MAX_FOUND: usize = 4096;
 
-fn field(data: &[u8], off: usize, size: usize, signed: bool) -> Option<i64> {
-    if signed {
-        read_int(data, off, size)
-    } else {
-        read_uint(data, off, size).map(|v| v as i64)
-    }
-}
-
 impl EarlyPeek {
     pub fn new(watched: Vec<Watched>, close: Option<(u16, (usize, usize, bool))>) -> EarlyPeek {
         EarlyPeek {
@@ -87,7 +79,7 @@ impl EarlyPeek {
                 && d.len() >= 8
                 && u16::from_le_bytes([d[0], d[1]]) == id
                 && i32::from_le_bytes(d[4..8].try_into().unwrap()) as u32 == tid
-                && field(d, fo.0, fo.1, fo.2) == Some(fd as i64)
+                && read_field(d, fo.0, fo.1, fo.2) == Some(fd as i64)
         })
     }
 
@@ -118,7 +110,7 @@ impl EarlyPeek {
             let done = {
                 let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
                 if is_enter {
-                    let Some(fd) = field(data, w.fd.0, w.fd.1, w.fd.2) else {
+                    let Some(fd) = read_field(data, w.fd.0, w.fd.1, w.fd.2) else {
                         continue;
                     };
                     // Only a later exit belongs to this enter; an older one lost its enter.
@@ -130,7 +122,7 @@ impl EarlyPeek {
                         }
                     }
                 } else {
-                    let Some(ret) = field(data, w.ret.0, w.ret.1, true) else {
+                    let Some(ret) = read_field(data, w.ret.0, w.ret.1, true) else {
                         continue;
                     };
                     match st.enters.remove(&tid) {

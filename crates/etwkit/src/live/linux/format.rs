@@ -144,6 +144,16 @@ pub fn read_uint(data: &[u8], offset: usize, size: usize) -> Option<u64> {
     })
 }
 
+/// A signed or unsigned integer field as i64 (`None` when the record is too short or the size odd).
+#[inline]
+pub fn read_field(data: &[u8], offset: usize, size: usize, signed: bool) -> Option<i64> {
+    if signed {
+        read_int(data, offset, size)
+    } else {
+        read_uint(data, offset, size).map(|v| v as i64)
+    }
+}
+
 #[inline]
 pub fn read_int(data: &[u8], offset: usize, size: usize) -> Option<i64> {
     let v = read_uint(data, offset, size)?;

@@ -71,13 +71,16 @@ pub fn write(path: &Path, value: &str) -> Result<(), LiveError> {
 }
 
 /// Appends to a shared control file (`set_event_pid`, `uprobe_events`): never truncates what others wrote.
+/// Appends `value` to a tracefs control file (never truncating it), retrying while the kernel says
+/// the target is busy (see [`retry_busy`]).
 pub fn append(path: &Path, value: &str) -> Result<(), LiveError> {
-    let mut f = fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .map_err(|e| LiveError::io(path, e))?;
-    f.write_all(value.as_bytes())
-        .map_err(|e| LiveError::io(path, e))
+    retry_busy(|| {
+        fs::OpenOptions::new()
+            .append(true)
+            .open(path)?
+            .write_all(value.as_bytes())
+    })
+    .map_err(|e| LiveError::io(path, e))
 }
 
 pub fn read(path: &Path) -> Result<String, LiveError> {
@@ -143,17 +146,6 @@ pub fn retry_busy<T>(mut op: impl FnMut() -> std::io::Result<T>) -> std::io::Res
             r => return r,
         }
     }
-}
-
-/// Appends `value` to a tracefs control file, retrying while the kernel says the target is busy.
-pub fn append_retrying(path: &Path, value: &str) -> Result<(), LiveError> {
-    retry_busy(|| {
-        fs::OpenOptions::new()
-            .append(true)
-            .open(path)?
-            .write_all(value.as_bytes())
-    })
-    .map_err(|e| LiveError::io(path, e))
 }
 
 /// Stops and removes one instance.

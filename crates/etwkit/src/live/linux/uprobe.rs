@@ -143,7 +143,7 @@ impl Probes {
     pub fn remove(&mut self) -> Result<(), LiveError> {
         let mut first_err = None;
         for e in self.events.drain(..) {
-            if let Err(err) = tracefs::append_retrying(
+            if let Err(err) = tracefs::append(
                 &self.root.join("uprobe_events"),
                 &format!("-:{}/{e}\n", self.group),
             ) {

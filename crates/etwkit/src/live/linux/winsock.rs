@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use super::super::{EnableSpec, LiveError, ProviderRef};
 use super::early::{EarlyPeek, Watched};
-use super::format::{read_int, read_uint, EventFormat};
+use super::format::{read_field, read_int, read_uint, EventFormat};
 use super::procfd::{self, SockAddr};
 use crate::event::EventRecord;
 use crate::guid::Guid;
@@ -612,11 +612,7 @@ fn offs_of(f: &EventFormat, names: &[&str]) -> Result<Offs, LiveError> {
 
 #[inline]
 fn get(data: &[u8], o: (usize, usize, bool)) -> i64 {
-    if o.2 {
-        read_int(data, o.0, o.1).unwrap_or(0)
-    } else {
-        read_uint(data, o.0, o.1).unwrap_or(0) as i64
-    }
+    read_field(data, o.0, o.1, o.2).unwrap_or(0)
 }
 
 /// The Winsock correlator.
