@@ -1,0 +1,1216 @@
+//! Who talked to whom, how much, for how long, and what went wrong: one row per socket, from any
+//! Microsoft-Windows-Winsock-AFD event stream (a Windows ETL file decoded with the built-in AFD
+//! layouts, live Windows ETW, or etwkit's Linux Winsock provider).
+//!
+//! Input is **decoded** events ([`crate::decode::DecodedEvent`] properties, by AFD field name); a
+//! socket is keyed by (process id, `Endpoint`). The process id is the one the socket-creation event
+//! names (`UserModePid`), looked up again through the event's `Process` value, so events raised in
+//! another context (transport indications) still land on the owner. Endpoints are pointer-sized on
+//! Windows (and may be reused after a close: a new creation starts a new row) and etwkit's own
+//! socket ids on Linux.
+//!
+//! Byte counts come from completed operations (ids 23-28), never from posted ones. Failures keep
+//! their code and its name: Windows codes (WSA 10000+, NTSTATUS, Win32) for manifest-decoded events,
+//! Linux errno for events of etwkit's Linux provider (TraceLogging-decoded).
+//!
+//! What the events do not say is filled in, and marked, only from exact joins inside the trace:
+//! an accepted socket's local address is its listener's; a client's local address is the peer
+//! address its listener saw indicated while the client's connect was in flight (the most recent
+//! unpaired connect to that listener's address); a datagram sender's remote is the receiver whose
+//! drops or receives name the sender's local address.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use crate::decode::{DecodedEvent, Properties, Value};
+use crate::event::EventRecord;
+use crate::guid::Guid;
+use crate::schema::SchemaSource;
+
+/// Microsoft-Windows-Winsock-AFD.
+pub const AFD_PROVIDER: Guid = Guid::from_str_const("e53c6823-7bb8-44bb-90dc-3f86090d48a6");
+/// The kernel Process MOF class (Start/End/DCStart/DCEnd carry ProcessId and ImageFileName).
+pub const KERNEL_PROCESS_CLASS: Guid = Guid::from_str_const("3d6fa8d0-fe05-11d0-9dda-00c04fd7ba7c");
+/// Microsoft-Windows-Kernel-Process (ProcessStart/ProcessRundown carry ProcessID and ImageName).
+pub const KERNEL_PROCESS_PROVIDER: Guid =
+    Guid::from_str_const("22fb2cd6-0e7b-422b-a0c7-2fad1fd0e716");
+
+/// Whose error numbers a socket's events carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Os {
+    Windows,
+    Linux,
+}
+
+/// An error number with its symbol and its meaning in words, when known.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ErrorCode {
+    pub code: i64,
+    /// `WSAECONNREFUSED`, `ECONNREFUSED`, `STATUS_CONNECTION_REFUSED`...
+    pub symbol: Option<&'static str>,
+    /// "connection refused".
+    pub words: Option<&'static str>,
+}
+
+impl ErrorCode {
+    /// `connection refused (10061 WSAECONNREFUSED)`, or `error 12345` when unknown.
+    pub fn describe(&self) -> String {
+        let num = if self.code > 0xFFFF {
+            format!("{:#x}", self.code)
+        } else {
+            self.code.to_string()
+        };
+        match (self.words, self.symbol) {
+            (Some(w), Some(s)) => format!("{w} ({num} {s})"),
+            (Some(w), None) => format!("{w} ({num})"),
+            (None, Some(s)) => format!("error {num} {s}"),
+            (None, None) => format!("error {num}"),
+        }
+    }
+}
+
+/// (number, symbol, words): Linux errno values met on sockets.
+const ERRNO: &[(i64, &str, &str)] = &[
+    (1, "EPERM", "operation not permitted"),
+    (4, "EINTR", "interrupted"),
+    (9, "EBADF", "bad descriptor"),
+    (11, "EAGAIN", "would block"),
+    (12, "ENOMEM", "out of memory"),
+    (13, "EACCES", "permission denied"),
+    (14, "EFAULT", "bad address"),
+    (22, "EINVAL", "invalid argument"),
+    (24, "EMFILE", "too many open files"),
+    (32, "EPIPE", "broken pipe"),
+    (88, "ENOTSOCK", "not a socket"),
+    (89, "EDESTADDRREQ", "destination address required"),
+    (90, "EMSGSIZE", "message too long"),
+    (92, "ENOPROTOOPT", "protocol option not available"),
+    (93, "EPROTONOSUPPORT", "protocol not supported"),
+    (95, "EOPNOTSUPP", "operation not supported"),
+    (97, "EAFNOSUPPORT", "address family not supported"),
+    (98, "EADDRINUSE", "address already in use"),
+    (99, "EADDRNOTAVAIL", "address not available"),
+    (100, "ENETDOWN", "network is down"),
+    (101, "ENETUNREACH", "network unreachable"),
+    (102, "ENETRESET", "connection reset by network"),
+    (103, "ECONNABORTED", "connection aborted"),
+    (104, "ECONNRESET", "connection reset by peer"),
+    (105, "ENOBUFS", "no buffer space"),
+    (106, "EISCONN", "already connected"),
+    (107, "ENOTCONN", "not connected"),
+    (108, "ESHUTDOWN", "socket shut down"),
+    (110, "ETIMEDOUT", "timed out"),
+    (111, "ECONNREFUSED", "connection refused"),
+    (112, "EHOSTDOWN", "host is down"),
+    (113, "EHOSTUNREACH", "host unreachable"),
+    (114, "EALREADY", "operation already in progress"),
+    (115, "EINPROGRESS", "in progress"),
+];
+
+/// Windows Sockets error codes.
+const WSA: &[(i64, &str, &str)] = &[
+    (10004, "WSAEINTR", "interrupted"),
+    (10009, "WSAEBADF", "bad descriptor"),
+    (10013, "WSAEACCES", "permission denied"),
+    (10014, "WSAEFAULT", "bad address"),
+    (10022, "WSAEINVAL", "invalid argument"),
+    (10024, "WSAEMFILE", "too many open sockets"),
+    (10035, "WSAEWOULDBLOCK", "would block"),
+    (10036, "WSAEINPROGRESS", "in progress"),
+    (10037, "WSAEALREADY", "operation already in progress"),
+    (10038, "WSAENOTSOCK", "not a socket"),
+    (10039, "WSAEDESTADDRREQ", "destination address required"),
+    (10040, "WSAEMSGSIZE", "message too long"),
+    (10042, "WSAENOPROTOOPT", "protocol option not available"),
+    (10043, "WSAEPROTONOSUPPORT", "protocol not supported"),
+    (10045, "WSAEOPNOTSUPP", "operation not supported"),
+    (10047, "WSAEAFNOSUPPORT", "address family not supported"),
+    (10048, "WSAEADDRINUSE", "address already in use"),
+    (10049, "WSAEADDRNOTAVAIL", "address not available"),
+    (10050, "WSAENETDOWN", "network is down"),
+    (10051, "WSAENETUNREACH", "network unreachable"),
+    (10052, "WSAENETRESET", "connection reset by network"),
+    (10053, "WSAECONNABORTED", "connection aborted"),
+    (10054, "WSAECONNRESET", "connection reset by peer"),
+    (10055, "WSAENOBUFS", "no buffer space"),
+    (10056, "WSAEISCONN", "already connected"),
+    (10057, "WSAENOTCONN", "not connected"),
+    (10058, "WSAESHUTDOWN", "socket shut down"),
+    (10060, "WSAETIMEDOUT", "timed out"),
+    (10061, "WSAECONNREFUSED", "connection refused"),
+    (10064, "WSAEHOSTDOWN", "host is down"),
+    (10065, "WSAEHOSTUNREACH", "host unreachable"),
+];
+
+/// NTSTATUS values AFD reports.
+const NTSTATUS: &[(i64, &str, &str)] = &[
+    (0x0000_0103, "STATUS_PENDING", "in progress"),
+    (0x8000_0005, "STATUS_BUFFER_OVERFLOW", "message truncated"),
+    (0xC000_0022, "STATUS_ACCESS_DENIED", "permission denied"),
+    (0xC000_0043, "STATUS_SHARING_VIOLATION", "address already in use"),
+    (0xC000_009A, "STATUS_INSUFFICIENT_RESOURCES", "no buffer space"),
+    (0xC000_00B5, "STATUS_IO_TIMEOUT", "timed out"),
+    (0xC000_0120, "STATUS_CANCELLED", "cancelled"),
+    (0xC000_020A, "STATUS_ADDRESS_ALREADY_EXISTS", "address already in use"),
+    (0xC000_020C, "STATUS_CONNECTION_DISCONNECTED", "connection disconnected"),
+    (0xC000_020D, "STATUS_CONNECTION_RESET", "connection reset by peer"),
+    (0xC000_0236, "STATUS_CONNECTION_REFUSED", "connection refused"),
+    (0xC000_0237, "STATUS_GRACEFUL_DISCONNECT", "graceful disconnect"),
+    (0xC000_023C, "STATUS_NETWORK_UNREACHABLE", "network unreachable"),
+    (0xC000_023D, "STATUS_HOST_UNREACHABLE", "host unreachable"),
+    (0xC000_023F, "STATUS_PORT_UNREACHABLE", "port unreachable"),
+    (0xC000_0240, "STATUS_REQUEST_ABORTED", "request aborted"),
+    (0xC000_0241, "STATUS_CONNECTION_ABORTED", "connection aborted"),
+];
+
+/// Win32 error codes met on sockets.
+const WIN32: &[(i64, &str, &str)] = &[
+    (64, "ERROR_NETNAME_DELETED", "connection reset by peer"),
+    (121, "ERROR_SEM_TIMEOUT", "timed out"),
+    (995, "ERROR_OPERATION_ABORTED", "cancelled"),
+    (997, "ERROR_IO_PENDING", "in progress"),
+    (1225, "ERROR_CONNECTION_REFUSED", "connection refused"),
+    (1231, "ERROR_NETWORK_UNREACHABLE", "network unreachable"),
+    (1232, "ERROR_HOST_UNREACHABLE", "host unreachable"),
+    (1236, "ERROR_CONNECTION_ABORTED", "connection aborted"),
+];
+
+/// The name and words of error number `code` as `os` reports it (Linux errno may be negative).
+pub fn error_code(os: Os, code: i64) -> ErrorCode {
+    let (table, key) = match os {
+        Os::Linux => (ERRNO, code.abs()),
+        Os::Windows if (10000..12000).contains(&code) => (WSA, code),
+        Os::Windows if code >= 0x100 && (code as u32) & 0xC000_0000 != 0 || code == 0x103 => {
+            (NTSTATUS, code)
+        }
+        Os::Windows => (WIN32, code),
+    };
+    let hit = table.iter().find(|(n, _, _)| *n == key);
+    ErrorCode {
+        code,
+        symbol: hit.map(|h| h.1),
+        words: hit.map(|h| h.2),
+    }
+}
+
+/// "would block" / "in progress": the normal answer of a non-blocking call, not a failure.
+fn is_benign(e: &ErrorCode) -> bool {
+    matches!(
+        e.symbol,
+        Some(
+            "EAGAIN"
+                | "EINPROGRESS"
+                | "WSAEWOULDBLOCK"
+                | "WSAEINPROGRESS"
+                | "STATUS_PENDING"
+                | "ERROR_IO_PENDING"
+        )
+    )
+}
+
+/// What went wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    BindFailed,
+    ConnectFailed,
+    AcceptFailed,
+    SendFailed,
+    ReceiveFailed,
+    /// AFD (our side) aborted the connection: a reset was sent.
+    AfdAbort,
+    /// The transport aborted it: a reset was received.
+    TransportAbort,
+    DatagramDropped,
+    CloseFailed,
+}
+
+impl FailureKind {
+    pub fn words(self) -> &'static str {
+        match self {
+            FailureKind::BindFailed => "bind failed",
+            FailureKind::ConnectFailed => "connect failed",
+            FailureKind::AcceptFailed => "accept failed",
+            FailureKind::SendFailed => "send failed",
+            FailureKind::ReceiveFailed => "receive failed",
+            FailureKind::AfdAbort => "aborted by this side (reset sent)",
+            FailureKind::TransportAbort => "reset by peer",
+            FailureKind::DatagramDropped => "datagrams dropped",
+            FailureKind::CloseFailed => "close failed",
+        }
+    }
+}
+
+/// One kind of failure of one socket (repeats counted).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Failure {
+    pub kind: FailureKind,
+    /// The AFD event id that reported it.
+    pub event_id: u16,
+    /// Error/Status/Reason value, when the event carries one.
+    pub code: Option<ErrorCode>,
+    /// The reason in words ("connect failed: connection refused (10061 WSAECONNREFUSED)").
+    pub reason: String,
+    pub count: u64,
+    /// UTC FILETIME of the first occurrence.
+    #[serde(serialize_with = "ser_time")]
+    pub first: i64,
+}
+
+fn ser_time<S: serde::Serializer>(t: &i64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&crate::time::format_rfc3339(*t))
+}
+
+fn ser_opt_time<S: serde::Serializer>(t: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.serialize_str(&crate::time::format_rfc3339(*t)),
+        None => s.serialize_none(),
+    }
+}
+
+fn ser_opt_addr<S: serde::Serializer>(a: &Option<SocketAddr>, s: S) -> Result<S::Ok, S::Error> {
+    match a {
+        Some(a) => s.serialize_str(&fmt_addr(Some(a))),
+        None => s.serialize_none(),
+    }
+}
+
+/// `127.0.0.1:80`, `[::1]:80`, `127.0.0.1:*` (port unknown), `-` (unknown).
+pub fn fmt_addr(a: Option<&SocketAddr>) -> String {
+    match a {
+        None => "-".into(),
+        Some(a) if a.port() == 0 => match a.ip() {
+            IpAddr::V4(ip) => format!("{ip}:*"),
+            IpAddr::V6(ip) => format!("[{ip}]:*"),
+        },
+        Some(a) => a.to_string(),
+    }
+}
+
+/// Where an address of a row came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AddrSource {
+    /// Not known.
+    #[default]
+    None,
+    /// An event of this socket.
+    Event,
+    /// An exact join with another socket of the trace (see the module doc).
+    Joined,
+}
+
+/// One socket.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct SocketRow {
+    pub pid: u32,
+    pub process: Option<String>,
+    pub endpoint: u64,
+    pub os: Os,
+    /// `IPv4`, `IPv6`.
+    pub family: Option<&'static str>,
+    /// `stream`, `datagram`, `raw`...
+    pub socket_type: Option<&'static str>,
+    /// `TCP`, `UDP`, or the protocol number.
+    pub protocol: Option<String>,
+    #[serde(serialize_with = "ser_opt_addr")]
+    pub local: Option<SocketAddr>,
+    pub local_source: AddrSource,
+    #[serde(serialize_with = "ser_opt_addr")]
+    pub remote: Option<SocketAddr>,
+    pub remote_source: AddrSource,
+    /// Distinct datagram peers seen (sources of receives and drops, destinations of sends).
+    pub peers: u32,
+    /// A listening socket (connections were indicated on it).
+    pub listener: bool,
+    pub accepted: bool,
+    pub connections_indicated: u64,
+    pub tx_bytes: u64,
+    pub rx_bytes: u64,
+    pub tx_ops: u64,
+    pub rx_ops: u64,
+    /// Calls that answered "would block" / "in progress" (not failures).
+    pub would_block: u64,
+    #[serde(serialize_with = "ser_opt_time")]
+    pub opened: Option<i64>,
+    #[serde(serialize_with = "ser_opt_time")]
+    pub connected: Option<i64>,
+    #[serde(serialize_with = "ser_opt_time")]
+    pub closed: Option<i64>,
+    #[serde(serialize_with = "ser_time")]
+    pub first_seen: i64,
+    #[serde(serialize_with = "ser_time")]
+    pub last_seen: i64,
+    /// From creation (or first event) to close (or last event).
+    pub duration_ms: f64,
+    /// `closed` or `open` (still open when the trace ended).
+    pub state: &'static str,
+    /// The peer closed its side (disconnect indicated).
+    pub peer_closed: bool,
+    pub failures: Vec<Failure>,
+    /// One line: the state, or what went wrong.
+    pub outcome: String,
+    pub events: u64,
+}
+
+/// Totals of one remote endpoint of one process.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RemoteTotals {
+    #[serde(serialize_with = "ser_opt_addr")]
+    pub remote: Option<SocketAddr>,
+    pub protocol: Option<String>,
+    pub sockets: u64,
+    pub tx_bytes: u64,
+    pub rx_bytes: u64,
+    pub failures: u64,
+}
+
+/// Totals of one process.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ProcessTotals {
+    pub pid: u32,
+    pub process: Option<String>,
+    pub sockets: u64,
+    pub open: u64,
+    pub tx_bytes: u64,
+    pub rx_bytes: u64,
+    pub failures: u64,
+    pub remotes: Vec<RemoteTotals>,
+}
+
+/// The answer.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct NetReport {
+    /// In order of first appearance.
+    pub sockets: Vec<SocketRow>,
+    /// AFD events analysed.
+    pub afd_events: u64,
+    /// AFD events carrying no socket this analysis follows (select/poll, newer 1000+ ids...).
+    pub afd_events_skipped: u64,
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+struct Sock {
+    pid: u32,
+    endpoint: u64,
+    os: Os,
+    af: Option<u32>,
+    stype: Option<u32>,
+    proto: Option<u32>,
+    local: Option<SocketAddr>,
+    local_src: AddrSource,
+    remote: Option<SocketAddr>,
+    remote_src: AddrSource,
+    peers: Vec<SocketAddr>,
+    listener: bool,
+    accepted: bool,
+    /// The listener of an accepted socket (index into `socks`).
+    listened_by: Option<usize>,
+    indicated: u64,
+    tx: u64,
+    rx: u64,
+    tx_ops: u64,
+    rx_ops: u64,
+    would_block: u64,
+    created: Option<i64>,
+    connect_start: Option<i64>,
+    connected: Option<i64>,
+    closed: Option<i64>,
+    first: i64,
+    last: i64,
+    peer_closed: bool,
+    failures: Vec<Failure>,
+    events: u64,
+}
+
+impl Sock {
+    fn new(pid: u32, endpoint: u64, os: Os, ts: i64) -> Sock {
+        Sock {
+            pid,
+            endpoint,
+            os,
+            af: None,
+            stype: None,
+            proto: None,
+            local: None,
+            local_src: AddrSource::None,
+            remote: None,
+            remote_src: AddrSource::None,
+            peers: Vec::new(),
+            listener: false,
+            accepted: false,
+            listened_by: None,
+            indicated: 0,
+            tx: 0,
+            rx: 0,
+            tx_ops: 0,
+            rx_ops: 0,
+            would_block: 0,
+            created: None,
+            connect_start: None,
+            connected: None,
+            closed: None,
+            first: ts,
+            last: ts,
+            peer_closed: false,
+            failures: Vec::new(),
+            events: 0,
+        }
+    }
+
+    fn is_stream(&self) -> bool {
+        self.stype == Some(1) || self.proto == Some(6)
+    }
+    fn is_datagram(&self) -> bool {
+        self.stype == Some(2) || self.proto == Some(17)
+    }
+
+    fn fail(&mut self, kind: FailureKind, id: u16, code: Option<ErrorCode>, detail: &str, ts: i64) {
+        if let Some(f) = self
+            .failures
+            .iter_mut()
+            .find(|f| f.kind == kind && f.code.as_ref().map(|c| c.code) == code.as_ref().map(|c| c.code))
+        {
+            f.count += 1;
+            return;
+        }
+        let reason = match (&code, detail) {
+            (_, d) if !d.is_empty() => format!("{}: {d}", kind.words()),
+            (Some(c), _) => format!("{}: {}", kind.words(), c.describe()),
+            (None, _) => kind.words().to_string(),
+        };
+        self.failures.push(Failure {
+            kind,
+            event_id: id,
+            code,
+            reason,
+            count: 1,
+            first: ts,
+        });
+    }
+
+    fn add_peer(&mut self, a: SocketAddr) {
+        if !self.peers.contains(&a) {
+            self.peers.push(a);
+        }
+        if self.remote.is_none() {
+            self.remote = Some(a);
+            self.remote_src = AddrSource::Event;
+        }
+    }
+}
+
+/// An AFD event, already decoded: the header facts the analysis needs and the properties.
+#[derive(Clone, Copy, Debug)]
+pub struct AfdEvent<'a> {
+    pub id: u16,
+    /// The header's process id (used when the event's `Process` was never tied to a pid).
+    pub pid: u32,
+    /// UTC FILETIME.
+    pub timestamp: i64,
+    pub os: Os,
+    pub props: &'a Properties,
+}
+
+/// Accumulates AFD events (in time order) and process names; [`NetAnalyzer::report`] answers.
+#[derive(Default)]
+pub struct NetAnalyzer {
+    socks: Vec<Sock>,
+    /// (pid, endpoint) -> latest socket with that key.
+    index: HashMap<(u32, u64), usize>,
+    /// `Process` value (EPROCESS pointer on Windows, pid on Linux) -> pid.
+    process_pid: HashMap<u64, u32>,
+    names: HashMap<u32, String>,
+    /// (pid, client address) -> listener socket, from connection indications awaiting their accept.
+    indications: HashMap<(u32, SocketAddr), usize>,
+    /// (listener, time, client address) of every connection indication, for the client join.
+    indication_log: Vec<(usize, i64, SocketAddr)>,
+    afd_events: u64,
+    skipped: u64,
+    notes: Vec<String>,
+}
+
+fn prop<'a>(p: &'a Properties, name: &str) -> Option<&'a Value> {
+    p.0.iter().find(|(k, _)| &**k == name).map(|(_, v)| v)
+}
+
+fn num(p: &Properties, name: &str) -> Option<u64> {
+    prop(p, name).and_then(|v| match v {
+        Value::I64(i) => Some(*i as u64),
+        v => v.as_u64(),
+    })
+}
+
+fn signed(p: &Properties, name: &str) -> Option<i64> {
+    prop(p, name).and_then(|v| match v {
+        Value::I64(i) => Some(*i),
+        // An Int32 field can reach us widened as unsigned.
+        v => v.as_u64().map(|u| if u > u32::MAX as u64 { u as i64 } else { u as u32 as i32 as i64 }),
+    })
+}
+
+fn ip(p: &Properties) -> Option<IpAddr> {
+    match prop(p, "Address")? {
+        Value::Ipv4(a) => Some(IpAddr::V4(*a)),
+        Value::Ipv6(a) => Some(IpAddr::V6(*a)),
+        Value::SocketAddress(s) => Some(s.ip()),
+        Value::String(s) => s.parse().ok(),
+        Value::Binary(b) if b.len() == 16 => {
+            Some(IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&b[..]).ok()?)))
+        }
+        Value::Binary(b) if b.len() == 4 => Some(IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]))),
+        v => v.as_u64().map(|u| IpAddr::V4(Ipv4Addr::from((u as u32).to_le_bytes()))),
+    }
+}
+
+fn addr(p: &Properties) -> Option<SocketAddr> {
+    let ip = ip(p)?;
+    let port = match prop(p, "Address") {
+        Some(Value::SocketAddress(s)) => s.port(),
+        _ => num(p, "Port").unwrap_or(0) as u16,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+/// Same address, or `wild` (unspecified address / port 0) matching anything of its family.
+fn addr_matches(wild: &SocketAddr, a: &SocketAddr) -> bool {
+    (wild.ip() == a.ip() || wild.ip().is_unspecified() && wild.is_ipv4() == a.is_ipv4())
+        && (wild.port() == a.port() || wild.port() == 0)
+}
+
+/// The UTF-8 basename of an image path (`\Device\...\svchost.exe` -> `svchost.exe`).
+fn image_base(s: &str) -> &str {
+    s.rsplit(['\\', '/']).next().unwrap_or(s)
+}
+
+const PEER_LIMIT: usize = 64;
+
+impl NetAnalyzer {
+    pub fn new() -> NetAnalyzer {
+        NetAnalyzer::default()
+    }
+
+    /// Sets the name shown for process `pid` (a name from the trace wins over one set later).
+    pub fn set_process_name(&mut self, pid: u32, name: impl Into<String>) {
+        self.names.entry(pid).or_insert_with(|| name.into());
+    }
+
+    pub fn has_process_name(&self, pid: u32) -> bool {
+        self.names.contains_key(&pid)
+    }
+
+    /// AFD events seen so far.
+    pub fn afd_events(&self) -> u64 {
+        self.afd_events
+    }
+
+    pub fn add_note(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+
+    /// Any decoded record: AFD events are analysed, kernel process events name processes, the rest
+    /// is ignored. Returns whether the record was an AFD event.
+    pub fn record(&mut self, rec: &EventRecord<'_>, d: &DecodedEvent) -> bool {
+        if rec.provider == AFD_PROVIDER {
+            if !d.is_decoded() {
+                self.skipped += 1;
+                self.afd_events += 1;
+                return true;
+            }
+            let os = if d.source == Some(SchemaSource::TraceLogging) {
+                Os::Linux
+            } else {
+                Os::Windows
+            };
+            self.add(&AfdEvent {
+                id: rec.descriptor.id,
+                pid: rec.pid,
+                timestamp: rec.timestamp,
+                os,
+                props: &d.properties,
+            });
+            return true;
+        }
+        if rec.provider == KERNEL_PROCESS_CLASS || rec.provider == KERNEL_PROCESS_PROVIDER {
+            let p = &d.properties;
+            let pid = num(p, "ProcessId").or_else(|| num(p, "ProcessID"));
+            let image = prop(p, "ImageFileName")
+                .or_else(|| prop(p, "ImageName"))
+                .and_then(Value::as_str);
+            if let (Some(pid), Some(image)) = (pid, image) {
+                let base = image_base(image);
+                if !base.is_empty() {
+                    // The latest start/rundown names the pid (pids are reused over long traces).
+                    self.names.insert(pid as u32, base.to_string());
+                }
+            }
+        }
+        false
+    }
+
+    fn sock_of(&mut self, pid: u32, endpoint: u64, os: Os, ts: i64) -> usize {
+        if let Some(&i) = self.index.get(&(pid, endpoint)) {
+            return i;
+        }
+        self.new_sock(pid, endpoint, os, ts)
+    }
+
+    fn new_sock(&mut self, pid: u32, endpoint: u64, os: Os, ts: i64) -> usize {
+        let i = self.socks.len();
+        self.socks.push(Sock::new(pid, endpoint, os, ts));
+        self.index.insert((pid, endpoint), i);
+        i
+    }
+
+    /// One decoded AFD event (ids 1-41; other ids are counted as skipped).
+    pub fn add(&mut self, ev: &AfdEvent<'_>) {
+        self.afd_events += 1;
+        let p = ev.props;
+        let ts = ev.timestamp;
+        let process = num(p, "Process");
+        if ev.id == 1 {
+            let owner = num(p, "UserModePid")
+                .filter(|&v| v != 0 && v <= u32::MAX as u64)
+                .map(|v| v as u32)
+                .unwrap_or(ev.pid);
+            if let Some(pr) = process {
+                self.process_pid.insert(pr, owner);
+            }
+        }
+        let pid = process
+            .and_then(|pr| self.process_pid.get(&pr).copied())
+            .unwrap_or(ev.pid);
+        let endpoint = match ev.id {
+            35 | 36 => num(p, "Listen Endpoint").or_else(|| num(p, "ListenEndpoint")),
+            _ => num(p, "Endpoint"),
+        };
+        let (Some(endpoint), true) = (endpoint, (1..=41).contains(&ev.id) && ev.id != 30) else {
+            self.skipped += 1;
+            return;
+        };
+        let os = ev.os;
+        let i = if ev.id == 1 {
+            match self.index.get(&(pid, endpoint)) {
+                // A creation after a close: the endpoint was reused; a creation for a socket that
+                // only has its accept-time creation pending is the same socket.
+                Some(&i) if self.socks[i].created.is_none() && self.socks[i].closed.is_none() => i,
+                Some(&i) if self.socks[i].events == 0 => i,
+                _ => self.new_sock(pid, endpoint, os, ts),
+            }
+        } else {
+            self.sock_of(pid, endpoint, os, ts)
+        };
+        let err = |name: &str| signed(p, name).map(|c| error_code(os, c));
+        let s = &mut self.socks[i];
+        s.events += 1;
+        s.last = s.last.max(ts);
+        match ev.id {
+            1 => {
+                s.created = Some(ts);
+                s.af = num(p, "AddressFamily").map(|v| v as u32);
+                s.stype = num(p, "SocketType").map(|v| v as u32);
+                s.proto = num(p, "Protocol").map(|v| v as u32);
+            }
+            2 | 3 => match err("Status").filter(|e| e.code != 0) {
+                Some(e) => s.fail(FailureKind::BindFailed, ev.id, Some(e), "", ts),
+                None => {
+                    if let Some(a) = addr(p) {
+                        // A later bind with a port beats an earlier one without.
+                        if s.local.is_none_or(|l| l.port() == 0 || a.port() != 0) {
+                            s.local = Some(a);
+                            s.local_src = AddrSource::Event;
+                        }
+                    }
+                }
+            },
+            4 | 5 => {
+                if let Some(a) = addr(p) {
+                    s.remote = Some(a);
+                    s.remote_src = AddrSource::Event;
+                }
+                s.connect_start = Some(ts);
+            }
+            6 => match err("Error").filter(|e| e.code != 0) {
+                Some(e) if is_benign(&e) => s.would_block += 1,
+                Some(e) => s.fail(FailureKind::ConnectFailed, 6, Some(e), "", ts),
+                None => s.connected = Some(ts),
+            },
+            7 | 8 => {
+                let reason = signed(p, "Reason");
+                let kind = if ev.id == 7 {
+                    FailureKind::AfdAbort
+                } else {
+                    FailureKind::TransportAbort
+                };
+                let detail = match (os, reason) {
+                    (Os::Windows, Some(r)) => abort_reason(r)
+                        .map(|w| format!("{w} (reason {r})"))
+                        .unwrap_or_else(|| format!("reason {r}")),
+                    _ => String::new(),
+                };
+                s.fail(kind, ev.id, None, &detail, ts);
+            }
+            9..=12 => {
+                let kind = if ev.id <= 10 {
+                    FailureKind::SendFailed
+                } else {
+                    FailureKind::ReceiveFailed
+                };
+                match err("Error") {
+                    Some(e) if is_benign(&e) => s.would_block += 1,
+                    e => s.fail(kind, ev.id, e, "", ts),
+                }
+            }
+            13 => {
+                s.closed = Some(ts);
+                if let Some(e) = err("Error").filter(|e| e.code != 0) {
+                    s.fail(FailureKind::CloseFailed, 13, Some(e), "", ts);
+                }
+            }
+            15 | 16 => match err("Status").filter(|e| e.code != 0) {
+                Some(e) => s.fail(FailureKind::AcceptFailed, ev.id, Some(e), "", ts),
+                None => {
+                    s.accepted = true;
+                    s.created.get_or_insert(ts);
+                    s.connected.get_or_insert(ts);
+                    if let Some(a) = addr(p) {
+                        s.remote = Some(a);
+                        s.remote_src = AddrSource::Event;
+                        if let Some(l) = self.indications.remove(&(pid, a)) {
+                            self.socks[i].listened_by = Some(l);
+                        }
+                    }
+                }
+            },
+            17 => {
+                let e = err("Error");
+                match e {
+                    Some(e) if is_benign(&e) => s.would_block += 1,
+                    e => s.fail(FailureKind::AcceptFailed, 17, e, "", ts),
+                }
+            }
+            21 | 22 if s.is_datagram() || s.remote.is_none() => {
+                if let Some(a) = addr(p).filter(|_| s.peers.len() < PEER_LIMIT) {
+                    s.add_peer(a);
+                }
+            }
+            23 | 26 | 27 => {
+                s.rx += num(p, "BufferLength").unwrap_or(0);
+                s.rx_ops += 1;
+                if ev.id != 23 {
+                    if let Some(a) = addr(p).filter(|_| s.peers.len() < PEER_LIMIT) {
+                        s.add_peer(a);
+                    }
+                }
+            }
+            24 | 25 | 28 => {
+                s.tx += num(p, "BufferLength").unwrap_or(0);
+                s.tx_ops += 1;
+            }
+            33 | 34 => {
+                let reason = signed(p, "Reason");
+                let detail = match (os, reason) {
+                    (Os::Windows, Some(r)) => drop_reason(r)
+                        .map(|w| format!("{w} (reason {r})"))
+                        .unwrap_or_else(|| format!("reason {r}")),
+                    (Os::Linux, Some(r)) => {
+                        let e = error_code(Os::Linux, r);
+                        if r.abs() == 12 {
+                            format!("receive buffer full ({r} ENOMEM)")
+                        } else {
+                            e.describe()
+                        }
+                    }
+                    (_, None) => String::new(),
+                };
+                s.fail(FailureKind::DatagramDropped, ev.id, None, &detail, ts);
+                if let Some(a) = addr(p).filter(|_| s.peers.len() < PEER_LIMIT) {
+                    s.add_peer(a);
+                }
+            }
+            35 | 36 => {
+                s.listener = true;
+                s.indicated += 1;
+                if let Some(a) = addr(p) {
+                    self.indications.insert((pid, a), i);
+                    self.indication_log.push((i, ts, a));
+                }
+            }
+            41 => s.peer_closed = true,
+            _ => {}
+        }
+    }
+
+    /// The rows, joins applied.
+    pub fn report(&self) -> NetReport {
+        let mut socks = self.socks.clone();
+        join_clients(&mut socks, &self.indication_log);
+        for k in 0..socks.len() {
+            if let Some(l) = socks[k].listened_by {
+                let ll = socks[l].local;
+                let s = &mut socks[k];
+                if let Some(ll) = ll {
+                    if s.local.is_none_or(|a| a.port() == 0) {
+                        s.local = Some(ll);
+                        s.local_src = AddrSource::Joined;
+                    }
+                }
+            }
+        }
+        join_datagrams(&mut socks);
+        let end = socks.iter().map(|s| s.last).max().unwrap_or(0);
+        let sockets = socks
+            .iter()
+            .map(|s| self.row(s, end))
+            .collect::<Vec<_>>();
+        let mut notes = self.notes.clone();
+        if self.skipped > 0 {
+            notes.push(format!(
+                "{} AFD events name no socket this analysis follows (select/poll, events 1000+, undecodable) and were skipped",
+                self.skipped
+            ));
+        }
+        NetReport {
+            sockets,
+            afd_events: self.afd_events,
+            afd_events_skipped: self.skipped,
+            notes,
+        }
+    }
+
+    fn row(&self, s: &Sock, _end: i64) -> SocketRow {
+        let start = s.created.unwrap_or(s.first);
+        let stop = s.closed.unwrap_or(s.last);
+        let family = match s.af {
+            Some(2) => Some("IPv4"),
+            Some(23) | Some(10) => Some("IPv6"),
+            _ => match s.local.or(s.remote) {
+                Some(SocketAddr::V4(_)) => Some("IPv4"),
+                Some(SocketAddr::V6(_)) => Some("IPv6"),
+                None => None,
+            },
+        };
+        let socket_type = s.stype.map(|t| match t {
+            1 => "stream",
+            2 => "datagram",
+            3 => "raw",
+            4 => "rdm",
+            5 => "seqpacket",
+            _ => "other",
+        });
+        let protocol = match (s.proto, s.stype) {
+            (Some(6), _) | (Some(0), Some(1)) | (None, Some(1)) => Some("TCP".to_string()),
+            (Some(17), _) | (Some(0), Some(2)) | (None, Some(2)) => Some("UDP".to_string()),
+            (Some(1), _) => Some("ICMP".to_string()),
+            (Some(58), _) => Some("ICMPv6".to_string()),
+            (Some(p), _) => Some(p.to_string()),
+            (None, _) => None,
+        };
+        let state = if s.closed.is_some() { "closed" } else { "open" };
+        let outcome = if s.failures.is_empty() {
+            if s.listener {
+                format!("{state}, listened ({} connections)", s.indicated)
+            } else {
+                state.to_string()
+            }
+        } else {
+            s.failures
+                .iter()
+                .map(|f| match f.kind {
+                    FailureKind::DatagramDropped => format!("{} datagrams dropped", f.count),
+                    FailureKind::AfdAbort => "aborted (reset sent)".to_string(),
+                    FailureKind::TransportAbort => "reset by peer".to_string(),
+                    k => match &f.code {
+                        Some(c) => format!(
+                            "{}: {}",
+                            k.words(),
+                            c.words.map(str::to_string).unwrap_or_else(|| c.describe())
+                        ),
+                        None => k.words().to_string(),
+                    },
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        SocketRow {
+            pid: s.pid,
+            process: self.names.get(&s.pid).cloned(),
+            endpoint: s.endpoint,
+            os: s.os,
+            family,
+            socket_type,
+            protocol,
+            local: s.local,
+            local_source: s.local_src,
+            remote: s.remote,
+            remote_source: s.remote_src,
+            peers: s.peers.len() as u32,
+            listener: s.listener,
+            accepted: s.accepted,
+            connections_indicated: s.indicated,
+            tx_bytes: s.tx,
+            rx_bytes: s.rx,
+            tx_ops: s.tx_ops,
+            rx_ops: s.rx_ops,
+            would_block: s.would_block,
+            opened: s.created,
+            connected: s.connected,
+            closed: s.closed,
+            first_seen: s.first,
+            last_seen: s.last,
+            duration_ms: (stop - start).max(0) as f64 / 10_000.0,
+            state,
+            peer_closed: s.peer_closed,
+            failures: s.failures.clone(),
+            outcome,
+            events: s.events,
+        }
+    }
+}
+
+/// A client whose local address no event gave: the listener its connect reached saw the client's
+/// address indicated while the connect was in flight. Each indication pairs with the most recent
+/// connect (started before it, not yet paired) to an address the listener is bound to; the listener
+/// learns its port from the connect when its own bind did not say.
+fn join_clients(socks: &mut [Sock], log: &[(usize, i64, SocketAddr)]) {
+    let mut paired = vec![false; socks.len()];
+    for &(l, t, client) in log {
+        let laddr = socks[l].local;
+        let pick = socks
+            .iter()
+            .enumerate()
+            .filter(|(k, c)| {
+                !paired[*k]
+                    && *k != l
+                    && c.is_stream()
+                    && c.connect_start.is_some_and(|s| s <= t)
+                    && c.remote.is_some_and(|r| {
+                        r.is_ipv4() == client.is_ipv4()
+                            && match laddr {
+                                Some(la) => addr_matches(&la, &r),
+                                None => true,
+                            }
+                    })
+            })
+            .max_by_key(|(_, c)| c.connect_start);
+        let Some((k, _)) = pick else { continue };
+        paired[k] = true;
+        let r = socks[k].remote;
+        let c = &mut socks[k];
+        if c.local.is_none_or(|a| a.port() == 0) {
+            c.local = Some(client);
+            c.local_src = AddrSource::Joined;
+        }
+        let lst = &mut socks[l];
+        if let Some(r) = r {
+            match lst.local {
+                None => {
+                    lst.local = Some(r);
+                    lst.local_src = AddrSource::Joined;
+                }
+                Some(la) if la.port() == 0 => {
+                    lst.local = Some(SocketAddr::new(la.ip(), r.port()));
+                    lst.local_src = AddrSource::Joined;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A datagram socket with no remote: the receiver whose drops or receives came from its local
+/// address is its peer (only when exactly one socket of the trace qualifies).
+fn join_datagrams(socks: &mut [Sock]) {
+    for k in 0..socks.len() {
+        let s = &socks[k];
+        if !s.is_datagram() || s.remote.is_some() {
+            continue;
+        }
+        let Some(local) = s.local.filter(|a| a.port() != 0) else {
+            continue;
+        };
+        let mut hits = socks
+            .iter()
+            .enumerate()
+            .filter(|(j, d)| *j != k && d.is_datagram() && d.peers.contains(&local));
+        if let (Some((_, d)), None) = (hits.next(), hits.next()) {
+            let r = d.local;
+            if let Some(r) = r.filter(|a| a.port() != 0) {
+                socks[k].remote = Some(r);
+                socks[k].remote_src = AddrSource::Joined;
+            }
+        }
+    }
+}
+
+/// AFD_ABORT_ValueMap (winsock-afd.json).
+fn abort_reason(r: i64) -> Option<&'static str> {
+    Some(match r {
+        1 => "attempt to flush pending receive requests failed",
+        2 => "abortive disconnect requested on endpoint",
+        3 => "shutdown with SD_RECEIVE posted with receive data pending",
+        4 => "transport indicated abortive disconnect",
+        5 => "error on accepted connection not associated with listening socket",
+        6 => "disconnect failed",
+        7 => "pending data on connection when disconnect called",
+        8 => "invalid buffer specified on fastio receive",
+        9 => "accept operation failed",
+        10 => "unable to allocate buffer",
+        11 => "counter overflow",
+        12 => "data arrives after shutting down receive path",
+        13 => "data arrives during endpoint cleanup",
+        14 => "receive request failed",
+        15 => "send request failed",
+        16 => "send request cancelled",
+        17 => "TransmitPackets/TransmitFile request cancelled",
+        18 => "abort indicated during connection request",
+        19 => "plug and play event caused abort",
+        _ => return None,
+    })
+}
+
+/// AFD_DGRAM_DROP_ValueMap (winsock-afd.json).
+fn drop_reason(r: i64) -> Option<&'static str> {
+    Some(match r {
+        1 => "datagram source address does not match connected address",
+        2 => "insufficient local buffer space",
+        3 => "buffer allocation failed",
+        4 => "insufficient local buffer space, circular queueing enabled",
+        5 => "indicated datagram too large",
+        _ => return None,
+    })
+}
+
+impl NetReport {
+    /// Only the sockets where something went wrong.
+    pub fn failures(&self) -> impl Iterator<Item = &SocketRow> {
+        self.sockets.iter().filter(|s| !s.failures.is_empty())
+    }
+
+    /// Totals per process and, inside, per remote endpoint (sockets without a remote grouped as one).
+    pub fn by_process(&self) -> Vec<ProcessTotals> {
+        let mut procs: BTreeMap<u32, ProcessTotals> = BTreeMap::new();
+        let mut remotes: BTreeMap<(u32, String, Option<String>), RemoteTotals> = BTreeMap::new();
+        for s in &self.sockets {
+            let p = procs.entry(s.pid).or_insert_with(|| ProcessTotals {
+                pid: s.pid,
+                process: s.process.clone(),
+                sockets: 0,
+                open: 0,
+                tx_bytes: 0,
+                rx_bytes: 0,
+                failures: 0,
+                remotes: Vec::new(),
+            });
+            let nfail: u64 = s.failures.iter().map(|f| f.count).sum();
+            p.sockets += 1;
+            p.open += (s.state == "open") as u64;
+            p.tx_bytes += s.tx_bytes;
+            p.rx_bytes += s.rx_bytes;
+            p.failures += nfail;
+            let r = remotes
+                .entry((s.pid, fmt_addr(s.remote.as_ref()), s.protocol.clone()))
+                .or_insert_with(|| RemoteTotals {
+                    remote: s.remote,
+                    protocol: s.protocol.clone(),
+                    sockets: 0,
+                    tx_bytes: 0,
+                    rx_bytes: 0,
+                    failures: 0,
+                });
+            r.sockets += 1;
+            r.tx_bytes += s.tx_bytes;
+            r.rx_bytes += s.rx_bytes;
+            r.failures += nfail;
+        }
+        for ((pid, _, _), r) in remotes {
+            if let Some(p) = procs.get_mut(&pid) {
+                p.remotes.push(r);
+            }
+        }
+        let mut v: Vec<ProcessTotals> = procs.into_values().collect();
+        for p in &mut v {
+            p.remotes
+                .sort_by(|a, b| (b.tx_bytes + b.rx_bytes).cmp(&(a.tx_bytes + a.rx_bytes)));
+        }
+        v.sort_by(|a, b| (b.tx_bytes + b.rx_bytes).cmp(&(a.tx_bytes + a.rx_bytes)));
+        v
+    }
+
+    /// The tcplife-style table: PID, process, protocol, local, remote, TX, RX, duration, outcome.
+    pub fn to_table(&self, failures_only: bool) -> String {
+        let rows: Vec<&SocketRow> = if failures_only {
+            self.failures().collect()
+        } else {
+            self.sockets.iter().collect()
+        };
+        let head = [
+            "PID", "PROCESS", "PROTO", "LOCAL", "REMOTE", "TX", "RX", "MS", "OUTCOME",
+        ];
+        let cells: Vec<[String; 9]> = rows
+            .iter()
+            .map(|s| {
+                let fam = match (s.protocol.as_deref(), s.family) {
+                    (Some(p), Some("IPv6")) => format!("{p}6"),
+                    (Some(p), _) => p.to_string(),
+                    (None, _) => "?".into(),
+                };
+                let outcome = if failures_only {
+                    s.failures
+                        .iter()
+                        .map(|f| {
+                            if f.count > 1 {
+                                format!("{} x{}", f.reason, f.count)
+                            } else {
+                                f.reason.clone()
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                } else {
+                    s.outcome.clone()
+                };
+                [
+                    s.pid.to_string(),
+                    s.process.clone().unwrap_or_else(|| "?".into()),
+                    fam,
+                    fmt_addr(s.local.as_ref()),
+                    fmt_addr(s.remote.as_ref()),
+                    s.tx_bytes.to_string(),
+                    s.rx_bytes.to_string(),
+                    format!("{:.3}", s.duration_ms),
+                    outcome,
+                ]
+            })
+            .collect();
+        let mut w = head.map(str::len);
+        for c in &cells {
+            for (i, x) in c.iter().enumerate() {
+                w[i] = w[i].max(x.chars().count());
+            }
+        }
+        let mut out = String::new();
+        let line = |out: &mut String, c: &[&str]| {
+            for (i, x) in c.iter().enumerate() {
+                let right = matches!(i, 0 | 5 | 6 | 7);
+                if i == c.len() - 1 {
+                    out.push_str(x);
+                } else if right {
+                    let _ = write!(out, "{x:>width$}  ", width = w[i]);
+                } else {
+                    let _ = write!(out, "{x:<width$}  ", width = w[i]);
+                }
+            }
+            out.push('\n');
+        };
+        line(&mut out, &head);
+        for c in &cells {
+            let r: Vec<&str> = c.iter().map(String::as_str).collect();
+            line(&mut out, &r);
+        }
+        out
+    }
+}
