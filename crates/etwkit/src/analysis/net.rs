@@ -839,6 +839,10 @@ impl NetAnalyzer {
                     self.indication_log.push((i, ts, a));
                 }
             }
+            40 => {
+                let e = err("Error");
+                s.fail(FailureKind::BindFailed, 40, e, "", ts);
+            }
             41 => s.peer_closed = true,
             _ => {}
         }
