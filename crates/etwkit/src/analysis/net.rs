@@ -26,6 +26,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use crate::decode::{DecodedEvent, Properties, Value};
 use crate::event::EventRecord;
 use crate::guid::Guid;
+use crate::schema::registry::FastMap;
 use crate::schema::SchemaSource;
 
 /// Microsoft-Windows-Winsock-AFD.
@@ -520,9 +521,9 @@ pub struct AfdEvent<'a> {
 pub struct NetAnalyzer {
     socks: Vec<Sock>,
     /// (pid, endpoint) -> latest socket with that key.
-    index: HashMap<(u32, u64), usize>,
+    index: FastMap<(u32, u64), usize>,
     /// `Process` value (EPROCESS pointer on Windows, pid on Linux) -> pid.
-    process_pid: HashMap<u64, u32>,
+    process_pid: FastMap<u64, u32>,
     names: HashMap<u32, String>,
     /// (pid, client address) -> listener socket, from connection indications awaiting their accept.
     indications: HashMap<(u32, SocketAddr), usize>,
