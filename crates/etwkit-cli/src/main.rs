@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod child;
 mod demo;
 mod dump;
 mod filter_args;
@@ -34,7 +35,8 @@ enum Command {
     Stats(stats::Args),
     /// Print the events of an ETL file, one per line.
     Dump(dump::Args),
-    /// Copy matching records of ETL files, merged in time order, into a new ETL file.
+    /// Copy matching records of ETL files, merged in time order, into a new ETL file (--begin/--end
+    /// in seconds count from the earliest input's start).
     Relog(relog::Args),
     /// Trace live: tracepoint systems and the Winsock provider (Linux: tracefs, needs root).
     Trace(trace::Args),
@@ -73,7 +75,21 @@ fn main() {
         {
             std::process::exit(0);
         }
-        eprintln!("etwkit: {e:#}");
+        eprintln!("etwkit: {}", message(&e));
         std::process::exit(1);
     }
+}
+
+/// One line for an error and its causes, each fact once: a cause whose text the message already
+/// holds (library errors name their source in their own text) is not repeated.
+fn message(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg.push_str(": ");
+            msg.push_str(&c);
+        }
+    }
+    msg
 }

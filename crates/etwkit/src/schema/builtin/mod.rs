@@ -208,6 +208,14 @@ pub const KTC_METADATA: Guid = Guid::from_str_const("bbccf6c1-6cd1-48c4-80ff-839
 /// KernelTraceControl's own provider GUID (TraceEvent's KernelTraceControl; never written in records).
 pub const KTC_PROVIDER: Guid = Guid::from_str_const("b3e675d7-2554-4f18-830b-2762732560de");
 
+/// The class name of a kernel trace group GUID (`Thread`, `Process`, `DiskIo`...).
+pub fn kernel_class_name(guid: &Guid) -> Option<&'static str> {
+    kernel_mof::GROUPS
+        .iter()
+        .find(|(_, g, _)| g == guid)
+        .map(|(_, _, n)| *n)
+}
+
 /// The event class GUID of a kernel trace group (the high byte of a SYSTEM/PERFINFO HookId), or `None`
 /// for groups without one (0x1F and above).
 pub fn kernel_group_guid(group: u8) -> Option<Guid> {
