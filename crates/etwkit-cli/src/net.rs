@@ -42,7 +42,11 @@ pub struct Args {
     /// Totals per process and per remote endpoint instead of one row per socket.
     #[arg(long)]
     by_process: bool,
-    /// Live: a command to start, trace and stop with (its stdout goes to etwkit's stderr).
+    /// Live: where the traced command's stdout goes (default: etwkit's stderr).
+    #[arg(long, value_name = "FILE")]
+    command_stdout: Option<PathBuf>,
+    /// Live: a command to start, trace and stop with (its stdout goes to etwkit's stderr); etwkit
+    /// exits with its status.
     #[arg(last = true)]
     command: Vec<String>,
 }
@@ -98,7 +102,11 @@ fn proc_name(pid: u32) -> Option<String> {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let (report, child_code) = if !a.files.is_empty() {
-        if !a.pid.is_empty() || !a.command.is_empty() || a.duration.is_some() {
+        if !a.pid.is_empty()
+            || !a.command.is_empty()
+            || a.duration.is_some()
+            || a.command_stdout.is_some()
+        {
             bail!("files are analysed as they are; --pid, --duration and a command are for live tracing");
         }
         (from_files(&a.files)?, None)
@@ -188,10 +196,8 @@ fn live(a: &Args) -> anyhow::Result<(NetReport, Option<i32>)> {
         trace.start()?;
         None
     } else {
-        let mut cmd = std::process::Command::new(&a.command[0]);
-        cmd.args(&a.command[1..]);
         // The command's own output never mixes with the report on stdout.
-        cmd.stdout(std::process::Stdio::from(std::io::stderr()));
+        let mut cmd = crate::child::command(&a.command, a.command_stdout.as_deref())?;
         let mut child = trace.spawn(&mut cmd)?;
         let name = std::path::Path::new(&a.command[0])
             .file_name()
@@ -241,7 +247,7 @@ fn live(a: &Args) -> anyhow::Result<(NetReport, Option<i32>)> {
             if let Some(st) = st {
                 eprintln!("etwkit net: command exited with {st}");
             }
-            st.and_then(|s| s.code())
+            st.map(crate::child::exit_code)
         }
         None => None,
     };
