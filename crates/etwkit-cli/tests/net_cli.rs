@@ -45,14 +45,23 @@ fn net_on_a_windows_file_json_csv_failures_by_process() {
         }
         let refused = &mine[7];
         assert_eq!(refused["failures"][0]["kind"], "connect_failed");
-        assert_eq!(refused["failures"][0]["code"]["code"], 10061);
-        assert_eq!(refused["failures"][0]["code"]["symbol"], "WSAECONNREFUSED");
-        assert_eq!(
-            refused["failures"][0]["reason"],
-            "connect failed: connection refused (10061 WSAECONNREFUSED)"
-        );
+        let (code, symbol, reason) = match p.codes {
+            net_scenario::Codes::NtStatus => (
+                0xC000_0236u64,
+                "STATUS_CONNECTION_REFUSED",
+                "connect failed: connection refused (0xc0000236 STATUS_CONNECTION_REFUSED)",
+            ),
+            _ => (
+                10061,
+                "WSAECONNREFUSED",
+                "connect failed: connection refused (10061 WSAECONNREFUSED)",
+            ),
+        };
+        assert_eq!(refused["failures"][0]["code"]["code"], code);
+        assert_eq!(refused["failures"][0]["code"]["symbol"], symbol);
+        assert_eq!(refused["failures"][0]["reason"], reason);
     }
-    assert_eq!(rows.len(), 30);
+    assert_eq!(rows.len(), 15 * procs.len());
 
     // --failures --format csv: a header and exactly the sockets that failed, reasons in words.
     let (ok, out, err) = common::etwkit(&["net", f, "--failures", "--format", "csv"]);
@@ -63,16 +72,20 @@ fn net_on_a_windows_file_json_csv_failures_by_process() {
         .iter()
         .filter(|w| !w.failures.is_empty())
         .count();
-    assert_eq!(lines.len() - 1, 2 * failing, "{out}");
+    assert_eq!(lines.len() - 1, procs.len() * failing, "{out}");
     assert!(out.contains("connection reset by peer (10054 WSAECONNRESET)"), "{out}");
     assert!(out.contains("address already in use (10048 WSAEADDRINUSE)"), "{out}");
+    assert!(
+        out.contains("address already in use (0xc000020a STATUS_ADDRESS_ALREADY_EXISTS)"),
+        "{out}"
+    );
     assert!(out.contains("insufficient local buffer space (reason 2) x61"), "{out}");
 
     // --by-process: totals per process, remotes inside.
     let (ok, out, err) = common::etwkit(&["net", f, "--by-process", "--format", "json"]);
     assert!(ok, "{err}");
     let by = common::json_lines(&out);
-    assert_eq!(by.len(), 2);
+    assert_eq!(by.len(), procs.len());
     for (p, params, _) in &procs {
         let t = by.iter().find(|t| t["pid"] == p.pid).unwrap();
         let want = net_scenario::sockets(params);
@@ -89,8 +102,8 @@ fn net_on_a_windows_file_json_csv_failures_by_process() {
         head,
         ["PID", "PROCESS", "PROTO", "LOCAL", "REMOTE", "TX", "RX", "MS", "OUTCOME"]
     );
-    assert_eq!(out.lines().count(), 31);
-    assert!(err.contains("30 sockets (10 with failures)"), "{err}");
+    assert_eq!(out.lines().count(), 1 + 15 * procs.len());
+    assert!(err.contains("45 sockets (15 with failures)"), "{err}");
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::ops::ControlFlow;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use etwkit::analysis::net::{NetAnalyzer, Os};
+use etwkit::analysis::net::NetAnalyzer;
 use etwkit::decode::Decoder;
 use etwkit::live::linux::winsock::PROVIDER_GUID;
 use etwkit::live::linux::workload::Facts;
@@ -72,7 +72,7 @@ fn live_workload_gives_one_row_per_socket() {
     let params = net_scenario::Params::from_facts(&f);
     // A port the kernel chose for a bind to port 0 may reach the provider too late to be known
     // (docs/winsock-linux.md); the row then says the port is unknown, and never a wrong one.
-    let unknown = net_scenario::check(&mine, &params, Os::Linux, f.pid, None, true);
+    let unknown = net_scenario::check(&mine, &params, net_scenario::Codes::Errno, f.pid, None, true);
     println!("kernel-chosen bind ports not learned in time: {unknown}");
     // Live Linux: the client's local address comes from the listener's connection indication.
     let c4 = mine

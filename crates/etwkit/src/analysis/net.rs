@@ -2,6 +2,8 @@
 //! Microsoft-Windows-Winsock-AFD event stream (a Windows ETL file decoded with the built-in AFD
 //! layouts, live Windows ETW, or etwkit's Linux Winsock provider).
 //!
+//! Events 1-41 and the newer 1000+ events (enter/exit pairs; counted at exit) are both followed.
+//!
 //! Input is **decoded** events ([`crate::decode::DecodedEvent`] properties, by AFD field name); a
 //! socket is keyed by (process id, `Endpoint`). The process id is the one the socket-creation event
 //! names (`UserModePid`), looked up again through the event's `Process` value, so events raised in
@@ -553,6 +555,14 @@ fn signed(p: &Properties, name: &str) -> Option<i64> {
     })
 }
 
+/// An Error/Status field: NTSTATUS and WSA codes as the unsigned values they are.
+fn status(p: &Properties, name: &str) -> Option<i64> {
+    prop(p, name).and_then(|v| match v {
+        Value::I64(i) => Some(*i),
+        v => v.as_u64().map(|u| u as i64),
+    })
+}
+
 fn ip(p: &Properties) -> Option<IpAddr> {
     match prop(p, "Address")? {
         Value::Ipv4(a) => Some(IpAddr::V4(*a)),
@@ -588,6 +598,13 @@ fn image_base(s: &str) -> &str {
 }
 
 const PEER_LIMIT: usize = 64;
+
+/// The newer AFD events this analysis follows: create, close, send/receive (with and without
+/// address, messages), connect, accept, bind, abort, datagram drop, listen.
+const MODERN: &[u16] = &[
+    1000, 1001, 1003, 1004, 1005, 1006, 1007, 1009, 1011, 1012, 1013, 1015, 1017, 1018, 1020, 1021,
+    1023, 1024, 1026, 1027, 1029, 1030, 1032, 1033, 1037,
+];
 
 impl NetAnalyzer {
     pub fn new() -> NetAnalyzer {
@@ -672,8 +689,8 @@ impl NetAnalyzer {
         let p = ev.props;
         let ts = ev.timestamp;
         let process = num(p, "Process");
-        if ev.id == 1 {
-            let owner = num(p, "UserModePid")
+        if ev.id == 1 || ev.id == 1000 {
+            let owner = num(p, if ev.id == 1 { "UserModePid" } else { "ProcessId" })
                 .filter(|&v| v != 0 && v <= u32::MAX as u64)
                 .map(|v| v as u32)
                 .unwrap_or(ev.pid);
@@ -688,23 +705,32 @@ impl NetAnalyzer {
             35 | 36 => num(p, "Listen Endpoint").or_else(|| num(p, "ListenEndpoint")),
             _ => num(p, "Endpoint"),
         };
-        let (Some(endpoint), true) = (endpoint, (1..=41).contains(&ev.id) && ev.id != 30) else {
+        let followed = (1..=41).contains(&ev.id) && ev.id != 30 || MODERN.contains(&ev.id);
+        let (Some(endpoint), true) = (endpoint.filter(|&e| e != 0), followed) else {
             self.skipped += 1;
             return;
         };
         let os = ev.os;
-        let i = if ev.id == 1 {
-            match self.index.get(&(pid, endpoint)) {
+        let i = match ev.id {
+            1 => match self.index.get(&(pid, endpoint)) {
                 // A creation after a close: the endpoint was reused; a creation for a socket that
                 // only has its accept-time creation pending is the same socket.
                 Some(&i) if self.socks[i].created.is_none() && self.socks[i].closed.is_none() => i,
                 Some(&i) if self.socks[i].events == 0 => i,
                 _ => self.new_sock(pid, endpoint, os, ts),
-            }
-        } else {
-            self.sock_of(pid, endpoint, os, ts)
+            },
+            // AfdCreate comes as an enter and an exit: both name the same new socket.
+            1000 => match self.index.get(&(pid, endpoint)) {
+                Some(&i) if self.socks[i].closed.is_none() => i,
+                _ => self.new_sock(pid, endpoint, os, ts),
+            },
+            _ => self.sock_of(pid, endpoint, os, ts),
         };
-        let err = |name: &str| signed(p, name).map(|c| error_code(os, c));
+        if ev.id >= 1000 {
+            self.add_modern(ev, pid, i);
+            return;
+        }
+        let err = |name: &str| status(p, name).map(|c| error_code(os, c));
         let s = &mut self.socks[i];
         s.events += 1;
         s.last = s.last.max(ts);
@@ -845,6 +871,153 @@ impl NetAnalyzer {
                 s.fail(FailureKind::BindFailed, 40, e, "", ts);
             }
             41 => s.peer_closed = true,
+            _ => {}
+        }
+    }
+
+    /// The newer AFD events (1000+): an enter (`EnterExit` 0, the request) and an exit (1, the
+    /// completion, with `Status`); byte counts and outcomes come from exits only.
+    fn add_modern(&mut self, ev: &AfdEvent<'_>, pid: u32, i: usize) {
+        let p = ev.props;
+        let ts = ev.timestamp;
+        let os = ev.os;
+        let exit = num(p, "EnterExit") == Some(1);
+        let status = self::status(p, "Status")
+            .filter(|&c| c != 0)
+            .map(|c| error_code(os, c));
+        let s = &mut self.socks[i];
+        s.events += 1;
+        s.last = s.last.max(ts);
+        let sockaddr = || match prop(p, "Address") {
+            Some(Value::SocketAddress(a)) => Some(*a),
+            _ => None,
+        };
+        // Sends and receives: 1003 send, 1005/1007 sendto, 1011/1013 sendmsg; 1004, 1006/1009,
+        // 1012/1015 the receiving twins.
+        let dir = match ev.id {
+            1003 | 1005 | 1007 | 1011 | 1013 => Some(true),
+            1004 | 1006 | 1009 | 1012 | 1015 => Some(false),
+            _ => None,
+        };
+        if let Some(send) = dir {
+            if let Some(a) = sockaddr().filter(|_| s.peers.len() < PEER_LIMIT) {
+                s.add_peer(a);
+            }
+            if !exit {
+                return;
+            }
+            match status {
+                Some(e) if is_benign(&e) => s.would_block += 1,
+                Some(e) => {
+                    let kind = if send {
+                        FailureKind::SendFailed
+                    } else {
+                        FailureKind::ReceiveFailed
+                    };
+                    s.fail(kind, ev.id, Some(e), "", ts)
+                }
+                None => {
+                    let n = num(p, "BufferLength").unwrap_or(0);
+                    if send {
+                        s.tx += n;
+                        s.tx_ops += 1;
+                    } else {
+                        s.rx += n;
+                        s.rx_ops += 1;
+                    }
+                }
+            }
+            return;
+        }
+        match ev.id {
+            1000 => {
+                s.created.get_or_insert(ts);
+                s.af = num(p, "AddressFamily").map(|v| v as u32).or(s.af);
+                s.stype = num(p, "SocketType").map(|v| v as u32).or(s.stype);
+                s.proto = num(p, "Protocol").map(|v| v as u32).or(s.proto);
+            }
+            1001 => {
+                s.closed = Some(ts);
+            }
+            1017 | 1018 | 1020 | 1021 => {
+                if let Some(a) = sockaddr() {
+                    s.remote = Some(a);
+                    s.remote_src = AddrSource::Event;
+                }
+                if !exit {
+                    s.connect_start = Some(ts);
+                    return;
+                }
+                match status {
+                    Some(e) if is_benign(&e) => s.would_block += 1,
+                    Some(e) => s.fail(FailureKind::ConnectFailed, ev.id, Some(e), "", ts),
+                    None => s.connected = Some(ts),
+                }
+            }
+            1029 | 1030 if exit => match status {
+                Some(e) => s.fail(FailureKind::BindFailed, ev.id, Some(e), "", ts),
+                None => {
+                    if let Some(a) = sockaddr() {
+                        if s.local.is_none_or(|l| l.port() == 0 || a.port() != 0) {
+                            s.local = Some(a);
+                            s.local_src = AddrSource::Event;
+                        }
+                    }
+                }
+            },
+            1023 | 1024 | 1026 | 1027 if exit => match status {
+                Some(e) if is_benign(&e) => s.would_block += 1,
+                Some(e) => s.fail(FailureKind::AcceptFailed, ev.id, Some(e), "", ts),
+                None => {
+                    s.listener = true;
+                    s.indicated += 1;
+                    let remote = sockaddr();
+                    if let Some(acc) = num(p, "AcceptEndpoint").filter(|&e| e != 0) {
+                        let k = self.sock_of(pid, acc, os, ts);
+                        let a = &mut self.socks[k];
+                        a.events += 1;
+                        a.accepted = true;
+                        a.listened_by = Some(i);
+                        a.created.get_or_insert(ts);
+                        a.connected.get_or_insert(ts);
+                        if let Some(r) = remote {
+                            a.remote = Some(r);
+                            a.remote_src = AddrSource::Event;
+                        }
+                    }
+                }
+            },
+            1032 => {
+                let r = signed(p, "Reason");
+                // AFD_ABORT 4: the transport indicated an abortive disconnect (a reset arrived).
+                let kind = if r == Some(4) {
+                    FailureKind::TransportAbort
+                } else {
+                    FailureKind::AfdAbort
+                };
+                let detail = r
+                    .map(|r| {
+                        abort_reason(r)
+                            .map(|w| format!("{w} (reason {r})"))
+                            .unwrap_or_else(|| format!("reason {r}"))
+                    })
+                    .unwrap_or_default();
+                s.fail(kind, ev.id, None, &detail, ts);
+            }
+            1033 => {
+                let detail = signed(p, "Reason")
+                    .map(|r| {
+                        drop_reason(r)
+                            .map(|w| format!("{w} (reason {r})"))
+                            .unwrap_or_else(|| format!("reason {r}"))
+                    })
+                    .unwrap_or_default();
+                s.fail(FailureKind::DatagramDropped, ev.id, None, &detail, ts);
+                if let Some(a) = sockaddr().filter(|_| s.peers.len() < PEER_LIMIT) {
+                    s.add_peer(a);
+                }
+            }
+            1037 => s.listener = true,
             _ => {}
         }
     }

@@ -95,6 +95,8 @@ pub struct WantFailure {
     /// The code the event carries, per OS (None: the event carries none).
     pub linux: Option<i64>,
     pub windows: Option<i64>,
+    /// The code of the newer (1000+) AFD events: an NTSTATUS.
+    pub ntstatus: Option<i64>,
     /// The words the reason must contain.
     pub words: &'static str,
     pub count: u64,
@@ -203,6 +205,7 @@ pub fn sockets(p: &Params) -> Vec<Sock> {
             kind: FailureKind::ConnectFailed,
             linux: Some(111),
             windows: Some(10061),
+            ntstatus: Some(0xC000_0236),
             words: "connection refused",
             count: 1,
         }],
@@ -229,6 +232,7 @@ pub fn sockets(p: &Params) -> Vec<Sock> {
             kind: FailureKind::BindFailed,
             linux: Some(98),
             windows: Some(10048),
+            ntstatus: Some(0xC000_020A),
             words: "address already in use",
             count: 1,
         }],
@@ -256,6 +260,7 @@ pub fn sockets(p: &Params) -> Vec<Sock> {
                 kind: FailureKind::TransportAbort,
                 linux: None,
                 windows: None,
+                ntstatus: None,
                 words: "reset by peer",
                 count: 1,
             },
@@ -263,6 +268,7 @@ pub fn sockets(p: &Params) -> Vec<Sock> {
                 kind: FailureKind::ReceiveFailed,
                 linux: Some(104),
                 windows: Some(10054),
+                ntstatus: Some(0xC000_020D),
                 words: "connection reset by peer",
                 count: 1,
             },
@@ -280,6 +286,7 @@ pub fn sockets(p: &Params) -> Vec<Sock> {
             kind: FailureKind::AfdAbort,
             linux: None,
             windows: None,
+            ntstatus: None,
             words: "reset sent",
             count: 1,
         }],
@@ -298,6 +305,7 @@ pub fn sockets(p: &Params) -> Vec<Sock> {
             kind: FailureKind::DatagramDropped,
             linux: None,
             windows: None,
+            ntstatus: None,
             words: "datagrams dropped",
             count: p.udp_sent - p.udp_received,
         }],
@@ -321,18 +329,31 @@ fn fmt(a: Option<SocketAddr>) -> String {
     etwkit::analysis::net::fmt_addr(a.as_ref())
 }
 
+/// Whose codes the failures carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Codes {
+    Errno,
+    Wsa,
+    NtStatus,
+}
+
 /// Checks `rows` (one process's rows, in report order) against the scenario. With
 /// `allow_unknown_chosen_ports`, a kernel-chosen bind port may be unknown (never wrong). Returns
 /// how many such ports were unknown.
 pub fn check(
     rows: &[&SocketRow],
     p: &Params,
-    os: Os,
+    codes: Codes,
     pid: u32,
     process: Option<&str>,
     allow_unknown_chosen_ports: bool,
 ) -> usize {
     let want = sockets(p);
+    let os = if codes == Codes::Errno {
+        Os::Linux
+    } else {
+        Os::Windows
+    };
     let table = rows
         .iter()
         .map(|r| {
@@ -424,9 +445,10 @@ pub fn check(
                 .iter()
                 .find(|f| f.kind == wf.kind)
                 .unwrap_or_else(|| panic!("{:?} on {ctx}", wf.kind));
-            let code = match os {
-                Os::Linux => wf.linux,
-                Os::Windows => wf.windows,
+            let code = match codes {
+                Codes::Errno => wf.linux,
+                Codes::Wsa => wf.windows,
+                Codes::NtStatus => wf.ntstatus,
             };
             assert_eq!(f.code.as_ref().map(|c| c.code), code, "code of {ctx}");
             assert!(

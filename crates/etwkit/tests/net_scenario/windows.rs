@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 use etwkit::etl::writer::{Writer, WriterOptions};
@@ -25,10 +25,34 @@ pub enum V {
     N(u64),
     I(i64),
     Addr(IpAddr),
+    /// A SOCKADDR_IN / SOCKADDR_IN6 (family little-endian, port big-endian), for `win:Binary`
+    /// fields whose length is another field (`AddressLen`).
+    Sock(SocketAddr),
 }
 
-/// Field layouts by event id: (name, inType, fixed length).
-pub struct Layouts(HashMap<u16, Vec<(String, String, Option<u64>)>>);
+/// The SOCKADDR bytes of `a` (AF_INET 2: 16 bytes; AF_INET6 23: 28 bytes).
+pub fn sockaddr(a: SocketAddr) -> Vec<u8> {
+    let mut v = Vec::new();
+    match a {
+        SocketAddr::V4(a) => {
+            v.extend_from_slice(&2u16.to_le_bytes());
+            v.extend_from_slice(&a.port().to_be_bytes());
+            v.extend_from_slice(&a.ip().octets());
+            v.extend_from_slice(&[0; 8]);
+        }
+        SocketAddr::V6(a) => {
+            v.extend_from_slice(&23u16.to_le_bytes());
+            v.extend_from_slice(&a.port().to_be_bytes());
+            v.extend_from_slice(&0u32.to_le_bytes());
+            v.extend_from_slice(&a.ip().octets());
+            v.extend_from_slice(&0u32.to_le_bytes());
+        }
+    }
+    v
+}
+
+/// Field layouts by event id: (name, inType, fixed length, length field).
+pub struct Layouts(HashMap<u16, Vec<(String, String, Option<u64>, Option<String>)>>);
 
 impl Layouts {
     pub fn load(schema: &Path) -> Layouts {
@@ -46,6 +70,7 @@ impl Layouts {
                         f["name"].as_str().unwrap().to_string(),
                         f["inType"].as_str().unwrap().to_string(),
                         f["length"].as_u64(),
+                        f["length"].as_str().map(str::to_string),
                     )
                 })
                 .collect();
@@ -57,7 +82,7 @@ impl Layouts {
     /// The payload of event `id`: every field of the layout, in order, from `vals`.
     pub fn payload(&self, id: u16, ptr: usize, vals: &[(&str, V)]) -> Vec<u8> {
         let mut out = Vec::new();
-        for (name, in_type, len) in &self.0[&id] {
+        for (name, in_type, len, _) in &self.0[&id] {
             let v = vals
                 .iter()
                 .find(|(n, _)| n == name)
@@ -74,6 +99,10 @@ impl Layouts {
                 ("win:UInt16", V::N(n)) => out.extend_from_slice(&(n as u16).to_be_bytes()),
                 // IPv4: the 4 address bytes in network order.
                 ("win:UInt32", V::Addr(IpAddr::V4(a))) => out.extend_from_slice(&a.octets()),
+                ("win:Binary", V::Sock(a)) => {
+                    assert_eq!(f_len_name(&self.0[&id], name), Some("AddressLen"));
+                    out.extend_from_slice(&sockaddr(a))
+                }
                 ("win:Binary", V::Addr(IpAddr::V6(a))) => {
                     assert_eq!(*len, Some(16));
                     out.extend_from_slice(&a.octets())
@@ -83,6 +112,13 @@ impl Layouts {
         }
         out
     }
+}
+
+fn f_len_name<'a>(fields: &'a [(String, String, Option<u64>, Option<String>)], name: &str) -> Option<&'a str> {
+    fields
+        .iter()
+        .find(|f| f.0 == name)
+        .and_then(|f| f.3.as_deref())
 }
 
 /// One process of the file.
@@ -95,6 +131,9 @@ pub struct Proc {
     pub process: u64,
     pub endpoint_base: u64,
     pub image: &'static str,
+    /// Plays the scenario with the newer AFD events (1000+, enter/exit pairs, NTSTATUS codes).
+    pub modern: bool,
+    pub codes: super::Codes,
 }
 
 pub struct Timeline<'l> {
@@ -393,6 +432,222 @@ impl<'l> Timeline<'l> {
         plain(self, 13, rx, &[("Error", V::N(0))]);
     }
 
+    /// Plays the scenario as process `p` did it, in the newer AFD events: each call an enter
+    /// (`EnterExit` 0) and an exit (1, with its NTSTATUS); addresses as SOCKADDRs.
+    pub fn play_modern(&mut self, p: &Proc, s: &Params, udp_sender_port: u16) {
+        let socks = sockets(s);
+        let ep = |name: &str| {
+            let name = if name == "udp sender" {
+                "refused-port holder"
+            } else {
+                name
+            };
+            p.endpoint_base + 0x100 * socks.iter().position(|k| k.name == name).unwrap() as u64
+        };
+        let lo = |port: u16, v6: bool| -> SocketAddr {
+            if v6 {
+                SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST), port)
+            } else {
+                SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), port)
+            }
+        };
+        // One call: enter then exit, the fields of `vals` in both, Status on the exit.
+        let call = |t: &mut Self, id: u16, name: &str, vals: &[(&str, V)], status: u64| {
+            for (ee, st) in [(0u64, 0x103u64), (1, status)] {
+                let mut v = vec![
+                    ("EnterExit", V::N(ee)),
+                    ("Location", V::N(0x40 + id as u64)),
+                    ("Endpoint", V::N(ep(name))),
+                    ("Status", V::N(st)),
+                ];
+                v.extend_from_slice(vals);
+                t.ev(p, id, &v);
+            }
+        };
+        let addr = |a: SocketAddr| {
+            [
+                ("AddressLen", V::N(sockaddr(a).len() as u64)),
+                ("Address", V::Sock(a)),
+            ]
+        };
+        let create = |t: &mut Self, name: &str, v6: bool, udp: bool| {
+            call(
+                t,
+                1000,
+                name,
+                &[
+                    ("AddressFamily", V::N(if v6 { 23 } else { 2 })),
+                    ("SocketType", V::N(if udp { 2 } else { 1 })),
+                    ("Protocol", V::N(if udp { 17 } else { 6 })),
+                    ("ProcessId", V::N(p.pid as u64)),
+                ],
+                0,
+            )
+        };
+        let bind = |t: &mut Self, name: &str, a: SocketAddr, status: u64| {
+            call(t, 1030, name, &addr(a), status)
+        };
+        let io = |t: &mut Self, id: u16, name: &str, n: u64, status: u64| {
+            call(
+                t,
+                id,
+                name,
+                &[
+                    ("BufferCount", V::N(1)),
+                    ("Buffer", V::N(0x7ff0_1000)),
+                    ("BufferLength", V::N(n)),
+                ],
+                status,
+            )
+        };
+        let io_addr = |t: &mut Self, id: u16, name: &str, n: u64, a: SocketAddr| {
+            let [l, ad] = addr(a);
+            call(
+                t,
+                id,
+                name,
+                &[
+                    ("BufferCount", V::N(1)),
+                    ("Buffer", V::N(0x7ff0_1000)),
+                    ("BufferLength", V::N(n)),
+                    l,
+                    ad,
+                ],
+                0,
+            )
+        };
+        let connect = |t: &mut Self, name: &str, a: SocketAddr, status: u64| {
+            let [l, ad] = addr(a);
+            call(
+                t,
+                1018,
+                name,
+                &[("Buffer", V::N(0)), ("BufferLength", V::N(0)), l, ad],
+                status,
+            )
+        };
+        let accept = |t: &mut Self, listener: &str, accepted: &str, a: SocketAddr| {
+            let [l, ad] = addr(a);
+            call(
+                t,
+                1024,
+                listener,
+                &[
+                    ("Buffer", V::N(0)),
+                    ("BufferLength", V::N(0)),
+                    l,
+                    ad,
+                    ("AcceptEndpoint", V::N(ep(accepted))),
+                    ("CurrentBacklog", V::N(0)),
+                ],
+                0,
+            )
+        };
+        let close = |t: &mut Self, name: &str| call(t, 1001, name, &[], 0);
+        let listen = |t: &mut Self, name: &str| call(t, 1037, name, &[("Backlog", V::N(128))], 0);
+        for (v6, e, l, c, sv) in [
+            (false, &s.v4, "v4 listener", "v4 client", "v4 server"),
+            (true, &s.v6, "v6 listener", "v6 client", "v6 server"),
+        ] {
+            create(self, l, v6, false);
+            bind(self, l, lo(e.server_port, v6), 0);
+            listen(self, l);
+            create(self, c, v6, false);
+            // Winsock binds a connecting socket implicitly; the exit names the address it got.
+            bind(self, c, lo(e.client_port, v6), 0);
+            connect(self, c, lo(e.server_port, v6), 0);
+            create(self, sv, v6, false);
+            accept(self, l, sv, lo(e.client_port, v6));
+            io(self, 1003, c, e.bytes / 2, 0);
+            io(self, 1003, c, e.bytes - e.bytes / 2, 0);
+            io(self, 1004, sv, e.bytes, 0);
+            io(self, 1003, sv, e.bytes, 0);
+            // A receive that would block is no failure and moves no bytes.
+            io(self, 1004, c, 0, 0x103);
+            io(self, 1004, c, e.bytes, 0);
+            close(self, c);
+            close(self, sv);
+            close(self, l);
+        }
+        let (h, rc) = ("refused-port holder", "refused client");
+        create(self, h, false, false);
+        bind(self, h, lo(s.refused_port, false), 0);
+        create(self, rc, false, false);
+        connect(self, rc, lo(s.refused_port, false), 0xC000_0236);
+        close(self, rc);
+        close(self, h);
+
+        let (b, fb) = ("busy listener", "bind to the busy port");
+        create(self, b, false, false);
+        bind(self, b, lo(s.busy_port, false), 0);
+        listen(self, b);
+        create(self, fb, false, false);
+        bind(self, fb, lo(s.busy_port, false), 0xC000_020A);
+        close(self, fb);
+        close(self, b);
+
+        let (rl, rcl, rs) = ("reset listener", "reset client", "reset server");
+        create(self, rl, false, false);
+        bind(self, rl, lo(s.reset_server_port, false), 0);
+        listen(self, rl);
+        create(self, rcl, false, false);
+        bind(self, rcl, lo(s.reset_client_port, false), 0);
+        connect(self, rcl, lo(s.reset_server_port, false), 0);
+        create(self, rs, false, false);
+        accept(self, rl, rs, lo(s.reset_client_port, false));
+        let abort = |t: &mut Self, name: &str, reason: u64| {
+            t.ev(
+                p,
+                1032,
+                &[
+                    ("EnterExit", V::N(1)),
+                    ("Location", V::N(0x99)),
+                    ("Endpoint", V::N(ep(name))),
+                    ("Reason", V::N(reason)),
+                ],
+            )
+        };
+        abort(self, rs, 2);
+        close(self, rs);
+        abort(self, rcl, 4);
+        io(self, 1004, rcl, 16, 0xC000_020D);
+        close(self, rcl);
+        close(self, rl);
+
+        let (rx, tx) = ("udp receiver", "udp sender");
+        create(self, rx, false, true);
+        bind(self, rx, lo(s.udp_port, false), 0);
+        create(self, tx, false, true);
+        bind(self, tx, lo(udp_sender_port, false), 0);
+        for _ in 0..s.udp_sent {
+            io_addr(self, 1007, tx, s.udp_size, lo(s.udp_port, false));
+        }
+        let src = lo(udp_sender_port, false);
+        for _ in 0..s.udp_sent - s.udp_received {
+            let [l, ad] = addr(src);
+            self.ev_as(
+                p,
+                0,
+                1033,
+                &[
+                    ("EnterExit", V::N(1)),
+                    ("Location", V::N(0x77)),
+                    ("Endpoint", V::N(ep(rx))),
+                    ("Buffer", V::N(0)),
+                    ("BufferLength", V::N(s.udp_size)),
+                    l,
+                    ad,
+                    ("Reason", V::N(2)),
+                ],
+            );
+        }
+        for _ in 0..s.udp_received {
+            io_addr(self, 1009, rx, s.udp_size, src);
+        }
+        close(self, tx);
+        close(self, rx);
+    }
+
     /// The ETL file bytes.
     pub fn finish(self) -> Vec<u8> {
         let mut w = Writer::in_memory(WriterOptions::new(START)).unwrap();
@@ -448,6 +703,8 @@ pub fn processes() -> Vec<(Proc, Params, u16)> {
                 process: 0xffff_c08a_1234_5080,
                 endpoint_base: 0xffff_b20f_0000_1000,
                 image: "netwl64.exe",
+                modern: false,
+                codes: super::Codes::Wsa,
             },
             params(50000),
             50010,
@@ -460,9 +717,25 @@ pub fn processes() -> Vec<(Proc, Params, u16)> {
                 process: 0x8612_3450,
                 endpoint_base: 0x8a00_1000,
                 image: "netwl32.exe",
+                modern: false,
+                codes: super::Codes::Wsa,
             },
             params(51000),
             51010,
+        ),
+        (
+            Proc {
+                pid: 4300,
+                tid: 4304,
+                ptr: 8,
+                process: 0xffff_c08a_7777_0080,
+                endpoint_base: 0xffff_b20f_4400_1000,
+                image: "netwl10.exe",
+                modern: true,
+                codes: super::Codes::NtStatus,
+            },
+            params(52000),
+            52010,
         ),
     ]
 }
@@ -476,7 +749,11 @@ pub fn scenario_etl(schema: &Path) -> Vec<u8> {
         t.process_rundown(p);
     }
     for (p, s, tx) in &procs {
-        t.play(p, s, *tx);
+        if p.modern {
+            t.play_modern(p, s, *tx);
+        } else {
+            t.play(p, s, *tx);
+        }
     }
     t.finish()
 }
