@@ -453,7 +453,7 @@ impl<'l> Timeline<'l> {
         };
         // One call: enter then exit, the fields of `vals` in both, Status on the exit.
         let call = |t: &mut Self, id: u16, name: &str, vals: &[(&str, V)], status: u64| {
-            for (ee, st) in [(0u64, 0x103u64), (1, status)] {
+            for (ee, st) in [(0u64, 0u64), (1, status)] {
                 let mut v = vec![
                     ("EnterExit", V::N(ee)),
                     ("Location", V::N(0x40 + id as u64)),
