@@ -73,13 +73,22 @@ fn net_on_a_windows_file_json_csv_failures_by_process() {
         .filter(|w| !w.failures.is_empty())
         .count();
     assert_eq!(lines.len() - 1, procs.len() * failing, "{out}");
-    assert!(out.contains("connection reset by peer (10054 WSAECONNRESET)"), "{out}");
-    assert!(out.contains("address already in use (10048 WSAEADDRINUSE)"), "{out}");
+    assert!(
+        out.contains("connection reset by peer (10054 WSAECONNRESET)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("address already in use (10048 WSAEADDRINUSE)"),
+        "{out}"
+    );
     assert!(
         out.contains("address already in use (0xc000020a STATUS_ADDRESS_ALREADY_EXISTS)"),
         "{out}"
     );
-    assert!(out.contains("insufficient local buffer space (reason 2) x61"), "{out}");
+    assert!(
+        out.contains("insufficient local buffer space (reason 2) x61"),
+        "{out}"
+    );
 
     // --by-process: totals per process, remotes inside.
     let (ok, out, err) = common::etwkit(&["net", f, "--by-process", "--format", "json"]);
@@ -145,7 +154,11 @@ fn net_live_json_keeps_the_command_output_off_stdout() {
     let facts: Value = serde_json::from_str(line).unwrap();
     let rows = common::json_lines(&stdout);
     assert!(rows.iter().all(|r| r["pid"] == facts["pid"]), "{stdout}");
-    assert_eq!(rows.len(), 15, "one row per socket of the workload: {stdout}");
+    assert_eq!(
+        rows.len(),
+        15,
+        "one row per socket of the workload: {stdout}"
+    );
     let refused = rows
         .iter()
         .find(|r| r["failures"][0]["kind"] == "connect_failed")
@@ -159,7 +172,10 @@ fn net_live_json_keeps_the_command_output_off_stdout() {
         .iter()
         .find(|r| r["protocol"] == "UDP" && r["tx_bytes"] != 0)
         .unwrap();
-    assert_eq!(udp_tx["tx_bytes"], facts["udp_sent"].as_u64().unwrap() * 1000);
+    assert_eq!(
+        udp_tx["tx_bytes"],
+        facts["udp_sent"].as_u64().unwrap() * 1000
+    );
     // The process name comes from the live process (`sh` exec'ed the workload: /proc says etwkit).
     assert!(rows.iter().all(|r| r["process"].is_string()), "{stdout}");
 }

@@ -42,7 +42,10 @@ fn windows_afd_file_gives_the_scenario_rows() {
         ControlFlow::Continue(())
     });
     assert_eq!((sum.bad_buffers, sum.bad_records), (0, 0));
-    assert!(p32 > 100 && p64 > 100, "both producers: {p32} 32-bit, {p64} 64-bit");
+    assert!(
+        p32 > 100 && p64 > 100,
+        "both producers: {p32} 32-bit, {p64} 64-bit"
+    );
     let report = an.report();
     assert_eq!(report.afd_events, afd);
     assert_eq!(report.afd_events_skipped, 0, "{:?}", report.notes);
@@ -50,10 +53,19 @@ fn windows_afd_file_gives_the_scenario_rows() {
     let procs = net_scenario::windows::processes();
     for (p, params, _) in &procs {
         let rows: Vec<_> = report.sockets.iter().filter(|r| r.pid == p.pid).collect();
-        let unknown = net_scenario::check(&rows, params, p.codes, p.pid, Some(p.image), false);
-        assert_eq!(unknown, 0);
+        let chosen = net_scenario::check(
+            &rows,
+            params,
+            p.codes,
+            p.pid,
+            Some(p.image),
+            net_scenario::Lenience::Exact,
+        );
+        assert_eq!((chosen.right, chosen.not_right), (5, 0));
         // Endpoints are the producer's pointers (4 bytes wide for the 32-bit one).
-        assert!(rows.iter().all(|r| (r.endpoint > u32::MAX as u64) == (p.ptr == 8)));
+        assert!(rows
+            .iter()
+            .all(|r| (r.endpoint > u32::MAX as u64) == (p.ptr == 8)));
     }
     assert_eq!(
         report.sockets.len(),
@@ -93,14 +105,33 @@ fn error_codes_have_names_in_words() {
     use etwkit::analysis::net::error_code;
     for (os, code, words, symbol) in [
         (Os::Windows, 10061, "connection refused", "WSAECONNREFUSED"),
-        (Os::Windows, 10054, "connection reset by peer", "WSAECONNRESET"),
-        (Os::Windows, 0xC000_0236, "connection refused", "STATUS_CONNECTION_REFUSED"),
-        (Os::Windows, 1225, "connection refused", "ERROR_CONNECTION_REFUSED"),
+        (
+            Os::Windows,
+            10054,
+            "connection reset by peer",
+            "WSAECONNRESET",
+        ),
+        (
+            Os::Windows,
+            0xC000_0236,
+            "connection refused",
+            "STATUS_CONNECTION_REFUSED",
+        ),
+        (
+            Os::Windows,
+            1225,
+            "connection refused",
+            "ERROR_CONNECTION_REFUSED",
+        ),
         (Os::Linux, 111, "connection refused", "ECONNREFUSED"),
         (Os::Linux, -104, "connection reset by peer", "ECONNRESET"),
     ] {
         let e = error_code(os, code);
-        assert_eq!((e.words, e.symbol), (Some(words), Some(symbol)), "{os:?} {code}");
+        assert_eq!(
+            (e.words, e.symbol),
+            (Some(words), Some(symbol)),
+            "{os:?} {code}"
+        );
     }
     assert_eq!(
         error_code(Os::Windows, 10061).describe(),

@@ -152,20 +152,56 @@ const NTSTATUS: &[(i64, &str, &str)] = &[
     (0x0000_0103, "STATUS_PENDING", "in progress"),
     (0x8000_0005, "STATUS_BUFFER_OVERFLOW", "message truncated"),
     (0xC000_0022, "STATUS_ACCESS_DENIED", "permission denied"),
-    (0xC000_0043, "STATUS_SHARING_VIOLATION", "address already in use"),
-    (0xC000_009A, "STATUS_INSUFFICIENT_RESOURCES", "no buffer space"),
+    (
+        0xC000_0043,
+        "STATUS_SHARING_VIOLATION",
+        "address already in use",
+    ),
+    (
+        0xC000_009A,
+        "STATUS_INSUFFICIENT_RESOURCES",
+        "no buffer space",
+    ),
     (0xC000_00B5, "STATUS_IO_TIMEOUT", "timed out"),
     (0xC000_0120, "STATUS_CANCELLED", "cancelled"),
-    (0xC000_020A, "STATUS_ADDRESS_ALREADY_EXISTS", "address already in use"),
-    (0xC000_020C, "STATUS_CONNECTION_DISCONNECTED", "connection disconnected"),
-    (0xC000_020D, "STATUS_CONNECTION_RESET", "connection reset by peer"),
-    (0xC000_0236, "STATUS_CONNECTION_REFUSED", "connection refused"),
-    (0xC000_0237, "STATUS_GRACEFUL_DISCONNECT", "graceful disconnect"),
-    (0xC000_023C, "STATUS_NETWORK_UNREACHABLE", "network unreachable"),
+    (
+        0xC000_020A,
+        "STATUS_ADDRESS_ALREADY_EXISTS",
+        "address already in use",
+    ),
+    (
+        0xC000_020C,
+        "STATUS_CONNECTION_DISCONNECTED",
+        "connection disconnected",
+    ),
+    (
+        0xC000_020D,
+        "STATUS_CONNECTION_RESET",
+        "connection reset by peer",
+    ),
+    (
+        0xC000_0236,
+        "STATUS_CONNECTION_REFUSED",
+        "connection refused",
+    ),
+    (
+        0xC000_0237,
+        "STATUS_GRACEFUL_DISCONNECT",
+        "graceful disconnect",
+    ),
+    (
+        0xC000_023C,
+        "STATUS_NETWORK_UNREACHABLE",
+        "network unreachable",
+    ),
     (0xC000_023D, "STATUS_HOST_UNREACHABLE", "host unreachable"),
     (0xC000_023F, "STATUS_PORT_UNREACHABLE", "port unreachable"),
     (0xC000_0240, "STATUS_REQUEST_ABORTED", "request aborted"),
-    (0xC000_0241, "STATUS_CONNECTION_ABORTED", "connection aborted"),
+    (
+        0xC000_0241,
+        "STATUS_CONNECTION_ABORTED",
+        "connection aborted",
+    ),
 ];
 
 /// Win32 error codes met on sockets.
@@ -472,11 +508,9 @@ impl Sock {
     }
 
     fn fail(&mut self, kind: FailureKind, id: u16, code: Option<ErrorCode>, detail: &str, ts: i64) {
-        if let Some(f) = self
-            .failures
-            .iter_mut()
-            .find(|f| f.kind == kind && f.code.as_ref().map(|c| c.code) == code.as_ref().map(|c| c.code))
-        {
+        if let Some(f) = self.failures.iter_mut().find(|f| {
+            f.kind == kind && f.code.as_ref().map(|c| c.code) == code.as_ref().map(|c| c.code)
+        }) {
             f.count += 1;
             return;
         }
@@ -551,7 +585,13 @@ fn signed(p: &Properties, name: &str) -> Option<i64> {
     prop(p, name).and_then(|v| match v {
         Value::I64(i) => Some(*i),
         // An Int32 field can reach us widened as unsigned.
-        v => v.as_u64().map(|u| if u > u32::MAX as u64 { u as i64 } else { u as u32 as i32 as i64 }),
+        v => v.as_u64().map(|u| {
+            if u > u32::MAX as u64 {
+                u as i64
+            } else {
+                u as u32 as i32 as i64
+            }
+        }),
     })
 }
 
@@ -569,11 +609,13 @@ fn ip(p: &Properties) -> Option<IpAddr> {
         Value::Ipv6(a) => Some(IpAddr::V6(*a)),
         Value::SocketAddress(s) => Some(s.ip()),
         Value::String(s) => s.parse().ok(),
-        Value::Binary(b) if b.len() == 16 => {
-            Some(IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&b[..]).ok()?)))
-        }
+        Value::Binary(b) if b.len() == 16 => Some(IpAddr::V6(Ipv6Addr::from(
+            <[u8; 16]>::try_from(&b[..]).ok()?,
+        ))),
         Value::Binary(b) if b.len() == 4 => Some(IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]))),
-        v => v.as_u64().map(|u| IpAddr::V4(Ipv4Addr::from((u as u32).to_le_bytes()))),
+        v => v
+            .as_u64()
+            .map(|u| IpAddr::V4(Ipv4Addr::from((u as u32).to_le_bytes()))),
     }
 }
 
@@ -690,10 +732,17 @@ impl NetAnalyzer {
         let ts = ev.timestamp;
         let process = num(p, "Process");
         if ev.id == 1 || ev.id == 1000 {
-            let owner = num(p, if ev.id == 1 { "UserModePid" } else { "ProcessId" })
-                .filter(|&v| v != 0 && v <= u32::MAX as u64)
-                .map(|v| v as u32)
-                .unwrap_or(ev.pid);
+            let owner = num(
+                p,
+                if ev.id == 1 {
+                    "UserModePid"
+                } else {
+                    "ProcessId"
+                },
+            )
+            .filter(|&v| v != 0 && v <= u32::MAX as u64)
+            .map(|v| v as u32)
+            .unwrap_or(ev.pid);
             if let Some(pr) = process {
                 self.process_pid.insert(pr, owner);
             }
@@ -1040,10 +1089,7 @@ impl NetAnalyzer {
         }
         join_datagrams(&mut socks);
         let end = socks.iter().map(|s| s.last).max().unwrap_or(0);
-        let sockets = socks
-            .iter()
-            .map(|s| self.row(s, end))
-            .collect::<Vec<_>>();
+        let sockets = socks.iter().map(|s| self.row(s, end)).collect::<Vec<_>>();
         let mut notes = self.notes.clone();
         if self.skipped > 0 {
             notes.push(format!(

@@ -114,7 +114,10 @@ impl Layouts {
     }
 }
 
-fn f_len_name<'a>(fields: &'a [(String, String, Option<u64>, Option<String>)], name: &str) -> Option<&'a str> {
+fn f_len_name<'a>(
+    fields: &'a [(String, String, Option<u64>, Option<String>)],
+    name: &str,
+) -> Option<&'a str> {
     fields
         .iter()
         .find(|f| f.0 == name)
@@ -179,7 +182,11 @@ impl<'l> Timeline<'l> {
                 },
                 opcode: 0,
                 task: 0,
-                keywords: if id == 33 || id == 34 { 0x100_0000_0000 } else { 0 },
+                keywords: if id == 33 || id == 34 {
+                    0x100_0000_0000
+                } else {
+                    0
+                },
             },
             hook_id: None,
             pid: hdr_pid,
@@ -266,27 +273,23 @@ impl<'l> Timeline<'l> {
                 ],
             )
         };
-        let with_addr = |t: &mut Self, id4: u16, name: &str, (ip, port): (IpAddr, u16), extra: &[(&str, V)]| {
-            let id = if ip.is_ipv6() { id4 + 1 } else { id4 };
-            let mut v = vec![
-                ("Endpoint", V::N(ep(name))),
-                ("Address", V::Addr(ip)),
-                ("Port", V::N(port as u64)),
-            ];
-            v.extend_from_slice(extra);
-            t.ev(p, id, &v)
-        };
+        let with_addr =
+            |t: &mut Self, id4: u16, name: &str, (ip, port): (IpAddr, u16), extra: &[(&str, V)]| {
+                let id = if ip.is_ipv6() { id4 + 1 } else { id4 };
+                let mut v = vec![
+                    ("Endpoint", V::N(ep(name))),
+                    ("Address", V::Addr(ip)),
+                    ("Port", V::N(port as u64)),
+                ];
+                v.extend_from_slice(extra);
+                t.ev(p, id, &v)
+            };
         let plain = |t: &mut Self, id: u16, name: &str, extra: &[(&str, V)]| {
             let mut v = vec![("Endpoint", V::N(ep(name)))];
             v.extend_from_slice(extra);
             t.ev(p, id, &v)
         };
-        let buf = |n: u64| {
-            [
-                ("Buffer", V::N(0x7ff0_1000)),
-                ("BufferLength", V::N(n)),
-            ]
-        };
+        let buf = |n: u64| [("Buffer", V::N(0x7ff0_1000)), ("BufferLength", V::N(n))];
         let ok = [("Status", V::N(0))];
         for (v6, e, l, c, sv) in [
             (false, &s.v4, "v4 listener", "v4 client", "v4 server"),
