@@ -106,7 +106,16 @@ fn build() -> (Vec<u8>, usize) {
             ]
             .concat(),
         );
-        g.ev(pid, 2, ep, &v4([10, 0, 0, 5], 40000 + (k % 20000) as u16, &0u32.to_le_bytes()));
+        g.ev(
+            pid,
+            2,
+            ep,
+            &v4(
+                [10, 0, 0, 5],
+                40000 + (k % 20000) as u16,
+                &0u32.to_le_bytes(),
+            ),
+        );
         let remote = [93, 184, (k % 200) as u8, 34];
         if udp {
             for _ in 0..12 {
@@ -115,11 +124,25 @@ fn build() -> (Vec<u8>, usize) {
                     pid,
                     26,
                     ep,
-                    &[1i32.to_le_bytes().to_vec(), buffer(512), v4(remote, 53, &[])].concat(),
+                    &[
+                        1i32.to_le_bytes().to_vec(),
+                        buffer(512),
+                        v4(remote, 53, &[]),
+                    ]
+                    .concat(),
                 );
             }
             for _ in 0..4 {
-                g.ev(pid, 33, ep, &[1000i32.to_le_bytes().to_vec(), v4(remote, 53, &2i32.to_le_bytes())].concat());
+                g.ev(
+                    pid,
+                    33,
+                    ep,
+                    &[
+                        1000i32.to_le_bytes().to_vec(),
+                        v4(remote, 53, &2i32.to_le_bytes()),
+                    ]
+                    .concat(),
+                );
             }
         } else {
             g.ev(pid, 4, ep, &v4(remote, 443, &[]));
