@@ -1358,9 +1358,9 @@ impl NetReport {
         let mut v: Vec<ProcessTotals> = procs.into_values().collect();
         for p in &mut v {
             p.remotes
-                .sort_by(|a, b| (b.tx_bytes + b.rx_bytes).cmp(&(a.tx_bytes + a.rx_bytes)));
+                .sort_by_key(|r| std::cmp::Reverse(r.tx_bytes + r.rx_bytes));
         }
-        v.sort_by(|a, b| (b.tx_bytes + b.rx_bytes).cmp(&(a.tx_bytes + a.rx_bytes)));
+        v.sort_by_key(|p| std::cmp::Reverse(p.tx_bytes + p.rx_bytes));
         v
     }
 

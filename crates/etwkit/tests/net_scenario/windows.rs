@@ -51,8 +51,11 @@ pub fn sockaddr(a: SocketAddr) -> Vec<u8> {
     v
 }
 
-/// Field layouts by event id: (name, inType, fixed length, length field).
-pub struct Layouts(HashMap<u16, Vec<(String, String, Option<u64>, Option<String>)>>);
+/// One field: (name, inType, fixed length, length field).
+type Field = (String, String, Option<u64>, Option<String>);
+
+/// Field layouts by event id.
+pub struct Layouts(HashMap<u16, Vec<Field>>);
 
 impl Layouts {
     pub fn load(schema: &Path) -> Layouts {
