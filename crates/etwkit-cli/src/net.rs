@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use etwkit::analysis::net::{
     fmt_addr, NetAnalyzer, NetReport, ProcessTotals, SocketRow, AFD_PROVIDER, KERNEL_PROCESS_CLASS,
     KERNEL_PROCESS_PROVIDER,
@@ -101,6 +101,7 @@ fn proc_name(pid: u32) -> Option<String> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    let mut unreadable = 0;
     let (report, child_code) = if !a.files.is_empty() {
         if !a.pid.is_empty()
             || !a.command.is_empty()
@@ -109,7 +110,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         {
             bail!("files are analysed as they are; --pid, --duration and a command are for live tracing");
         }
-        (from_files(&a.files)?, None)
+        let (r, bad) = from_files(&a.files)?;
+        unreadable = bad;
+        (r, None)
     } else {
         live(&a)?
     };
@@ -144,14 +147,30 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(code) = child_code.filter(|&c| c != 0) {
         std::process::exit(code);
     }
+    if unreadable > 0 {
+        // The readable files were reported; the exit status says some were not.
+        std::process::exit(1);
+    }
     Ok(())
 }
 
-fn from_files(files: &[PathBuf]) -> anyhow::Result<NetReport> {
+/// The report over every readable file, and how many could not be opened (each said on stderr).
+fn from_files(files: &[PathBuf]) -> anyhow::Result<(NetReport, usize)> {
     let mut c = Collector::new(false);
+    let mut unreadable = 0;
+    let mut last_err = None;
     for file in files {
-        let f = etwkit::etl::EtlFile::open(file)
-            .with_context(|| format!("opening {}", file.display()))?;
+        let f = match etwkit::etl::EtlFile::open(file) {
+            Ok(f) => f,
+            Err(e) => {
+                unreadable += 1;
+                if files.len() > 1 {
+                    eprintln!("etwkit net: {e}");
+                }
+                last_err = Some(e);
+                continue;
+            }
+        };
         let s = f.for_each(etwkit::etl::Order::Time, |r| {
             c.event(&r.event);
             ControlFlow::Continue(())
@@ -172,7 +191,10 @@ fn from_files(files: &[PathBuf]) -> anyhow::Result<NetReport> {
             ));
         }
     }
-    Ok(c.analyzer.report())
+    if let (true, Some(e)) = (unreadable == files.len(), last_err) {
+        return Err(e.into());
+    }
+    Ok((c.analyzer.report(), unreadable))
 }
 
 fn live(a: &Args) -> anyhow::Result<(NetReport, Option<i32>)> {

@@ -116,6 +116,24 @@ fn net_on_a_windows_file_json_csv_failures_by_process() {
 }
 
 #[test]
+fn net_reports_the_readable_files_and_names_the_unreadable_one() {
+    let Some(file) = scenario_file("net_cli_bad_file") else {
+        return;
+    };
+    let missing = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("no-such-trace.etl");
+    let out = Command::new(EXE)
+        .args(["net", missing.to_str().unwrap(), file.to_str().unwrap()])
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let rows = common::json_lines(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(rows.len(), 15 * net_scenario::windows::processes().len());
+    assert!(stderr.contains("no-such-trace.etl"), "{stderr}");
+}
+
+#[test]
 fn net_on_a_file_without_afd_events_says_so() {
     let Some(samples) = common::samples("net_cli_no_afd") else {
         return;
