@@ -56,6 +56,9 @@ pub struct Collector {
     decoder: Decoder,
     pub analyzer: NetAnalyzer,
     live: bool,
+    /// Live: names known before tracing (the command, `/proc` at start), used when the process is
+    /// gone by the time its first event arrives (a name read then reflects an `exec` since).
+    fallback: std::collections::HashMap<u32, String>,
 }
 
 impl Collector {
@@ -64,7 +67,13 @@ impl Collector {
             decoder: Decoder::new(Registry::with_builtins()),
             analyzer: NetAnalyzer::new(),
             live,
+            fallback: Default::default(),
         }
+    }
+
+    /// A name for `pid` should `/proc` not have it when its first event arrives.
+    pub fn name_fallback(&mut self, pid: u32, name: String) {
+        self.fallback.insert(pid, name);
     }
 
     pub fn event(&mut self, ev: &EventRecord<'_>) {
@@ -76,7 +85,7 @@ impl Collector {
         }
         let d = self.decoder.decode(ev);
         if self.analyzer.record(ev, &d) && self.live && !self.analyzer.has_process_name(ev.pid) {
-            if let Some(n) = proc_name(ev.pid) {
+            if let Some(n) = proc_name(ev.pid).or_else(|| self.fallback.get(&ev.pid).cloned()) {
                 self.analyzer.set_process_name(ev.pid, n);
             }
         }
@@ -201,7 +210,8 @@ fn live(a: &Args) -> anyhow::Result<(NetReport, Option<i32>)> {
     #[cfg(target_os = "linux")]
     etwkit::live::linux::check_available()?;
     let etw = Etw::new();
-    let mut trace = etw.open_trace("net", None, None);
+    // Session names are machine-wide (as in ETW): one per etwkit process, so several can run.
+    let mut trace = etw.open_trace(&format!("net-{}", std::process::id()), None, None);
     trace.enable(AFD_PROVIDER, 0, Level::VERBOSE)?;
     for &p in &a.pid {
         trace.add_pid(p)?;
@@ -209,7 +219,7 @@ fn live(a: &Args) -> anyhow::Result<(NetReport, Option<i32>)> {
     let mut c = Collector::new(true);
     for &p in &a.pid {
         if let Some(n) = proc_name(p) {
-            c.analyzer.set_process_name(p, n);
+            c.name_fallback(p, n);
         }
     }
     let stop = trace.stop_handle();
@@ -225,7 +235,7 @@ fn live(a: &Args) -> anyhow::Result<(NetReport, Option<i32>)> {
             .file_name()
             .map(|n| n.to_string_lossy().chars().take(15).collect::<String>());
         if let Some(n) = name {
-            c.analyzer.set_process_name(child.id(), n);
+            c.name_fallback(child.id(), n);
         }
         let s = stop.clone();
         Some(std::thread::spawn(move || {

@@ -197,3 +197,50 @@ fn net_live_json_keeps_the_command_output_off_stdout() {
     // The process name comes from the live process (`sh` exec'ed the workload: /proc says etwkit).
     assert!(rows.iter().all(|r| r["process"].is_string()), "{stdout}");
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn net_live_pid_and_duration() {
+    if !common::require_root("net_cli_live_pid") {
+        return;
+    }
+    // A process that starts its network work after etwkit is attached, then exits.
+    let script = format!("sleep 1.5; exec {EXE} __demo-workload");
+    let mut child = Command::new("sh")
+        .args(["-c", &script])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let out = Command::new(EXE)
+        .args(["net", "--pid", &pid, "--duration", "5", "--format", "csv"])
+        .output()
+        .unwrap();
+    let st = child.wait().unwrap();
+    assert!(st.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = err
+        .lines()
+        .find_map(|l| l.strip_prefix("etwkit demo workload: "))
+        .expect("workload facts on stderr");
+    let facts: Value = serde_json::from_str(line).unwrap();
+    assert_eq!(facts["pid"].to_string(), pid, "exec kept the pid");
+    let rows: Vec<&str> = stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 15, "{stdout}");
+    assert!(
+        rows.iter()
+            .all(|r| r.starts_with(&format!("{pid},etwkit,"))),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("127.0.0.1:{},0,0,0,0", facts["refused_port"])),
+        "{stdout}"
+    );
+}
