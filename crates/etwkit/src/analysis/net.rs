@@ -1202,3 +1202,112 @@ impl NetReport {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(v: &[(&str, Value)]) -> Properties {
+        let mut p = Properties::default();
+        for (k, x) in v {
+            p.push(*k, x.clone());
+        }
+        p
+    }
+
+    fn ev(an: &mut NetAnalyzer, id: u16, ts: i64, v: &[(&str, Value)]) {
+        let mut all = vec![("Process", Value::Pointer(0xffff_8000_0000_1000))];
+        all.extend_from_slice(v);
+        let p = props(&all);
+        an.add(&AfdEvent {
+            id,
+            pid: 77,
+            timestamp: ts,
+            os: Os::Windows,
+            props: &p,
+        });
+    }
+
+    #[test]
+    fn open_at_the_end_before_the_trace_and_would_block() {
+        let mut an = NetAnalyzer::new();
+        let ep = |e| ("Endpoint", Value::Pointer(e));
+        // A socket created in the trace, connected, sending, never closed.
+        ev(
+            &mut an,
+            1,
+            10_000,
+            &[
+                ep(0xa0),
+                ("AddressFamily", Value::U64(2)),
+                (
+                    "SocketType",
+                    Value::Mapped {
+                        value: 1,
+                        name: "SOCK_STREAM".into(),
+                    },
+                ),
+                ("Protocol", Value::U64(6)),
+                ("UserModePid", Value::Pointer(4242)),
+            ],
+        );
+        ev(
+            &mut an,
+            4,
+            20_000,
+            &[
+                ep(0xa0),
+                ("Address", Value::Ipv4(Ipv4Addr::new(192, 0, 2, 7))),
+                ("Port", Value::Port(443)),
+            ],
+        );
+        ev(
+            &mut an,
+            6,
+            30_000,
+            &[ep(0xa0), ("Error", Value::NtStatus(0))],
+        );
+        ev(
+            &mut an,
+            24,
+            40_000,
+            &[ep(0xa0), ("BufferLength", Value::Hex(300))],
+        );
+        // A receive that would block (WSAEWOULDBLOCK): counted, not a failure.
+        ev(
+            &mut an,
+            11,
+            45_000,
+            &[ep(0xa0), ("Error", Value::NtStatus(10035))],
+        );
+        // A socket that existed before the trace: only a receive and its close are seen; its events
+        // name the same Process, so they belong to pid 4242 although the header says 77.
+        ev(
+            &mut an,
+            23,
+            50_000,
+            &[ep(0xb0), ("BufferLength", Value::Hex(20))],
+        );
+        ev(
+            &mut an,
+            13,
+            60_000,
+            &[ep(0xb0), ("Error", Value::NtStatus(0))],
+        );
+        let r = an.report();
+        assert_eq!(r.sockets.len(), 2);
+        let a = &r.sockets[0];
+        assert_eq!((a.pid, a.state, a.outcome.as_str()), (4242, "open", "open"));
+        assert_eq!(a.protocol.as_deref(), Some("TCP"));
+        assert_eq!(a.remote, Some("192.0.2.7:443".parse().unwrap()));
+        assert_eq!((a.tx_bytes, a.tx_ops, a.would_block), (300, 1, 1));
+        assert!(a.failures.is_empty());
+        assert_eq!(a.duration_ms, 3.5, "from creation to the last event");
+        let b = &r.sockets[1];
+        assert_eq!(
+            (b.pid, b.state, b.opened, b.rx_bytes),
+            (4242, "closed", None, 20)
+        );
+        assert_eq!(b.family, None);
+    }
+}
