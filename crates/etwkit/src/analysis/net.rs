@@ -938,7 +938,11 @@ impl NetAnalyzer {
         let state = if s.closed.is_some() { "closed" } else { "open" };
         let outcome = if s.failures.is_empty() {
             if s.listener {
-                format!("{state}, listened ({} connections)", s.indicated)
+                let n = s.indicated;
+                format!(
+                    "{state}, listened ({n} connection{})",
+                    if n == 1 { "" } else { "s" }
+                )
             } else {
                 state.to_string()
             }
