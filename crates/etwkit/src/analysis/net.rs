@@ -1006,27 +1006,47 @@ impl NetAnalyzer {
 /// connect (started before it, not yet paired) to an address the listener is bound to; the listener
 /// learns its port from the connect when its own bind did not say.
 fn join_clients(socks: &mut [Sock], log: &[(usize, i64, SocketAddr)]) {
+    if log.is_empty() {
+        return;
+    }
+    // Connects by start time, all of them and per remote port.
+    let mut all: Vec<(i64, usize)> = socks
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.is_stream() && c.remote.is_some())
+        .filter_map(|(k, c)| c.connect_start.map(|t| (t, k)))
+        .collect();
+    all.sort_unstable();
+    let mut by_port: FastMap<u16, Vec<(i64, usize)>> = FastMap::default();
+    for &(t, k) in &all {
+        if let Some(r) = socks[k].remote {
+            by_port.entry(r.port()).or_default().push((t, k));
+        }
+    }
     let mut paired = vec![false; socks.len()];
     for &(l, t, client) in log {
         let laddr = socks[l].local;
-        let pick = socks
+        let list: &[(i64, usize)] = match laddr {
+            Some(la) if la.port() != 0 => by_port.get(&la.port()).map_or(&[], |v| &v[..]),
+            _ => &all,
+        };
+        // The most recent connect started before the indication; a bounded look back past
+        // connects already paired or to other addresses.
+        let end = list.partition_point(|&(s, _)| s <= t);
+        let pick = list[..end]
             .iter()
-            .enumerate()
-            .filter(|(k, c)| {
-                !paired[*k]
-                    && *k != l
-                    && c.is_stream()
-                    && c.connect_start.is_some_and(|s| s <= t)
-                    && c.remote.is_some_and(|r| {
+            .rev()
+            .take(JOIN_LOOK_BACK)
+            .map(|&(_, k)| k)
+            .find(|&k| {
+                !paired[k]
+                    && k != l
+                    && socks[k].remote.is_some_and(|r| {
                         r.is_ipv4() == client.is_ipv4()
-                            && match laddr {
-                                Some(la) => addr_matches(&la, &r),
-                                None => true,
-                            }
+                            && laddr.is_none_or(|la| addr_matches(&la, &r))
                     })
-            })
-            .max_by_key(|(_, c)| c.connect_start);
-        let Some((k, _)) = pick else { continue };
+            });
+        let Some(k) = pick else { continue };
         paired[k] = true;
         let r = socks[k].remote;
         let c = &mut socks[k];
@@ -1051,9 +1071,22 @@ fn join_clients(socks: &mut [Sock], log: &[(usize, i64, SocketAddr)]) {
     }
 }
 
+/// How many earlier connects the client join looks at per connection indication.
+const JOIN_LOOK_BACK: usize = 4096;
+
 /// A datagram socket with no remote: the receiver whose drops or receives came from its local
-/// address is its peer (only when exactly one socket of the trace qualifies).
+/// address is its peer (only when exactly one other socket of the trace qualifies).
 fn join_datagrams(socks: &mut [Sock]) {
+    // Peer address -> the datagram sockets that saw it (up to 3 kept: 2 already say "not one").
+    let mut seen: FastMap<SocketAddr, Vec<usize>> = FastMap::default();
+    for (j, d) in socks.iter().enumerate().filter(|(_, d)| d.is_datagram()) {
+        for a in &d.peers {
+            let v = seen.entry(*a).or_default();
+            if v.len() < 3 {
+                v.push(j);
+            }
+        }
+    }
     for k in 0..socks.len() {
         let s = &socks[k];
         if !s.is_datagram() || s.remote.is_some() {
@@ -1062,13 +1095,10 @@ fn join_datagrams(socks: &mut [Sock]) {
         let Some(local) = s.local.filter(|a| a.port() != 0) else {
             continue;
         };
-        let mut hits = socks
-            .iter()
-            .enumerate()
-            .filter(|(j, d)| *j != k && d.is_datagram() && d.peers.contains(&local));
-        if let (Some((_, d)), None) = (hits.next(), hits.next()) {
-            let r = d.local;
-            if let Some(r) = r.filter(|a| a.port() != 0) {
+        let Some(v) = seen.get(&local) else { continue };
+        let mut hits = v.iter().filter(|&&j| j != k);
+        if let (Some(&j), None) = (hits.next(), hits.next()) {
+            if let Some(r) = socks[j].local.filter(|a| a.port() != 0) {
                 socks[k].remote = Some(r);
                 socks[k].remote_src = AddrSource::Joined;
             }
