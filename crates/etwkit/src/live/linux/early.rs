@@ -34,7 +34,7 @@ struct State {
     /// tid → (watched index, ret, exit ts) of an exit seen before its enter (another CPU's reader).
     exits: HashMap<u32, (usize, i64, u64)>,
     /// (tid, exit ts) → local address.
-    found: HashMap<(u32, u64), (SockAddr, i32)>,
+    found: HashMap<(u32, u64), SockAddr>,
 }
 
 /// Shared between the reader threads (which fill it) and the correlator (which takes from it).
@@ -143,14 +143,12 @@ impl EarlyPeek {
                 let Some(tgid) = procfd::tgid_of(tid) else {
                     continue;
                 };
-                if let Some((addr, ty)) =
-                    procfd::peek(tgid, fd, false).and_then(|p| Some((p.addr?, p.sock_type)))
-                {
+                if let Some(addr) = procfd::peek(tgid, fd, false).and_then(|p| p.addr) {
                     let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
                     if st.found.len() >= MAX_FOUND {
                         st.found.clear();
                     }
-                    st.found.insert((tid, xts), (addr, ty));
+                    st.found.insert((tid, xts), addr);
                 }
             }
         }
@@ -158,12 +156,6 @@ impl EarlyPeek {
 
     /// The local address seen right after the syscall whose exit record is (tid, raw ts) returned.
     pub fn take(&self, tid: u32, exit_ts: u64) -> Option<SockAddr> {
-        self.take_typed(tid, exit_ts).map(|(a, _)| a)
-    }
-
-    /// As [`EarlyPeek::take`], with the type (`SO_TYPE`) of the socket the descriptor held when it
-    /// was asked: a descriptor closed and reused in between names a socket of another type.
-    pub fn take_typed(&self, tid: u32, exit_ts: u64) -> Option<(SockAddr, i32)> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.found.remove(&(tid, exit_ts))
     }

@@ -804,13 +804,9 @@ impl Correlator {
         e
     }
 
-    /// The local address the reader threads saw right after the syscall being handled returned, if
-    /// the descriptor still held a socket of `sock`'s type then (a descriptor closed and reused
-    /// before the reader got to it names another socket).
-    fn early_local(&self, tid: u32, sock: u64) -> Option<SockAddr> {
-        let (a, ty) = self.early.as_ref()?.take_typed(tid, self.raw_ts)?;
-        let want = self.socks.get(&sock)?.stype;
-        (ty as u32 == want).then_some(a)
+    /// The local address the reader threads saw right after the syscall being handled returned.
+    fn early_local(&self, tid: u32) -> Option<SockAddr> {
+        self.early.as_ref()?.take(tid, self.raw_ts)
     }
 
     /// (instance, system, event, id): 0 = the pid-filtered instance, 1 = the unfiltered `.net` one.
@@ -1210,7 +1206,7 @@ impl Correlator {
                 // What the program passed; port 0 (or no probe) means the kernel chose: ask what it chose.
                 let mut local = inf.uaddr;
                 if local.is_none_or(|a| a.port == 0) {
-                    local = self.early_local(tid, s).or(local);
+                    local = self.early_local(tid).or(local);
                 }
                 let v6 = self
                     .socks
@@ -1260,7 +1256,7 @@ impl Correlator {
                     out.push(e);
                 }
                 let early = if ret == 0 && so.local.is_none_or(|a| a.port == 0) {
-                    self.early_local(tid, s)
+                    self.early_local(tid)
                 } else {
                     None
                 };
