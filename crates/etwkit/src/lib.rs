@@ -22,3 +22,8 @@ pub mod tlg;
 
 pub use event::{EventDescriptor, EventRecord, HeaderType};
 pub use guid::Guid;
+
+// The README's examples are compiled and run as doc-tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;

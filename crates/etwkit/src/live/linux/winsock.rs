@@ -57,7 +57,7 @@ pub enum T {
     Hex32,
     /// win:UInt32 rendered win:IPv4 (network order bytes).
     V4,
-    /// win:Binary[16] rendered win:IPv6.
+    /// win:Binary\[16\] rendered win:IPv6.
     V6,
     /// win:UInt16 rendered win:Port (big-endian).
     Port,
