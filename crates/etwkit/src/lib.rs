@@ -6,12 +6,13 @@
 //!
 //! The data path is the module path:
 //! `etl` (container) → [`event`] (the model) → `schema` (who knows the layout) → `decode` (values) →
-//! `sink` / `analysis`.
+//! `sink` / `analysis` / `export`.
 
 pub mod analysis;
 pub mod decode;
 pub mod etl;
 pub mod event;
+pub mod export;
 pub mod filter;
 pub mod guid;
 pub mod live;
