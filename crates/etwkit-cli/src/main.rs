@@ -9,6 +9,7 @@ mod filter_args;
 mod heap;
 mod info;
 mod net;
+mod pcap;
 mod print;
 mod progress;
 mod relog;
@@ -38,6 +39,8 @@ enum Command {
     /// Copy matching records of ETL files, merged in time order, into a new ETL file (--begin/--end
     /// in seconds count from the earliest input's start).
     Relog(relog::Args),
+    /// Write the packets of a PktMon trace as a pcapng capture (Wireshark, tshark).
+    Pcap(pcap::Args),
     /// Trace live: tracepoint systems and the Winsock provider (Linux: tracefs, needs root).
     Trace(trace::Args),
     /// List live sessions (Linux: tracefs instances; etwkit's are etwkit-<pid>-<name>).
@@ -60,6 +63,7 @@ fn main() {
         Some(Command::Stats(a)) => stats::run(a),
         Some(Command::Dump(a)) => dump::run(a),
         Some(Command::Relog(a)) => relog::run(a),
+        Some(Command::Pcap(a)) => pcap::run(a),
         Some(Command::Trace(a)) => trace::run(a),
         Some(Command::Heap(a)) => heap::run(a),
         Some(Command::Net(a)) => net::run(a),

@@ -430,3 +430,63 @@ fn sessions_mark_instances_of_dead_tracers_as_orphans() {
     std::fs::remove_dir(&dir).ok();
     panic!("the fake orphan {name} was never listed");
 }
+
+/// The `bound` list the demo workload reports on stderr (`etwkit demo workload: {json}`).
+fn workload_binds(stderr: &str) -> Vec<String> {
+    let facts = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("etwkit demo workload: "))
+        .unwrap_or_else(|| panic!("no workload facts in: {stderr}"));
+    let v: serde_json::Value = serde_json::from_str(facts).unwrap();
+    v["bound"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().replace(['[', ']'], ""))
+        .collect()
+}
+
+#[test]
+fn every_bind_event_carries_the_port_the_kernel_chose() {
+    if !require_root("every_bind_event_carries_the_port_the_kernel_chose") {
+        return;
+    }
+    // Most of the workload's binds ask for port 0 and close their socket within microseconds: the
+    // port must come from the kernel's own events, never a 0 nor another socket's port.
+    let exe = env!("CARGO_BIN_EXE_etwkit");
+    for run in 0..10 {
+        let (code, out, err, _) = etwkit_within(
+            &[
+                "trace",
+                "--provider",
+                "winsock",
+                "--format",
+                "json",
+                "--name",
+                &format!("binds{}r{run}", std::process::id()),
+                "--",
+                exe,
+                "__demo-workload",
+            ],
+            Duration::from_secs(60),
+        );
+        assert_eq!(code, 0, "{err}");
+        let want = workload_binds(&err);
+        let got: Vec<String> = json_lines(&out)
+            .iter()
+            .filter(|e| {
+                e["provider_name"] == "Microsoft-Windows-Winsock-AFD"
+                    && (e["id"] == 2 || e["id"] == 3)
+            })
+            .map(|e| {
+                let p = &e["properties"];
+                format!("{}:{}", p["Address"].as_str().unwrap_or("?"), p["Port"])
+            })
+            .collect();
+        assert_eq!(
+            got, want,
+            "run {run}: bind events vs the workload's getsockname"
+        );
+        assert!(!err.contains("bind events lack"), "run {run}: {err}");
+    }
+}

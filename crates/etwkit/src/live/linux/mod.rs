@@ -10,6 +10,7 @@
 //! - Pid filter: `set_event_pid` with every thread of each pid, `options/event-fork` for children.
 //! - Losses: page-header counts, then `per_cpu/cpuN/stats` (overrun + dropped) at stop.
 
+pub mod bindhold;
 pub mod early;
 pub mod format;
 pub mod heap;
@@ -727,6 +728,11 @@ impl LiveSession for LinuxSession {
                 self.request_stop();
             }
             if self.stop_requested && self.merger.all_done() {
+                // Events the Winsock correlator held back (binds waiting for their port) go out.
+                if let Some(ws) = self.winsock.as_mut() {
+                    let now = ((ring::realtime_now_ns()) / 100) as i64 + FILETIME_UNIX_EPOCH;
+                    ws.finish(now, &mut |rec| cb(rec).is_continue());
+                }
                 return Ok(());
             }
         }
