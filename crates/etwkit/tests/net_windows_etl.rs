@@ -61,7 +61,7 @@ fn windows_afd_file_gives_the_scenario_rows() {
             Some(p.image),
             net_scenario::Lenience::Exact,
         );
-        assert_eq!((chosen.right, chosen.not_right), (5, 0));
+        assert_eq!((chosen.right, chosen.unknown), (5, 0));
         // Endpoints are the producer's pointers (4 bytes wide for the 32-bit one).
         assert!(rows
             .iter()
