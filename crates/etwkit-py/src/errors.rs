@@ -7,19 +7,19 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 
 pyo3::create_exception!(
-    _etwkit,
+    etwkit,
     NotEtlError,
     PyValueError,
     "The file is not an ETL trace (empty, or its header is not ETW's)."
 );
 pyo3::create_exception!(
-    _etwkit,
+    etwkit,
     EtwError,
     PyOSError,
     "A live tracing operation failed (tracefs, the session, the kernel)."
 );
 pyo3::create_exception!(
-    _etwkit,
+    etwkit,
     UnknownProviderError,
     PyValueError,
     "No provider has this name or GUID."
@@ -60,6 +60,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("NotEtlError", py.get_type::<NotEtlError>())?;
     m.add("EtwError", py.get_type::<EtwError>())?;
-    m.add("UnknownProviderError", py.get_type::<UnknownProviderError>())?;
+    m.add(
+        "UnknownProviderError",
+        py.get_type::<UnknownProviderError>(),
+    )?;
     Ok(())
 }

@@ -13,7 +13,12 @@ use pyo3::prelude::*;
 /// stacks (`top` stacks, `frames` frames each), lost events and notes.
 #[pyfunction]
 #[pyo3(signature = (path, top=10, frames=8))]
-pub fn heap_report(py: Python<'_>, path: PathBuf, top: usize, frames: usize) -> PyResult<Py<PyAny>> {
+pub fn heap_report(
+    py: Python<'_>,
+    path: PathBuf,
+    top: usize,
+    frames: usize,
+) -> PyResult<Py<PyAny>> {
     let json = py.detach(|| -> PyResult<String> {
         let f = crate::reader::open(&path)?;
         let mut w = WindowsHeapEvents::new();

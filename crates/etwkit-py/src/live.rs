@@ -4,6 +4,7 @@
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -138,6 +139,8 @@ impl EtwManager {
             name,
             logfile,
             guid: guid.map(|g| g.to_string()),
+            enabled: AtomicBool::new(false),
+            pending_start: AtomicBool::new(false),
         })
     }
 
@@ -159,6 +162,11 @@ pub struct EtwTrace {
     logfile: Option<PathBuf>,
     #[pyo3(get)]
     guid: Option<String>,
+    /// A provider was enabled.
+    enabled: AtomicBool,
+    /// start() came before any enable() (PythonForWindows' order): the session starts with the first
+    /// enable(), since a session needs a provider here.
+    pending_start: AtomicBool,
 }
 
 fn busy() -> PyErr {
@@ -242,7 +250,13 @@ impl EtwTrace {
     /// (MatchAnyKeyword) and `level` the highest level wanted. On a started realtime trace the session
     /// is restarted with the provider added.
     #[pyo3(signature = (guid, flags=255, level=255))]
-    fn enable(&self, py: Python<'_>, guid: &Bound<'_, PyAny>, flags: u64, level: u8) -> PyResult<()> {
+    fn enable(
+        &self,
+        py: Python<'_>,
+        guid: &Bound<'_, PyAny>,
+        flags: u64,
+        level: u8,
+    ) -> PyResult<()> {
         self.enable_impl(py, guid, 0, level, flags, 0)
     }
 
@@ -264,10 +278,15 @@ impl EtwTrace {
         self.enable_impl(py, guid, enable_property, level, any_keyword, all_keyword)
     }
 
-    /// Starts the session. `flags` and `mode` are accepted for PythonForWindows compatibility.
+    /// Starts the session. `flags` and `mode` are accepted for PythonForWindows compatibility. Called
+    /// before any `enable()` (PythonForWindows' order), the session starts with the first `enable()`.
     #[pyo3(signature = (flags=0, mode=0))]
     fn start(&self, py: Python<'_>, flags: u32, mode: u32) -> PyResult<()> {
         let _ = (flags, mode);
+        if !self.enabled.load(Ordering::SeqCst) {
+            self.pending_start.store(true, Ordering::SeqCst);
+            return Ok(());
+        }
         let mut g = self.locked()?;
         let t: &mut Trace = &mut g;
         py.detach(|| t.start()).map_err(errors::live)
@@ -286,6 +305,7 @@ impl EtwTrace {
     #[pyo3(signature = (soft=false))]
     fn stop<'py>(&self, py: Python<'py>, soft: bool) -> PyResult<Bound<'py, PyDict>> {
         self.stop.stop();
+        self.pending_start.store(false, Ordering::SeqCst);
         let r = py.detach(|| {
             let mut g = self.trace.lock().unwrap_or_else(|p| p.into_inner());
             g.stop(soft)
@@ -400,9 +420,9 @@ impl EtwTrace {
                     )
                 });
                 let err = self.pump(rx, &callback, &context);
-                let res = w
-                    .join()
-                    .unwrap_or_else(|_| Err(LiveError::Other("the session reader panicked".into())));
+                let res = w.join().unwrap_or_else(|_| {
+                    Err(LiveError::Other("the session reader panicked".into()))
+                });
                 (err, res)
             });
             // Ctrl-C: stop the session cleanly before KeyboardInterrupt propagates.
@@ -466,8 +486,14 @@ impl EtwTrace {
                 t.enable_ex(provider.as_str(), property, level, any, all)?;
                 return t.start();
             }
-            t.enable_ex(provider.as_str(), property, level, any, all)
+            t.enable_ex(provider.as_str(), property, level, any, all)?;
+            if self.pending_start.swap(false, Ordering::SeqCst) {
+                t.start()?;
+            }
+            Ok(())
         })
-        .map_err(errors::live)
+        .map_err(errors::live)?;
+        self.enabled.store(true, Ordering::SeqCst);
+        Ok(())
     }
 }

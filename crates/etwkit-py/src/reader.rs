@@ -178,10 +178,14 @@ fn num_list<T: for<'a, 'py> FromPyObjectOwned<'py>>(
                 return Ok(vec![x]);
             }
             v.try_iter()
-                .map_err(|_| PyTypeError::new_err(format!("{what} must be an int or a list of ints")))?
+                .map_err(|_| {
+                    PyTypeError::new_err(format!("{what} must be an int or a list of ints"))
+                })?
                 .map(|x| {
                     x?.extract::<T>().map_err(|_| {
-                        PyValueError::new_err(format!("{what}: every entry must be an int in range"))
+                        PyValueError::new_err(format!(
+                            "{what}: every entry must be an int in range"
+                        ))
                     })
                 })
                 .collect()
@@ -254,7 +258,9 @@ impl Reader {
                     let s = read_events(&file, &sel, &mut |ev| {
                         batch.push(ev);
                         if batch.len() == BATCH
-                            && tx.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))).is_err()
+                            && tx
+                                .send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)))
+                                .is_err()
                         {
                             return ControlFlow::Break(());
                         }
@@ -268,7 +274,9 @@ impl Reader {
                     }
                     drop(tx);
                 })
-                .map_err(|e| PyValueError::new_err(format!("cannot start the reading thread: {e}")))?;
+                .map_err(|e| {
+                    PyValueError::new_err(format!("cannot start the reading thread: {e}"))
+                })?;
             st.rx = Some(rx);
         }
         let rx = st.rx.take();

@@ -265,8 +265,18 @@ impl PyEventRecord {
         format!(
             "<EventRecord {name} id={} pid={} tid={} {} {props}>",
             e.desc.id,
-            e.pid as i64 - if e.pid == u32::MAX { 1 + u32::MAX as i64 } else { 0 },
-            e.tid as i64 - if e.tid == u32::MAX { 1 + u32::MAX as i64 } else { 0 },
+            e.pid as i64
+                - if e.pid == u32::MAX {
+                    1 + u32::MAX as i64
+                } else {
+                    0
+                },
+            e.tid as i64
+                - if e.tid == u32::MAX {
+                    1 + u32::MAX as i64
+                } else {
+                    0
+                },
             etwkit::time::format_rfc3339(e.timestamp),
         )
     }
