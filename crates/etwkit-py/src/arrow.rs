@@ -46,6 +46,8 @@ struct Columns {
     header_type: StringBuilder,
     properties: StringBuilder,
     rows: usize,
+    /// The last provider GUID and its text (records of one provider come in runs).
+    last_provider: (etwkit::Guid, String),
 }
 
 impl Columns {
@@ -71,6 +73,7 @@ impl Columns {
             header_type: StringBuilder::new(),
             properties: StringBuilder::new(),
             rows: 0,
+            last_provider: (etwkit::Guid::ZERO, String::new()),
         }
     }
 
@@ -85,8 +88,10 @@ impl Columns {
             .checked_sub(UNIX_EPOCH_FILETIME)
             .and_then(|t| t.checked_mul(100));
         self.timestamp.append_option(ns);
-        let _ = write!(self.provider, "{}", e.provider);
-        self.provider.append_value("");
+        if self.last_provider.0 != e.provider || self.last_provider.1.is_empty() {
+            self.last_provider = (e.provider, e.provider.to_string());
+        }
+        self.provider.append_value(&self.last_provider.1);
         let pname = d
             .provider_name
             .as_deref()
@@ -106,8 +111,13 @@ impl Columns {
         self.pid.append_option((e.pid != u32::MAX).then_some(e.pid));
         self.tid.append_option((e.tid != u32::MAX).then_some(e.tid));
         self.cpu.append_value(e.cpu);
-        let _ = write!(self.activity_id, "{}", e.activity_id);
-        self.activity_id.append_value("");
+        if e.activity_id == etwkit::Guid::ZERO {
+            self.activity_id
+                .append_value("00000000-0000-0000-0000-000000000000");
+        } else {
+            let _ = write!(self.activity_id, "{}", e.activity_id);
+            self.activity_id.append_value("");
+        }
         self.header_type.append_value(e.header_type.name());
         if d.properties.is_empty() {
             self.properties.append_null();

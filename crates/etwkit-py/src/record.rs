@@ -114,10 +114,35 @@ pub fn value_to_py(py: Python<'_>, v: &Value) -> PyResult<Py<PyAny>> {
     }
 }
 
+thread_local! {
+    /// Property names as Python strings, made once: interned keys keep their hash, so building the
+    /// dicts of a million events does not re-create and re-hash the same few hundred names.
+    static KEYS: std::cell::RefCell<std::collections::HashMap<Arc<str>, Py<PyString>>> =
+        Default::default();
+}
+
+/// Names kept at most (TraceLogging files can carry any number of distinct names).
+const MAX_KEYS: usize = 16_384;
+
+fn key<'py>(py: Python<'py>, k: &Arc<str>) -> Bound<'py, PyString> {
+    KEYS.with(|m| {
+        let mut m = m.borrow_mut();
+        if let Some(s) = m.get(k) {
+            return s.bind(py).clone();
+        }
+        if m.len() >= MAX_KEYS {
+            m.clear();
+        }
+        let s = PyString::intern(py, k);
+        m.insert(k.clone(), s.clone().unbind());
+        s
+    })
+}
+
 pub fn properties_to_py<'py>(py: Python<'py>, p: &Properties) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    for (k, v) in p.iter() {
-        d.set_item(PyString::new(py, k), value_to_py(py, v)?)?;
+    for (k, v) in &p.0 {
+        d.set_item(key(py, k), value_to_py(py, v)?)?;
     }
     Ok(d)
 }
