@@ -1,9 +1,12 @@
-"""etwkit.heap_report on a heap trace recorded here (Linux, root): `etwkit heap -o FILE -- CHILD` traces
-a child that leaks 7 blocks of 4242 bytes; the Python report equals `etwkit heap --report FILE`."""
+"""Heap answers from Python (Linux, root): etwkit.heap_report of a trace `etwkit heap -o FILE -- CHILD`
+recorded of a child leaking 7 blocks of 4242 bytes equals `etwkit heap --report FILE`; etwkit.heap_trace of
+a running process sees the very addresses its mallocs returned."""
 
 import json
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -46,3 +49,48 @@ def test_heap_report_of_a_file_without_heap_events_says_so():
 def test_heap_report_of_a_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError):
         etwkit.heap_report(tmp_path / "none.etl")
+
+
+ATTACHED = r"""
+import ctypes, sys
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+sys.stdout.write("ready\n"); sys.stdout.flush()
+sys.stdin.readline()
+keep = [libc.malloc(4242) for _ in range(7)]
+sys.stdout.write(" ".join(str(p) for p in keep) + "\n"); sys.stdout.flush()
+sys.stdin.readline()
+"""
+
+
+def test_heap_trace_of_a_running_process(tmp_path):
+    require_live()
+    child = subprocess.Popen([sys.executable, "-c", ATTACHED], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        etl = tmp_path / "attached.etl"
+        trace = etwkit.heap_trace([child.pid], logfile=etl)
+        assert trace.exists()
+        events = []
+        th = threading.Thread(target=trace.process, args=(events.append,))
+        th.start()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        addrs = [int(a) for a in child.stdout.readline().split()]
+        time.sleep(0.3)
+        trace.stop()
+        th.join(10)
+        child.stdin.write("bye\n")
+        child.stdin.flush()
+    finally:
+        child.wait(10)
+    assert len(addrs) == 7
+    allocs = {e.properties["AllocAddress"]: e for e in events if e.id == 33 and e.pid == child.pid}
+    for a in addrs:
+        assert a in allocs, f"no Alloc event for {a:#x}"
+        assert allocs[a].properties["AllocSize"] == 4242
+        assert allocs[a].provider_name == "HeapTraceProvider" and allocs[a].stack
+    report = etwkit.heap_report(etl)
+    mine = [p for p in report["processes"] if p["pid"] == child.pid]
+    assert mine and mine[0]["allocs"] >= 7 and mine[0]["outstanding_bytes"] >= 7 * 4242
