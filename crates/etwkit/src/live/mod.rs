@@ -500,6 +500,11 @@ impl Trace {
         }
     }
 
+    /// Whether this handle started its session (and has not stopped it).
+    pub fn is_started(&self) -> bool {
+        self.session.is_some()
+    }
+
     pub fn exists(&self) -> Result<bool> {
         if self.session.is_some() {
             return Ok(true);
