@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use etwkit::analysis::net::{
-    fmt_addr, NetAnalyzer, NetReport, ProcessTotals, SocketRow, AFD_PROVIDER, KERNEL_PROCESS_CLASS,
-    KERNEL_PROCESS_PROVIDER,
+    fmt_addr, NetAnalyzer, NetReport, ProcessTotals, SocketRow, AFD_PROVIDER,
 };
 use etwkit::decode::Decoder;
 use etwkit::live::{Etw, Level};
@@ -77,10 +76,7 @@ impl Collector {
     }
 
     pub fn event(&mut self, ev: &EventRecord<'_>) {
-        if ev.provider != AFD_PROVIDER
-            && ev.provider != KERNEL_PROCESS_CLASS
-            && ev.provider != KERNEL_PROCESS_PROVIDER
-        {
+        if !NetAnalyzer::wants(ev) {
             return;
         }
         let d = self.decoder.decode(ev);
@@ -180,25 +176,7 @@ fn from_files(files: &[PathBuf]) -> anyhow::Result<(NetReport, usize)> {
                 continue;
             }
         };
-        let s = f.for_each(etwkit::etl::Order::Time, |r| {
-            c.event(&r.event);
-            ControlFlow::Continue(())
-        });
-        if s.bad_buffers + s.bad_records > 0 {
-            c.analyzer.add_note(format!(
-                "{}: {} unreadable buffers and {} unreadable records were skipped",
-                file.display(),
-                s.bad_buffers,
-                s.bad_records
-            ));
-        }
-        let lost = f.header().events_lost;
-        if lost > 0 {
-            c.analyzer.add_note(format!(
-                "{}: the logger lost {lost} events; figures may be short",
-                file.display()
-            ));
-        }
+        c.analyzer.add_file(&f, &c.decoder);
     }
     if let (true, Some(e)) = (unreadable == files.len(), last_err) {
         return Err(e.into());

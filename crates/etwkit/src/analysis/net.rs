@@ -874,6 +874,38 @@ impl NetAnalyzer {
     }
 
     /// The rows, joins applied.
+    /// Whether the analysis reads `rec` (AFD events; kernel process events name processes).
+    pub fn wants(rec: &EventRecord<'_>) -> bool {
+        rec.provider == AFD_PROVIDER
+            || rec.provider == KERNEL_PROCESS_CLASS
+            || rec.provider == KERNEL_PROCESS_PROVIDER
+    }
+
+    /// Reads the events of one ETL file in time order; unreadable parts and the logger's losses
+    /// become notes (the figures may then be short). `decoder` is usually
+    /// `Decoder::new(Registry::with_builtins())`: the AFD layouts are built in.
+    pub fn add_file(&mut self, file: &crate::etl::EtlFile, decoder: &crate::decode::Decoder) {
+        let s = file.for_each(crate::etl::Order::Time, |r| {
+            if Self::wants(&r.event) {
+                self.record(&r.event, &decoder.decode(&r.event));
+            }
+            std::ops::ControlFlow::Continue(())
+        });
+        let name = file.path().display();
+        if s.bad_buffers + s.bad_records > 0 {
+            self.add_note(format!(
+                "{name}: {} unreadable buffers and {} unreadable records were skipped",
+                s.bad_buffers, s.bad_records
+            ));
+        }
+        let lost = file.header().events_lost;
+        if lost > 0 {
+            self.add_note(format!(
+                "{name}: the logger lost {lost} events; figures may be short"
+            ));
+        }
+    }
+
     pub fn report(&self) -> NetReport {
         let mut socks = self.socks.clone();
         join_clients(&mut socks, &self.indication_log);
