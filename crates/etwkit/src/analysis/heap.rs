@@ -23,6 +23,22 @@ pub const EVENT_REALLOC: u8 = 34;
 pub const EVENT_FREE: u8 = 36;
 /// StackWalk Stack event type.
 pub const STACKWALK_STACK: u8 = 32;
+/// TraceLogging provider of the executable mappings etwkit writes next to Linux heap events, so a
+/// saved trace can be symbolized offline.
+pub const IMAGE_PROVIDER_NAME: &str = "etwkit-Linux-Image";
+/// Its event id (event "Image": ProcessId, ImageBase, ImageSize, FileOffset, FileName).
+pub const EVENT_IMAGE: u16 = 1;
+
+/// A file-backed executable mapping of a traced process, as carried in a saved trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageMapping {
+    pub pid: u32,
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub file_offset: u64,
+    pub path: String,
+}
 
 /// One symbolized frame.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -285,19 +301,35 @@ impl HeapAnalyzer {
                     .collect(),
             )
         };
-        // Groups by stack, largest first (bytes, then count, then frames), the `top` of them.
+        // Groups by what the user sees (process and the frames shown, by function, file and line:
+        // stacks differing only in addresses, or below the frames shown, read the same), largest
+        // first (bytes, then count, then frames), the `top` of them.
         let mut ranked = |groups: &mut dyn Iterator<Item = (u32, (u64, u64))>| -> Vec<StackGroup> {
-            let mut v: Vec<StackGroup> = groups
-                .map(|(id, (count, bytes))| {
-                    let (pid, frames) = name(id);
-                    StackGroup {
-                        pid,
-                        count,
-                        bytes,
-                        frames,
+            let mut seen: HashMap<(Option<u32>, Vec<String>), usize> = HashMap::new();
+            let mut v: Vec<StackGroup> = Vec::new();
+            for (id, (count, bytes)) in groups {
+                let (pid, frames) = name(id);
+                let key = (pid, frames.iter().map(Frame::display).collect::<Vec<_>>());
+                match seen.get(&key) {
+                    Some(&i) => {
+                        v[i].count += count;
+                        v[i].bytes += bytes;
+                        // Keep the lowest addresses, so the row does not depend on hash order.
+                        if frames < v[i].frames {
+                            v[i].frames = frames;
+                        }
                     }
-                })
-                .collect();
+                    None => {
+                        seen.insert(key, v.len());
+                        v.push(StackGroup {
+                            pid,
+                            count,
+                            bytes,
+                            frames,
+                        });
+                    }
+                }
+            }
             v.sort_by(|a, b| {
                 b.bytes
                     .cmp(&a.bytes)
@@ -552,6 +584,11 @@ fn tl_api(payload: &[u8], opcode: u8) -> Option<&'static str> {
     KNOWN.iter().find(|k| k.as_bytes() == s).copied()
 }
 
+fn image_provider() -> Guid {
+    static G: std::sync::OnceLock<Guid> = std::sync::OnceLock::new();
+    *G.get_or_init(|| crate::tlg::provider_guid_from_name(IMAGE_PROVIDER_NAME))
+}
+
 /// Turns Windows heap trace records (HeapTraceProvider Alloc/ReAlloc/Free with kernel StackWalk
 /// stacks) into [`HeapOp`]s.
 ///
@@ -566,6 +603,8 @@ pub struct WindowsHeapEvents {
     by_key: HashMap<(i64, u32), usize>,
     stacks: HashMap<usize, Vec<u64>>,
     pub malformed: u64,
+    /// Executable mappings (etwkit's Image events), in record order.
+    pub images: Vec<ImageMapping>,
     pub heap_events: u64,
     pub stack_events: u64,
     pub unmatched_stacks: u64,
@@ -600,6 +639,29 @@ impl WindowsHeapEvents {
             match self.by_key.get(&(ts, tid)) {
                 Some(&i) => self.stacks.entry(i).or_default().extend(frames),
                 None => self.unmatched_stacks += 1,
+            }
+            return;
+        }
+        if r.provider == image_provider() && r.descriptor.id == EVENT_IMAGE {
+            let u64_at = |o: usize| {
+                p.get(o..o + 8)
+                    .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+            };
+            let pid = p
+                .get(0..4)
+                .map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+            let name = p.get(28..).and_then(|r| r.split(|&c| c == 0).next());
+            match (pid, u64_at(4), u64_at(12), u64_at(20), name) {
+                (Some(pid), Some(start), Some(size), Some(file_offset), Some(name)) => {
+                    self.images.push(ImageMapping {
+                        pid,
+                        start,
+                        end: start.saturating_add(size),
+                        file_offset,
+                        path: String::from_utf8_lossy(name).into_owned(),
+                    })
+                }
+                _ => self.malformed += 1,
             }
             return;
         }
@@ -671,6 +733,7 @@ impl WindowsHeapEvents {
 /// provider GUID, ids/opcodes 33/34/36 and heap.json field names (pointer-sized fields are 8 bytes,
 /// so the payload offsets equal heap.json's x64 layout), plus an `Api` field; stacks as STACK_TRACE64.
 pub struct HeapEventEncoder {
+    image: crate::tlg::TlSchema,
     alloc: crate::tlg::TlSchema,
     realloc: crate::tlg::TlSchema,
     free: crate::tlg::TlSchema,
@@ -689,6 +752,14 @@ impl HeapEventEncoder {
                 .version(2)
         };
         Ok(HeapEventEncoder {
+            image: TlSchemaBuilder::new(IMAGE_PROVIDER_NAME, "Image")
+                .id(EVENT_IMAGE)
+                .field("ProcessId", I::U32, O::Default)
+                .field("ImageBase", I::U64, O::Hex)
+                .field("ImageSize", I::U64, O::Default)
+                .field("FileOffset", I::U64, O::Hex)
+                .field("FileName", I::CStr8, O::Default)
+                .build()?,
             alloc: b("Alloc", EVENT_ALLOC)
                 .field("HeapHandle", I::U64, O::Hex)
                 .field("AllocSize", I::U64, O::Default)
@@ -713,6 +784,26 @@ impl HeapEventEncoder {
                 .build()?,
             sizes: HashMap::new(),
         })
+    }
+
+    /// The record of one executable mapping of a traced process (what an offline report needs to
+    /// name its stacks), at `timestamp` (UTC FILETIME).
+    pub fn encode_image(&self, m: &ImageMapping, timestamp: i64) -> EventRecord<'static> {
+        use crate::tlg::{event_record, TlInstance, TlPayload};
+        let mut p = TlPayload::with_capacity(64 + m.path.len());
+        p.push_u32(m.pid)
+            .push_u64(m.start)
+            .push_u64(m.end.saturating_sub(m.start))
+            .push_u64(m.file_offset)
+            .push_cstr(&m.path);
+        let inst = TlInstance {
+            pid: m.pid,
+            tid: 0,
+            cpu: 0,
+            timestamp,
+            activity_id: Guid::ZERO,
+        };
+        event_record(&self.image, &inst, p.into_bytes()).into_owned()
     }
 
     /// The record of one op (HeapHandle is 0: glibc has one process heap).
