@@ -14,7 +14,13 @@
 //! `u32 magic "HSPH", u32 pid, u32 tid, u32 length` then records, each starting with
 //! `u8 type, u8 api, u16 count, u32 0`: 1 ALLOC {tsc, address, size, stack}, 2 REALLOC {tsc, old,
 //! new, size, stack}, 3 FREE {tsc, address}, 4 STACK {hash, count × address}, 5 CLOCK {tsc,
-//! CLOCK_MONOTONIC ns}.
+//! CLOCK_MONOTONIC ns}, 6 MODULE {start, end, file offset, path bytes}, 7 TRANSIENT {stack, count,
+//! bytes}, 8 MARK {tsc}.
+//!
+//! With `ETWKIT_HEAP_FULL=1` every operation is sent (nothing paired in process) and a flusher
+//! thread sends, every 20 ms, every thread's unsent records followed by a MARK: the process has sent
+//! every record stamped before the MARK's tsc, so the reader can put records of all threads in time
+//! order without holding the whole trace. The last MARK (tsc `u64::MAX`) goes at process exit.
 #![allow(clippy::missing_safety_doc)]
 
 use std::cell::{Cell, UnsafeCell};
@@ -43,6 +49,7 @@ const T_STACK: u8 = 4;
 const T_CLOCK: u8 = 5;
 const T_MODULE: u8 = 6;
 const T_TRANSIENT: u8 = 7;
+const T_MARK: u8 = 8;
 
 /// API codes (index into the reader's name table).
 const API_MALLOC: u8 = 0;
@@ -116,7 +123,7 @@ struct ThreadBuf {
     /// Stack-cache entries (see `stack_id`) and the one hit last.
     scache: UnsafeCell<[SCache; SCACHE_SLOTS]>,
     /// Recursion guard: set while this thread is inside a hook.
-    in_hook: Cell<bool>,
+    in_hook: AtomicBool,
     /// Offsets from `stack_id`'s sp of the first user return address, one per hook path seen.
     first_rel: UnsafeCell<[u64; 8]>,
     stack_hi: Cell<u64>,
@@ -197,6 +204,9 @@ unsafe fn init() {
             libc::pthread_atfork(None, None, Some(after_fork_child));
             libc::atexit(at_exit);
             STATE.store(2, Ordering::Release);
+            if FULL.load(Ordering::Relaxed) {
+                start_flusher();
+            }
         }
         _ => STATE.store(3, Ordering::Release),
     }
@@ -211,6 +221,75 @@ extern "C" fn after_fork_child() {
         let _ = p;
     }
     BUF.with(|b| b.set(std::ptr::null_mut()));
+    if FULL.load(Ordering::Relaxed) && STATE.load(Ordering::Acquire) == 2 {
+        // SAFETY: fork has re-initialized the allocator and thread machinery in this child.
+        unsafe { start_flusher() };
+    }
+}
+
+/// Runs when the shim is loaded (after libc's own constructors): turns tracing on before the
+/// program's first allocation of its own, and starts the flusher in full mode.
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = on_load;
+extern "C" fn on_load() {
+    // SAFETY: init only reads the environment and registers handlers.
+    unsafe { init() };
+}
+
+/// Full mode: every 20 ms, sends what every thread recorded and a MARK (see the crate docs).
+unsafe fn start_flusher() {
+    extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
+        // This thread never allocates through the hooks it flushes for.
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 20_000_000,
+        };
+        loop {
+            // SAFETY: nanosleep reads one timespec.
+            unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+            if FINISHED.load(Ordering::Acquire) || STATE.load(Ordering::Acquire) != 2 {
+                return std::ptr::null_mut();
+            }
+            // SAFETY: registered buffers are never freed.
+            unsafe { flush_marked() };
+        }
+    }
+    let mut t: libc::pthread_t = 0;
+    let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+    libc::pthread_attr_init(&mut attr);
+    libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+    libc::pthread_attr_setstacksize(&mut attr, 64 * 1024);
+    libc::pthread_create(&mut t, &attr, run, std::ptr::null_mut());
+    libc::pthread_attr_destroy(&mut attr);
+}
+
+/// ~1 ms of TSC ticks: a record stamped this little before a thread's hook flag became visible
+/// still goes out before the MARK that covers it.
+const MARK_MARGIN: u64 = 4_000_000;
+
+/// Sends every thread's unsent records, then a MARK: no record stamped before it is still unsent.
+/// A thread inside a hook (it may have read the TSC but not stored its record yet) is waited for.
+unsafe fn flush_marked() {
+    let t0 = tsc();
+    for slot in THREADS.iter() {
+        let p = slot.load(Ordering::Acquire);
+        if p.is_null() {
+            continue;
+        }
+        let b = &*p;
+        while b.in_hook.load(Ordering::Acquire) {
+            libc::sched_yield();
+        }
+        flush(b, false);
+    }
+    send_mark(t0.saturating_sub(MARK_MARGIN));
+}
+
+unsafe fn send_mark(t: u64) {
+    let rec = [hdr(T_MARK, 0, 0), t];
+    let bytes = std::slice::from_raw_parts(rec.as_ptr() as *const u8, 16);
+    send(0, bytes);
 }
 
 extern "C" fn at_exit() {
@@ -224,6 +303,11 @@ static FINI: extern "C" fn() = fini;
 extern "C" fn fini() {
     flush_all();
     FINISHED.store(true, Ordering::Release);
+    if FULL.load(Ordering::Relaxed) && STATE.load(Ordering::Acquire) == 2 {
+        // Everything of this process is sent: the reader may release all it holds of it.
+        // SAFETY: send only writes to the socket.
+        unsafe { send_mark(u64::MAX) };
+    }
 }
 
 fn flush_all() {
@@ -887,11 +971,11 @@ unsafe fn guarded<R>(f: impl FnOnce(&ThreadBuf) -> R) -> Option<R> {
     };
     if !p.is_null() {
         let b = &*p;
-        if b.in_hook.replace(true) {
+        if b.in_hook.swap(true, Ordering::Relaxed) {
             return None;
         }
         let r = f(b);
-        b.in_hook.set(false);
+        b.in_hook.store(false, Ordering::Release);
         return Some(r);
     }
     // First call on this thread: create the buffer under the TLS recursion guard.
@@ -902,9 +986,9 @@ unsafe fn guarded<R>(f: impl FnOnce(&ThreadBuf) -> R) -> Option<R> {
     let b = thread_buf();
     let _ = IN_HOOK.try_with(|h| h.set(false));
     let b = b?;
-    b.in_hook.set(true);
+    b.in_hook.store(true, Ordering::Relaxed);
     let r = f(b);
-    b.in_hook.set(false);
+    b.in_hook.store(false, Ordering::Release);
     Some(r)
 }
 

@@ -37,6 +37,8 @@ use probes::{Func, ProbeSite};
 pub enum HeapError {
     #[error("heap tracing needs root or CAP_PERFMON: {0}")]
     Permission(String),
+    #[error("{}", crate::live::LiveError::NotRoot)]
+    NotRoot,
     #[error("process {0} not found")]
     NoProcess(u32),
     #[error("{0}")]
@@ -245,6 +247,11 @@ pub fn heap_trace(pids: &[u32], stack_events: StackEvents) -> Result<HeapTrace, 
 
 impl HeapTrace {
     fn new(opts: HeapOptions) -> Result<HeapTrace, HeapError> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            // Uprobe definitions live in tracefs, which only root may mount and write.
+            return Err(HeapError::NotRoot);
+        }
         let defs = tracefs::UprobeDefs::new().map_err(HeapError::Setup)?;
         perf::raise_fd_limit();
         if !opts.ring_pages.is_power_of_two() {

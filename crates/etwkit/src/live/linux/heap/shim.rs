@@ -28,6 +28,7 @@ const T_STACK: u8 = 4;
 const T_CLOCK: u8 = 5;
 const T_MODULE: u8 = 6;
 const T_TRANSIENT: u8 = 7;
+const T_MARK: u8 = 8;
 const APIS: [&str; 10] = [
     "malloc",
     "calloc",
@@ -58,6 +59,40 @@ pub fn find_shim() -> Option<PathBuf> {
     .find(|p| p.is_file())
 }
 
+/// The shim library in an anonymous memory file (memfd), e.g. from bytes embedded in an executable.
+/// Its path, `/proc/<our pid>/fd/<fd>`, opens for processes of our user while this value lives.
+pub struct ShimFile {
+    _fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl ShimFile {
+    pub fn from_bytes(bytes: &[u8]) -> io::Result<ShimFile> {
+        use std::io::Write;
+        // SAFETY: memfd_create reads a NUL-terminated name; the descriptor it returns is ours.
+        let fd = unsafe { libc::memfd_create(c"etwkit-heapshim.so".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut f = std::fs::File::from(fd.try_clone()?);
+        f.write_all(bytes)?;
+        Ok(ShimFile {
+            path: PathBuf::from(format!(
+                "/proc/{}/fd/{}",
+                std::process::id(),
+                fd.as_raw_fd()
+            )),
+            _fd: fd,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// Counters of a shim trace.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct ShimStats {
@@ -81,8 +116,53 @@ struct AddrState {
     frees: Vec<(u64, HeapOp)>,
 }
 
+/// How the shim records.
+#[derive(Clone, Copy, Debug)]
+pub struct ShimOptions {
+    /// The events that carry a stack.
+    pub stacks: StackEvents,
+    /// Send every operation, reallocations as such, delivered in time order (for writing them all,
+    /// e.g. to ETL). Otherwise short-lived pairs are counted in process ([`ShimTrace::transient`]),
+    /// reallocations arrive as a free and an allocation ([`ShimTrace::reallocs`] counts them), and
+    /// operations arrive in no particular order. Costs more in the traced process.
+    pub every_op: bool,
+}
+
+/// An operation held until every thread of its process has sent what came before it (every-op
+/// mode), ordered by (tsc, arrival).
+struct Held {
+    tsc: u64,
+    seq: u64,
+    op: HeapOp,
+}
+impl PartialEq for Held {
+    fn eq(&self, o: &Self) -> bool {
+        (self.tsc, self.seq) == (o.tsc, o.seq)
+    }
+}
+impl Eq for Held {}
+impl PartialOrd for Held {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Held {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        // Reversed: BinaryHeap pops the earliest first.
+        (o.tsc, o.seq).cmp(&(self.tsc, self.seq))
+    }
+}
+
 /// A command running with the heap shim preloaded.
 pub struct ShimTrace {
+    every_op: bool,
+    /// Every-op mode: operations not yet released, and per process the tsc before which it has
+    /// sent everything (`u64::MAX` once it exited).
+    held: std::collections::BinaryHeap<Held>,
+    marks: HashMap<u32, u64>,
+    seq: u64,
+    /// Last delivered FILETIME (every-op mode delivers non-decreasing times).
+    last_time: i64,
     child: Option<Child>,
     sock: OwnedFd,
     stacks: HashMap<(u32, u64), Arc<[u64]>>,
@@ -107,6 +187,23 @@ impl ShimTrace {
         shim: &Path,
         stacks: StackEvents,
     ) -> Result<ShimTrace, HeapError> {
+        Self::spawn_with(
+            cmd,
+            shim,
+            ShimOptions {
+                stacks,
+                every_op: false,
+            },
+        )
+    }
+
+    /// Starts `cmd` with the shim preloaded, recording as `opts` says.
+    pub fn spawn_with(
+        cmd: &mut Command,
+        shim: &Path,
+        opts: ShimOptions,
+    ) -> Result<ShimTrace, HeapError> {
+        let stacks = opts.stacks;
         let mut fds = [0i32; 2];
         // SAFETY: socketpair writes two descriptors into the array we pass.
         let r = unsafe {
@@ -148,6 +245,11 @@ impl ShimTrace {
         cmd.env("LD_PRELOAD", preload)
             .env("ETWKIT_HEAP_FD", child_fd.to_string())
             .env("ETWKIT_HEAP_STACKS", mask.to_string());
+        if opts.every_op {
+            cmd.env("ETWKIT_HEAP_FULL", "1");
+        } else {
+            cmd.env_remove("ETWKIT_HEAP_FULL");
+        }
         // SAFETY: runs in the forked child before exec; fcntl is async-signal-safe. It keeps the
         // shim's socket open across exec.
         unsafe {
@@ -164,6 +266,11 @@ impl ShimTrace {
         })?;
         drop(theirs);
         Ok(ShimTrace {
+            every_op: opts.every_op,
+            held: Default::default(),
+            marks: HashMap::new(),
+            seq: 0,
+            last_time: i64::MIN,
             child: Some(child),
             sock: ours,
             stacks: HashMap::new(),
@@ -239,6 +346,14 @@ impl ShimTrace {
             let msg = buf[..n as usize].to_vec();
             self.parse(&msg);
             progress(self.stats.records);
+            if self.every_op {
+                // Released up to the earliest mark of the processes still sending.
+                let w = self.marks.values().copied().min().unwrap_or(0);
+                if self.release(w, &mut f).is_break() {
+                    return Ok(());
+                }
+                continue;
+            }
             // Completed pairs can go now (their order does not matter to the analysis).
             let ready = std::mem::take(&mut self.ready);
             for op in &ready {
@@ -246,6 +361,10 @@ impl ShimTrace {
                     return Ok(());
                 }
             }
+        }
+        if self.every_op {
+            let _ = self.release(u64::MAX, &mut f);
+            return Ok(());
         }
         // Unpaired allocations are outstanding, unpaired frees hit blocks allocated before tracing
         // or inside the allocator; deliver them in time order after the pairs.
@@ -266,6 +385,32 @@ impl ShimTrace {
             }
         }
         Ok(())
+    }
+
+    /// Every-op mode: delivers, in time order, the held operations stamped before `w`.
+    fn release(
+        &mut self,
+        w: u64,
+        f: &mut impl FnMut(&HeapOp) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
+        while self.held.peek().is_some_and(|h| h.tsc < w) {
+            let Held { tsc, mut op, .. } = self.held.pop().expect("peeked");
+            // The tsc→time mapping is refined as anchors arrive: never let time go backwards.
+            let t = self.filetime(tsc).max(self.last_time);
+            self.last_time = t;
+            op.timestamp = t;
+            f(&op)?;
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn hold(&mut self, tsc: u64, op: HeapOp) {
+        self.seq += 1;
+        self.held.push(Held {
+            tsc,
+            seq: self.seq,
+            op,
+        });
     }
 
     /// Alloc/free pairs the shim counted without sending them: (pid, stack, api, count, bytes).
@@ -359,6 +504,9 @@ impl ShimTrace {
             self.stats.malformed += 1;
             return;
         };
+        if self.every_op {
+            self.marks.entry(pid).or_insert(0);
+        }
         let end = (16 + len as usize).min(msg.len());
         let mut o = 16;
         while o + 8 <= end {
@@ -373,6 +521,7 @@ impl ShimTrace {
                 T_CLOCK => 3,
                 T_MODULE => 4 + count.div_ceil(8),
                 T_TRANSIENT => 4,
+                T_MARK => 2,
                 _ => {
                     self.stats.malformed += 1;
                     return;
@@ -408,7 +557,30 @@ impl ShimTrace {
                         },
                         stack,
                     };
-                    self.add_alloc(at(1), op, at(2));
+                    if self.every_op {
+                        self.hold(at(1), op);
+                    } else {
+                        self.add_alloc(at(1), op, at(2));
+                    }
+                }
+                T_REALLOC if self.every_op => {
+                    let op = HeapOp {
+                        pid,
+                        tid,
+                        timestamp: 0,
+                        api: api_name,
+                        kind: HeapOpKind::Realloc {
+                            old_address: at(2),
+                            new_address: at(3),
+                            new_size: at(4),
+                        },
+                        stack: stack_of(self, at(5)),
+                    };
+                    self.hold(at(1), op);
+                }
+                T_MARK => {
+                    let m = self.marks.entry(pid).or_insert(0);
+                    *m = (*m).max(at(1));
                 }
                 T_REALLOC => {
                     let stack = stack_of(self, at(5));
@@ -451,7 +623,11 @@ impl ShimTrace {
                         kind,
                         stack,
                     };
-                    self.add_free(at(1), op, at(2));
+                    if self.every_op {
+                        self.hold(at(1), op);
+                    } else {
+                        self.add_free(at(1), op, at(2));
+                    }
                 }
                 T_TRANSIENT => {
                     let stack = stack_of(self, at(1));
