@@ -9,9 +9,17 @@ use etwkit::analysis::heap::{HeapAnalyzer, HeapReport, WindowsHeapEvents};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Trace this running process (every thread); repeatable.
+    /// Trace this running process (every thread, and threads it starts later). One process: the
+    /// allocator shim is loaded into it (ptrace + its own dlopen) and taken out again at the end;
+    /// several, or where that cannot work: uprobes. Repeatable.
     #[arg(long = "pid")]
     pids: Vec<u32>,
+    /// Stop tracing after this many seconds (else at Ctrl-C, or when the traced processes end).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// With --pid in shim mode: also trace children the process forks from now on.
+    #[arg(long)]
+    follow_forks: bool,
     /// Heap events that carry a stack: any of alloc,realloc,free, or none.
     #[arg(long, default_value = "alloc,realloc")]
     stacks: String,
@@ -21,8 +29,9 @@ pub struct Args {
     /// Report format.
     #[arg(long, default_value = "table", value_parser = ["table", "json"])]
     format: String,
-    /// How a spawned command is traced: `shim` (LD_PRELOAD allocator shim, fast), `uprobe` (perf
-    /// uprobes, like attach mode) or `auto` (the shim when libetwkit_heapshim.so is found).
+    /// How processes are traced: `shim` (the allocator shim built into etwkit, or $ETWKIT_HEAPSHIM:
+    /// preloaded into a command, loaded into a running process; exact and fast), `uprobe` (perf
+    /// uprobes; slow, may lose events) or `auto` (the shim wherever it can work).
     #[arg(long, default_value = "auto", value_parser = ["auto", "shim", "uprobe"])]
     mode: String,
     /// Report from a saved trace instead of tracing live.
@@ -239,6 +248,16 @@ fn live(a: &Args) -> anyhow::Result<LiveOutcome> {
     }
     if a.command.is_empty() {
         why_uprobes = "attached to running processes".into();
+        if a.mode != "uprobe" {
+            match attach_shim(a, stacks) {
+                Ok(outcome) => return Ok(outcome),
+                Err(AttachFallback::Reason(why)) if a.mode == "auto" => {
+                    why_uprobes = format!("because the allocator shim cannot be loaded: {why}")
+                }
+                Err(AttachFallback::Reason(why)) => bail!("{why}"),
+                Err(AttachFallback::Error(e)) => return Err(e),
+            }
+        }
     }
     let opts = HeapOptions {
         stacks,
@@ -257,8 +276,9 @@ fn live(a: &Args) -> anyhow::Result<LiveOutcome> {
         child = Some(suspended.resume()?);
         t
     };
-    // Ctrl-C ends the trace (the report still prints).
+    // Ctrl-C or --duration ends the trace (the report still prints).
     let stop = trace.stop_handle();
+    stop_after(a.duration, &stop);
     ctrlc_stop(stop);
 
     let mut writer = open_output(a.output.as_deref())?;
@@ -332,22 +352,83 @@ fn live(a: &Args) -> anyhow::Result<LiveOutcome> {
 }
 
 #[cfg(target_os = "linux")]
+enum AttachFallback {
+    /// Injection cannot work here (one sentence).
+    Reason(String),
+    Error(anyhow::Error),
+}
+
+/// `--pid P`: loads the shim into P and traces it until Ctrl-C, --duration or its end.
+#[cfg(target_os = "linux")]
+fn attach_shim(
+    a: &Args,
+    stacks: etwkit::live::linux::heap::StackEvents,
+) -> Result<LiveOutcome, AttachFallback> {
+    use etwkit::live::linux::heap::inject::InjectError;
+    use etwkit::live::linux::heap::shim::{installed_copy, ShimOptions, ShimTrace};
+    if a.pids.len() != 1 {
+        return Err(AttachFallback::Reason(
+            "the shim attaches to one process at a time".into(),
+        ));
+    }
+    let pid = a.pids[0];
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(AttachFallback::Error(anyhow::anyhow!("process {pid} not found")));
+    }
+    // A file the target can open (the memfd of spawn mode is ours alone).
+    let path = match std::env::var_os("ETWKIT_HEAPSHIM") {
+        Some(p) => PathBuf::from(p),
+        None => match EMBEDDED_SHIM {
+            Some(bytes) => installed_copy(bytes).map_err(|e| {
+                AttachFallback::Reason(format!("the built-in shim could not be written out ({e})"))
+            })?,
+            None => {
+                return Err(AttachFallback::Reason(
+                    shim().err().unwrap_or_else(|| "no shim".into()),
+                ))
+            }
+        },
+    };
+    let opts = ShimOptions {
+        stacks,
+        every_op: a.output.is_some(),
+    };
+    let trace = match ShimTrace::attach(pid, &path, opts, a.follow_forks) {
+        Ok(t) => t,
+        Err(InjectError::Unsupported(why)) => return Err(AttachFallback::Reason(why)),
+        Err(InjectError::Failed(why)) => return Err(AttachFallback::Error(anyhow::anyhow!(why))),
+    };
+    eprintln!("etwkit heap: allocator shim loaded into process {pid}; Ctrl-C to stop");
+    run_shim(a, trace).map_err(AttachFallback::Error)
+}
+
+#[cfg(target_os = "linux")]
 fn live_shim(
     a: &Args,
     shim: &std::path::Path,
     stacks: etwkit::live::linux::heap::StackEvents,
 ) -> anyhow::Result<LiveOutcome> {
     use etwkit::live::linux::heap::shim::{ShimOptions, ShimTrace};
-    use etwkit::live::linux::unwind::LinuxStackNamer;
-    use std::time::{Duration, Instant};
-
     let mut cmd = command(a);
     // Every operation goes to the ETL file, in time order: no in-process pairing.
     let opts = ShimOptions {
         stacks,
         every_op: a.output.is_some(),
     };
-    let mut trace = ShimTrace::spawn_with(&mut cmd, shim, opts)?;
+    let trace = ShimTrace::spawn_with(&mut cmd, shim, opts)?;
+    run_shim(a, trace)
+}
+
+/// Reads a shim trace (spawned or attached) to its end; the report.
+#[cfg(target_os = "linux")]
+fn run_shim(
+    a: &Args,
+    mut trace: etwkit::live::linux::heap::shim::ShimTrace,
+) -> anyhow::Result<LiveOutcome> {
+    use etwkit::live::linux::unwind::LinuxStackNamer;
+    use std::time::{Duration, Instant};
+
+    stop_after(a.duration, &trace.stop_handle());
     ctrlc_stop(trace.stop_handle());
     let mut writer = open_output(a.output.as_deref())?;
     let mut write_err = None;
@@ -404,6 +485,14 @@ fn live_shim(
             "the command was killed by signal {sig}: heap operations it had not sent yet are missing"
         ));
     }
+    if let Some(pid) = trace.attached_pid() {
+        an.set_tracing_started(trace.started());
+        if !trace.detached_cleanly() {
+            an.add_note(format!(
+                "process {pid} did not confirm the end of tracing: operations it had not sent are missing"
+            ));
+        }
+    }
     let mut namer = LinuxStackNamer::new(maps);
     let report = an.report(Some(&mut namer), a.top, a.frames);
     let exact = if report.exact {
@@ -411,11 +500,27 @@ fn live_shim(
     } else {
         "FIGURES ARE NOT EXACT"
     };
+    let how = match trace.attached_pid() {
+        Some(pid) => format!("traced with the allocator shim loaded into process {pid}, now taken out again ({exact})"),
+        None => format!("traced with the allocator shim ({exact})"),
+    };
     Ok(LiveOutcome {
         report,
         status,
-        mode: format!("traced with the allocator shim ({exact})"),
+        mode: how,
     })
+}
+
+/// `--duration`: sets the stop flag after that many seconds.
+#[cfg(target_os = "linux")]
+fn stop_after(d: Option<f64>, stop: &std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    if let Some(d) = d {
+        let s = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs_f64(d.max(0.0)));
+            s.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
 }
 
 #[cfg(target_os = "linux")]

@@ -31,6 +31,8 @@ use std::sync::{Mutex, RwLock};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
 
+mod attach;
+
 extern "C" {
     fn __libc_malloc(size: usize) -> *mut libc::c_void;
     fn __libc_calloc(n: usize, size: usize) -> *mut libc::c_void;
@@ -40,6 +42,36 @@ extern "C" {
     fn __libc_valloc(size: usize) -> *mut libc::c_void;
     fn __libc_pvalloc(size: usize) -> *mut libc::c_void;
 }
+
+/// The allocator the hooks forward to, by `R_*` index: 0 means glibc's `__libc_*` entry point (the
+/// preloaded shim's own exported names would recurse); when attached to a running process, what
+/// that process's own lookup of each name gives (set before any hook is installed), so a program
+/// keeps the allocator it started with.
+static REAL: [AtomicUsize; 7] = [const { AtomicUsize::new(0) }; 7];
+const R_MALLOC: usize = 0;
+const R_CALLOC: usize = 1;
+const R_REALLOC: usize = 2;
+const R_FREE: usize = 3;
+const R_MEMALIGN: usize = 4;
+const R_VALLOC: usize = 5;
+const R_PVALLOC: usize = 6;
+
+macro_rules! real {
+    ($idx:expr, $libc:ident, $ty:ty) => {{
+        let f = REAL[$idx].load(Ordering::Relaxed);
+        if f == 0 {
+            $libc as $ty
+        } else {
+            // SAFETY: set from the process's symbol of this very function (same signature).
+            std::mem::transmute::<usize, $ty>(f)
+        }
+    }};
+}
+type FnAlloc = unsafe extern "C" fn(usize) -> *mut libc::c_void;
+type FnCalloc = unsafe extern "C" fn(usize, usize) -> *mut libc::c_void;
+type FnRealloc = unsafe extern "C" fn(*mut libc::c_void, usize) -> *mut libc::c_void;
+type FnFree = unsafe extern "C" fn(*mut libc::c_void);
+type FnMemalign = unsafe extern "C" fn(usize, usize) -> *mut libc::c_void;
 
 const MAGIC: u32 = u32::from_le_bytes(*b"HSPH");
 const T_ALLOC: u8 = 1;
@@ -213,6 +245,10 @@ unsafe fn init() {
 }
 
 extern "C" fn after_fork_child() {
+    if attach::after_fork_child() {
+        // Attached and not following children: this child runs untraced.
+        return;
+    }
     // The child keeps tracing into the same socket under its own pid; records the parent had not
     // sent yet stay the parent's (drop the copies).
     PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
@@ -221,7 +257,7 @@ extern "C" fn after_fork_child() {
         let _ = p;
     }
     BUF.with(|b| b.set(std::ptr::null_mut()));
-    if FULL.load(Ordering::Relaxed) && STATE.load(Ordering::Acquire) == 2 {
+    if FULL.load(Ordering::Relaxed) && STATE.load(Ordering::Acquire) == 2 && !attach::attached() {
         // SAFETY: fork has re-initialized the allocator and thread machinery in this child.
         unsafe { start_flusher() };
     }
@@ -347,7 +383,6 @@ unsafe fn flush(b: &ThreadBuf, reset: bool) {
 }
 
 unsafe fn send(tid: u32, data: &[u8]) {
-    let fd = FD.load(Ordering::Relaxed);
     let hdr: [u32; 4] = [MAGIC, PID.load(Ordering::Relaxed), tid, data.len() as u32];
     let iov = [
         libc::iovec {
@@ -360,9 +395,33 @@ unsafe fn send(tid: u32, data: &[u8]) {
         },
     ];
     let _g = SEND_LOCK.lock();
+    // Read under the lock: detaching closes the socket under it.
+    let fd = FD.load(Ordering::Acquire);
+    if fd < 0 {
+        return;
+    }
+    let msg = libc::msghdr {
+        msg_name: std::ptr::null_mut(),
+        msg_namelen: 0,
+        msg_iov: iov.as_ptr() as *mut libc::iovec,
+        msg_iovlen: 2,
+        msg_control: std::ptr::null_mut(),
+        msg_controllen: 0,
+        msg_flags: 0,
+    };
     loop {
-        let r = libc::writev(fd, iov.as_ptr(), 2);
-        if r >= 0 || *libc::__errno_location() != libc::EINTR {
+        // MSG_NOSIGNAL: a tracer that went away must not kill the program with SIGPIPE.
+        let r = libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL);
+        if r >= 0 {
+            break;
+        }
+        let e = *libc::__errno_location();
+        if e != libc::EINTR {
+            if e == libc::EPIPE || e == libc::ECONNRESET {
+                // The tracer is gone: stop recording (attached: the control thread also undoes
+                // the interposition when it notices).
+                attach::peer_gone();
+            }
             break;
         }
     }
@@ -971,7 +1030,12 @@ unsafe fn guarded<R>(f: impl FnOnce(&ThreadBuf) -> R) -> Option<R> {
     };
     if !p.is_null() {
         let b = &*p;
-        if b.in_hook.swap(true, Ordering::Relaxed) {
+        if b.in_hook.swap(true, Ordering::SeqCst) {
+            return None;
+        }
+        // Detaching sets STATE, then waits for every in_hook to clear: seen here, or waited for.
+        if STATE.load(Ordering::SeqCst) != 2 {
+            b.in_hook.store(false, Ordering::Release);
             return None;
         }
         let r = f(b);
@@ -986,7 +1050,11 @@ unsafe fn guarded<R>(f: impl FnOnce(&ThreadBuf) -> R) -> Option<R> {
     let b = thread_buf();
     let _ = IN_HOOK.try_with(|h| h.set(false));
     let b = b?;
-    b.in_hook.store(true, Ordering::Relaxed);
+    b.in_hook.store(true, Ordering::SeqCst);
+    if STATE.load(Ordering::SeqCst) != 2 {
+        b.in_hook.store(false, Ordering::Release);
+        return None;
+    }
     let r = f(b);
     b.in_hook.store(false, Ordering::Release);
     Some(r)
@@ -1043,16 +1111,16 @@ unsafe fn record_alloc(api: u8, addr: *mut libc::c_void, size: usize) {
     });
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn malloc(size: usize) -> *mut libc::c_void {
-    let p = __libc_malloc(size);
+#[inline(always)]
+pub(crate) unsafe fn malloc_impl(size: usize) -> *mut libc::c_void {
+    let p = real!(R_MALLOC, __libc_malloc, FnAlloc)(size);
     record_alloc(API_MALLOC, p, size);
     p
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut libc::c_void {
-    let p = __libc_calloc(n, size);
+#[inline(always)]
+pub(crate) unsafe fn calloc_impl(n: usize, size: usize) -> *mut libc::c_void {
+    let p = real!(R_CALLOC, __libc_calloc, FnCalloc)(n, size);
     record_alloc(API_CALLOC, p, n.wrapping_mul(size));
     p
 }
@@ -1099,15 +1167,15 @@ unsafe fn record_realloc(api: u8, old: *mut libc::c_void, new: *mut libc::c_void
     });
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn realloc(old: *mut libc::c_void, size: usize) -> *mut libc::c_void {
-    let p = __libc_realloc(old, size);
+#[inline(always)]
+pub(crate) unsafe fn realloc_impl(old: *mut libc::c_void, size: usize) -> *mut libc::c_void {
+    let p = real!(R_REALLOC, __libc_realloc, FnRealloc)(old, size);
     record_realloc(API_REALLOC, old, p, size);
     p
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn reallocarray(
+#[inline(always)]
+pub(crate) unsafe fn reallocarray_impl(
     old: *mut libc::c_void,
     n: usize,
     size: usize,
@@ -1116,13 +1184,13 @@ pub unsafe extern "C" fn reallocarray(
         *libc::__errno_location() = libc::ENOMEM;
         return std::ptr::null_mut();
     };
-    let p = __libc_realloc(old, total);
+    let p = real!(R_REALLOC, __libc_realloc, FnRealloc)(old, total);
     record_realloc(API_REALLOCARRAY, old, p, total);
     p
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn free(p: *mut libc::c_void) {
+#[inline(always)]
+pub(crate) unsafe fn free_impl(p: *mut libc::c_void) {
     if !p.is_null() {
         guarded(|b| {
             if let Some(e) = pend_take(b, p as u64) {
@@ -1135,16 +1203,12 @@ pub unsafe extern "C" fn free(p: *mut libc::c_void) {
             }
         });
     }
-    __libc_free(p);
+    real!(R_FREE, __libc_free, FnFree)(p);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cfree(p: *mut libc::c_void) {
-    free(p)
-}
 
-#[no_mangle]
-pub unsafe extern "C" fn posix_memalign(
+#[inline(always)]
+pub(crate) unsafe fn posix_memalign_impl(
     out: *mut *mut libc::c_void,
     align: usize,
     size: usize,
@@ -1152,7 +1216,7 @@ pub unsafe extern "C" fn posix_memalign(
     if align < std::mem::size_of::<usize>() || !align.is_power_of_two() {
         return libc::EINVAL;
     }
-    let p = __libc_memalign(align, size);
+    let p = real!(R_MEMALIGN, __libc_memalign, FnMemalign)(align, size);
     if p.is_null() {
         return libc::ENOMEM;
     }
@@ -1161,30 +1225,86 @@ pub unsafe extern "C" fn posix_memalign(
     0
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut libc::c_void {
-    let p = __libc_memalign(align, size);
+#[inline(always)]
+pub(crate) unsafe fn aligned_alloc_impl(align: usize, size: usize) -> *mut libc::c_void {
+    let p = real!(R_MEMALIGN, __libc_memalign, FnMemalign)(align, size);
     record_alloc(API_ALIGNED_ALLOC, p, size);
     p
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut libc::c_void {
-    let p = __libc_memalign(align, size);
+#[inline(always)]
+pub(crate) unsafe fn memalign_impl(align: usize, size: usize) -> *mut libc::c_void {
+    let p = real!(R_MEMALIGN, __libc_memalign, FnMemalign)(align, size);
     record_alloc(API_MEMALIGN, p, size);
     p
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn valloc(size: usize) -> *mut libc::c_void {
-    let p = __libc_valloc(size);
+#[inline(always)]
+pub(crate) unsafe fn valloc_impl(size: usize) -> *mut libc::c_void {
+    let p = real!(R_VALLOC, __libc_valloc, FnAlloc)(size);
     record_alloc(API_VALLOC, p, size);
     p
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pvalloc(size: usize) -> *mut libc::c_void {
-    let p = __libc_pvalloc(size);
+#[inline(always)]
+pub(crate) unsafe fn pvalloc_impl(size: usize) -> *mut libc::c_void {
+    let p = real!(R_PVALLOC, __libc_pvalloc, FnAlloc)(size);
     record_alloc(API_PVALLOC, p, size);
     p
+}
+
+// The exported names (what a preloaded shim interposes). Attached, the hooks written into the
+// process's GOT entries are the local functions of `attach` instead: an exported name, taken from
+// inside a dlopened library, can resolve to the process's own malloc.
+#[no_mangle]
+pub unsafe extern "C" fn malloc(size: usize) -> *mut libc::c_void {
+    malloc_impl(size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut libc::c_void {
+    calloc_impl(n, size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn realloc(old: *mut libc::c_void, size: usize) -> *mut libc::c_void {
+    realloc_impl(old, size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(
+    old: *mut libc::c_void,
+    n: usize,
+    size: usize,
+) -> *mut libc::c_void {
+    reallocarray_impl(old, n, size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn free(p: *mut libc::c_void) {
+    free_impl(p)
+}
+#[no_mangle]
+pub unsafe extern "C" fn cfree(p: *mut libc::c_void) {
+    free_impl(p)
+}
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(
+    out: *mut *mut libc::c_void,
+    align: usize,
+    size: usize,
+) -> i32 {
+    posix_memalign_impl(out, align, size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut libc::c_void {
+    aligned_alloc_impl(align, size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut libc::c_void {
+    memalign_impl(align, size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn valloc(size: usize) -> *mut libc::c_void {
+    valloc_impl(size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn pvalloc(size: usize) -> *mut libc::c_void {
+    pvalloc_impl(size)
 }

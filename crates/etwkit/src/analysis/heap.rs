@@ -161,9 +161,17 @@ pub struct HeapAnalyzer {
     ops: u64,
     lost_events: u64,
     notes: Vec<String>,
+    /// When tracing began on running processes (attach): earlier blocks were not seen.
+    started: Option<i64>,
 }
 
 impl HeapAnalyzer {
+    /// Tracing began at `filetime` (UTC FILETIME) on processes already running: frees of blocks
+    /// allocated earlier are counted as such, and the report says when tracing started.
+    pub fn set_tracing_started(&mut self, filetime: i64) {
+        self.started = Some(filetime);
+    }
+
     pub fn new() -> HeapAnalyzer {
         HeapAnalyzer::default()
     }
@@ -384,7 +392,11 @@ impl HeapAnalyzer {
         }
         exact &= self.lost_events == 0 && replaced == 0;
         let unknown: u64 = processes.iter().map(|p| p.frees_of_unknown_blocks).sum();
-        if unknown > 0 {
+        if unknown > 0 && self.started.is_some() {
+            notes.push(format!(
+                "{unknown} frees of blocks allocated before tracing started (not counted as frees; not leaks)"
+            ));
+        } else if unknown > 0 {
             // Not a loss by itself: blocks allocated before attaching, or by the allocator's internals
             // (glibc's per-thread tcache comes from _int_malloc, ld.so's early blocks from its minimal
             // malloc) are freed through free(). Outstanding figures of what was seen stay exact.
@@ -393,6 +405,7 @@ impl HeapAnalyzer {
             ));
         }
         HeapReport {
+            tracing_started: self.started.map(crate::time::format_rfc3339),
             exact,
             notes,
             lost_events: self.lost_events,
@@ -475,6 +488,8 @@ pub struct ProcessSummary {
 /// The leak report.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct HeapReport {
+    /// When tracing began, for processes that were already running (RFC 3339, UTC).
+    pub tracing_started: Option<String>,
     /// False when anything (lost events, unmatched frees...) makes the figures approximate.
     pub exact: bool,
     pub notes: Vec<String>,
@@ -497,6 +512,9 @@ impl HeapReport {
             "Heap report: {} operations, {} outstanding blocks, {} bytes outstanding",
             self.operations, self.outstanding_total, self.outstanding_bytes_total
         );
+        if let Some(t) = &self.tracing_started {
+            let _ = writeln!(s, "Tracing started at {t} (attached to running processes).");
+        }
         if self.exact {
             let _ = writeln!(s, "Figures are exact (no events lost).");
         } else {

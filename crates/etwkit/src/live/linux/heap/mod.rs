@@ -12,6 +12,7 @@
 //! [`spawn_suspended`] starts a command stopped before its first instruction (PTRACE_TRACEME),
 //! so probes are armed before its first allocation; [`SuspendedChild::resume`] lets it run.
 
+pub mod inject;
 pub mod perf;
 pub mod probes;
 pub mod session;

@@ -29,6 +29,11 @@ const T_CLOCK: u8 = 5;
 const T_MODULE: u8 = 6;
 const T_TRANSIENT: u8 = 7;
 const T_MARK: u8 = 8;
+const T_BYE: u8 = 9;
+const CONFIG_MAGIC: u32 = u32::from_le_bytes(*b"HSCF");
+const DETACH_MAGIC: u32 = u32::from_le_bytes(*b"DTCH");
+/// How long a detaching process may take to send what it recorded.
+const DETACH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 const APIS: [&str; 10] = [
     "malloc",
     "calloc",
@@ -93,6 +98,52 @@ impl ShimFile {
     }
 }
 
+/// A copy of the shim `bytes` on disk that any process can open (attach mode: the target loads it
+/// by path): `/run/etwkit` as root, else `$TMPDIR/etwkit-<uid>`, a directory of ours that only we
+/// can write, named by the bytes' hash (the same copy serves every attach of the same shim).
+pub fn installed_copy(bytes: &[u8]) -> io::Result<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let dir = if uid == 0 {
+        PathBuf::from("/run/etwkit")
+    } else {
+        std::env::temp_dir().join(format!("etwkit-{uid}"))
+    };
+    match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(&dir)?;
+    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o022 != 0 {
+        return Err(io::Error::other(format!(
+            "{} is not a directory that only this user can write",
+            dir.display()
+        )));
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let path = dir.join(format!("libetwkit_heapshim-{h:016x}.so"));
+    if std::fs::read(&path).is_ok_and(|b| b == bytes) {
+        return Ok(path);
+    }
+    let tmp = dir.join(format!(".shim-{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
+}
+
 /// Counters of a shim trace.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct ShimStats {
@@ -153,9 +204,16 @@ impl Ord for Held {
     }
 }
 
-/// A command running with the heap shim preloaded.
+/// A command running with the heap shim preloaded, or a running process the shim was loaded into.
 pub struct ShimTrace {
     every_op: bool,
+    /// Attach mode: the process, when the detach request went out, whether its BYE arrived.
+    attached: Option<u32>,
+    detach_sent: Option<std::time::Instant>,
+    bye: bool,
+    clean_end: bool,
+    /// UTC FILETIME when tracing began.
+    started: i64,
     /// Every-op mode: operations not yet released, and per process the tsc before which it has
     /// sent everything (`u64::MAX` once it exited).
     held: std::collections::BinaryHeap<Held>,
@@ -265,14 +323,24 @@ impl ShimTrace {
             source: e,
         })?;
         drop(theirs);
-        Ok(ShimTrace {
-            every_op: opts.every_op,
+        Ok(ShimTrace::new(ours, Some(child), opts.every_op, None))
+    }
+
+    fn new(sock: OwnedFd, child: Option<Child>, every_op: bool, attached: Option<u32>) -> ShimTrace {
+        let clock = perf::clocks_now();
+        ShimTrace {
+            attached,
+            detach_sent: None,
+            bye: false,
+            clean_end: false,
+            started: (clock.1 / 100) as i64 + 116_444_736_000_000_000,
+            every_op,
             held: Default::default(),
             marks: HashMap::new(),
             seq: 0,
             last_time: i64::MIN,
-            child: Some(child),
-            sock: ours,
+            child,
+            sock,
             stacks: HashMap::new(),
             maps: HashMap::new(),
             addrs: HashMap::new(),
@@ -280,10 +348,74 @@ impl ShimTrace {
             transient: Vec::new(),
             reallocs: HashMap::new(),
             anchors: None,
-            clock: perf::clocks_now(),
+            clock,
             stop: Arc::new(AtomicBool::new(false)),
             stats: ShimStats::default(),
-        })
+        }
+    }
+
+    /// Loads the shim into running process `pid` (ptrace, its own dlopen; see [`super::inject`]) and
+    /// traces it from that moment until [`ShimTrace::stop_handle`] is set (then the process undoes
+    /// the interposition and sends what it recorded) or it exits. `shim` must be a path the process
+    /// can open. With `follow_forks`, children it forks later are traced too.
+    pub fn attach(
+        pid: u32,
+        shim: &Path,
+        opts: ShimOptions,
+        follow_forks: bool,
+    ) -> Result<ShimTrace, super::inject::InjectError> {
+        use super::inject::InjectError;
+        let failed = |what: &str, e: io::Error| InjectError::Failed(format!("{what}: {e}"));
+        let nonce = perf::clocks_now().0 ^ ((pid as u64) << 32);
+        let name = format!("etwkit-heap-{}-{nonce:x}", std::process::id());
+        let listener = abstract_listener(&name).map_err(|e| failed("listening for the shim", e))?;
+        let mask = opts.stacks.alloc as u32
+            | (opts.stacks.realloc as u32) << 1
+            | (opts.stacks.free as u32) << 2;
+        let flags = opts.every_op as u32 | (follow_forks as u32) << 1;
+        let give_up = Arc::new(AtomicBool::new(false));
+        let g = give_up.clone();
+        let acceptor = std::thread::spawn(move || accept_shim(listener, pid, [CONFIG_MAGIC, mask, flags, 0], &g));
+        let r = super::inject::inject_shim(pid, shim, nonce);
+        give_up.store(true, Ordering::Relaxed);
+        let sock = acceptor.join().unwrap_or_else(|_| Err("the acceptor thread panicked".into()));
+        let n = r?;
+        if n < 0 {
+            let e = io::Error::from_raw_os_error(-n as i32);
+            return Err(InjectError::Failed(match -n as i32 {
+                libc::EBUSY => format!("process {pid} is already traced by an etwkit heap shim"),
+                _ => format!("the shim in process {pid} could not connect back: {e}"),
+            }));
+        }
+        let sock = sock.map_err(InjectError::Failed)?;
+        let size: libc::c_int = 4 << 20;
+        // SAFETY: setsockopt reads one c_int through a valid pointer.
+        unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                &size as *const _ as *const libc::c_void,
+                4,
+            );
+        }
+        Ok(ShimTrace::new(sock, None, opts.every_op, Some(pid)))
+    }
+
+    /// UTC FILETIME when tracing began (the attach, or the spawn).
+    pub fn started(&self) -> i64 {
+        self.started
+    }
+
+    /// The attached process, in attach mode.
+    pub fn attached_pid(&self) -> Option<u32> {
+        self.attached
+    }
+
+    /// Attach mode: the process confirmed the end of tracing (it undid its hooks and sent all it
+    /// had), or exited.
+    pub fn detached_cleanly(&self) -> bool {
+        self.clean_end
     }
 
     pub fn child_mut(&mut self) -> Option<&mut Child> {
@@ -314,7 +446,39 @@ impl ShimTrace {
         let mut buf = vec![0u8; 256 * 1024];
         loop {
             if self.stop.load(Ordering::Relaxed) {
-                break;
+                match (self.attached, self.detach_sent) {
+                    (None, _) => break,
+                    (Some(_), None) => {
+                        // Ask the process to undo its hooks and send the rest; read until it has.
+                        let m = [DETACH_MAGIC, 0, 0, 0];
+                        // SAFETY: send reads 16 bytes from our array.
+                        unsafe {
+                            libc::send(
+                                self.sock.as_raw_fd(),
+                                m.as_ptr() as *const libc::c_void,
+                                16,
+                                libc::MSG_NOSIGNAL,
+                            );
+                        }
+                        self.detach_sent = Some(std::time::Instant::now());
+                    }
+                    (Some(_), Some(t)) => {
+                        if self.bye || t.elapsed() > DETACH_TIMEOUT {
+                            break;
+                        }
+                    }
+                }
+            }
+            if let Some(pid) = self.attached {
+                if self.bye || (self.detach_sent.is_none() && !super::process_alive(pid)) {
+                    // Detached, or gone (its last records are already queued: drain them).
+                    self.stop.store(true, Ordering::Relaxed);
+                    if !self.bye && self.detach_sent.is_none() {
+                        self.detach_sent = Some(std::time::Instant::now());
+                        self.bye = true;
+                        self.clean_end = true;
+                    }
+                }
             }
             perf::poll_fds(&[self.sock.as_raw_fd()], 100).map_err(|e| HeapError::Io {
                 context: "poll on the heap shim socket".into(),
@@ -330,11 +494,16 @@ impl ShimTrace {
                 )
             };
             if n == 0 {
-                break; // every writer closed its end
+                // Every writer closed its end: for an attached process, it exited.
+                self.clean_end |= self.attached.is_some_and(|p| !super::process_alive(p));
+                break;
             }
             if n < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
+                    if self.bye {
+                        break; // nothing more queued
+                    }
                     continue;
                 }
                 return Err(HeapError::Io {
@@ -522,6 +691,7 @@ impl ShimTrace {
                 T_MODULE => 4 + count.div_ceil(8),
                 T_TRANSIENT => 4,
                 T_MARK => 2,
+                T_BYE => 2,
                 _ => {
                     self.stats.malformed += 1;
                     return;
@@ -581,6 +751,12 @@ impl ShimTrace {
                 T_MARK => {
                     let m = self.marks.entry(pid).or_insert(0);
                     *m = (*m).max(at(1));
+                }
+                T_BYE => {
+                    if Some(pid) == self.attached {
+                        self.bye = true;
+                        self.clean_end = true;
+                    }
                 }
                 T_REALLOC => {
                     let stack = stack_of(self, at(5));
@@ -661,5 +837,101 @@ impl ShimTrace {
             }
             o += words * 8;
         }
+    }
+}
+
+/// A SOCK_SEQPACKET listener on the abstract Unix socket address `name`.
+fn abstract_listener(name: &str) -> io::Result<OwnedFd> {
+    // SAFETY: socket returns a fresh descriptor (checked).
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is fresh and ours.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_un is plain data.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (i, b) in name.bytes().enumerate() {
+        addr.sun_path[1 + i] = b as libc::c_char;
+    }
+    let len = (std::mem::size_of::<libc::sa_family_t>() + 1 + name.len()) as libc::socklen_t;
+    // SAFETY: bind and listen read a valid sockaddr_un of `len` bytes.
+    unsafe {
+        if libc::bind(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) != 0
+            || libc::listen(fd.as_raw_fd(), 4) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(fd)
+}
+
+/// Accepts the shim's connection from process `pid` (checked with SO_PEERCRED) and sends it the
+/// configuration; gives up when `give_up` is set and nothing came.
+fn accept_shim(
+    listener: OwnedFd,
+    pid: u32,
+    config: [u32; 4],
+    give_up: &AtomicBool,
+) -> Result<OwnedFd, String> {
+    loop {
+        let ready = perf::poll_fds(&[listener.as_raw_fd()], 100)
+            .map_err(|e| format!("waiting for the shim to connect: {e}"))?;
+        let _ = ready;
+        // SAFETY: accept4 with null address pointers returns a fresh descriptor or -1.
+        let fd = unsafe {
+            libc::accept4(
+                listener.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            )
+        };
+        if fd < 0 {
+            if give_up.load(Ordering::Relaxed) {
+                return Err(format!("the shim in process {pid} did not connect back"));
+            }
+            continue;
+        }
+        // SAFETY: fd is fresh and ours.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: ucred is plain data; getsockopt writes at most `len` bytes into it.
+        let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        let ok = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                &mut cred as *mut _ as *mut libc::c_void,
+                &mut len,
+            )
+        } == 0;
+        if !ok || cred.pid as u32 != pid {
+            continue; // not the process we loaded the shim into
+        }
+        // SAFETY: send reads 16 bytes from the array.
+        let sent = unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                config.as_ptr() as *const libc::c_void,
+                16,
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if sent != 16 {
+            return Err(format!(
+                "sending the configuration to process {pid}: {}",
+                io::Error::last_os_error()
+            ));
+        }
+        return Ok(fd);
     }
 }
