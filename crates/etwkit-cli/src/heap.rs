@@ -373,7 +373,9 @@ fn attach_shim(
     }
     let pid = a.pids[0];
     if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-        return Err(AttachFallback::Error(anyhow::anyhow!("process {pid} not found")));
+        return Err(AttachFallback::Error(anyhow::anyhow!(
+            "process {pid} not found"
+        )));
     }
     // A file the target can open (the memfd of spawn mode is ours alone).
     let path = match std::env::var_os("ETWKIT_HEAPSHIM") {

@@ -205,7 +205,11 @@ pub unsafe extern "C" fn etwkit_heapshim_attach(tracer_pid: u64, nonce: u64) -> 
     for slot in THREADS.iter() {
         let p = slot.load(Ordering::Acquire);
         if !p.is_null() {
-            (*(*p).sent.get()).fill(0);
+            let b = &*p;
+            (*b.sent.get()).fill(0);
+            // Its coarse clock dates from the last session: read the TSC afresh.
+            b.coarse_left.set(0);
+            b.oldest_check.set(crate::tsc());
         }
     }
     if let Ok(mut m) = MODULES.write() {
@@ -217,11 +221,11 @@ pub unsafe extern "C" fn etwkit_heapshim_attach(tracer_pid: u64, nonce: u64) -> 
         libc::atexit(crate::at_exit);
     });
     ATTACHED.store(true, Ordering::Release);
+    // Before recording starts: creating the thread allocates, and that is not the program's doing.
+    start_control();
     STATE.store(2, Ordering::SeqCst);
     send_clock();
-    let n = patch_got();
-    start_control();
-    n as i64
+    patch_got() as i64
 }
 
 /// What the process resolves each allocator name to (never this library's own definitions).
@@ -314,72 +318,83 @@ unsafe fn patch_got() -> usize {
         Ok(p) => p,
         Err(p) => p.into_inner(),
     };
-    for m in mods.iter().filter(|m| !m.skip) {
-        let Some((dstart, dend)) = m.dynamic else {
-            continue;
-        };
-        let abs = |v: usize| if v < m.base { v + m.base } else { v };
-        let (mut symtab, mut strtab) = (0usize, 0usize);
-        let mut tables: [(usize, usize); 2] = [(0, 0); 2];
-        let mut d = dstart;
-        while d + 16 <= dend {
-            let tag = *(d as *const i64);
-            let val = *((d + 8) as *const u64) as usize;
-            // DT_NULL 0, DT_PLTRELSZ 2, DT_STRTAB 5, DT_SYMTAB 6, DT_RELA 7, DT_RELASZ 8, DT_JMPREL 23.
-            match tag {
-                0 => break,
-                6 => symtab = abs(val),
-                5 => strtab = abs(val),
-                7 => tables[0].0 = abs(val),
-                8 => tables[0].1 = val,
-                23 => tables[1].0 = abs(val),
-                2 => tables[1].1 = val,
-                _ => {}
+    // Frees first, allocators after (and the reverse when restoring): a block allocated while only
+    // one side is hooked is then at worst a free of an unseen block, never a leak that is not one.
+    for frees in [true, false] {
+        for m in mods.iter().filter(|m| !m.skip) {
+            let Some((dstart, dend)) = m.dynamic else {
+                continue;
+            };
+            let abs = |v: usize| if v < m.base { v + m.base } else { v };
+            let (mut symtab, mut strtab) = (0usize, 0usize);
+            let mut tables: [(usize, usize); 2] = [(0, 0); 2];
+            let mut d = dstart;
+            while d + 16 <= dend {
+                let tag = *(d as *const i64);
+                let val = *((d + 8) as *const u64) as usize;
+                // DT_NULL 0, DT_PLTRELSZ 2, DT_STRTAB 5, DT_SYMTAB 6, DT_RELA 7, DT_RELASZ 8, DT_JMPREL 23.
+                match tag {
+                    0 => break,
+                    6 => symtab = abs(val),
+                    5 => strtab = abs(val),
+                    7 => tables[0].0 = abs(val),
+                    8 => tables[0].1 = val,
+                    23 => tables[1].0 = abs(val),
+                    2 => tables[1].1 = val,
+                    _ => {}
+                }
+                d += 16;
             }
-            d += 16;
-        }
-        if symtab == 0 || strtab == 0 {
-            continue;
-        }
-        for (rela, size) in tables {
-            if rela == 0 {
+            if symtab == 0 || strtab == 0 {
                 continue;
             }
-            for i in 0..size / 24 {
-                let r = rela + i * 24;
-                let offset = *(r as *const u64) as usize;
-                let info = *((r + 8) as *const u64);
-                let typ = info & 0xffff_ffff;
-                // R_X86_64_GLOB_DAT (6), R_X86_64_JUMP_SLOT (7).
-                if typ != 6 && typ != 7 {
+            for (rela, size) in tables {
+                if rela == 0 {
                     continue;
                 }
-                let sym = (info >> 32) as usize;
-                let st_name = *((symtab + sym * 24) as *const u32) as usize;
-                let name = std::ffi::CStr::from_ptr((strtab + st_name) as *const libc::c_char)
-                    .to_bytes();
-                let Some(&(_, hook)) = hooks.iter().find(|(h, _)| *h == name) else {
-                    continue;
-                };
-                let slot = m.base + offset;
-                let cur = std::ptr::read_volatile(slot as *const usize);
-                if cur == hook || cur == 0 {
-                    continue;
-                }
-                let relro = m.relro.iter().any(|(s, e)| slot >= *s && slot < *e);
-                if write_slot(slot, hook, relro) {
-                    patches.push(Patch {
-                        slot,
-                        old: cur,
-                        new: hook,
-                        relro,
-                    });
-                    n += 1;
+                for i in 0..size / 24 {
+                    let r = rela + i * 24;
+                    let offset = *(r as *const u64) as usize;
+                    let info = *((r + 8) as *const u64);
+                    let typ = info & 0xffff_ffff;
+                    // R_X86_64_GLOB_DAT (6), R_X86_64_JUMP_SLOT (7).
+                    if typ != 6 && typ != 7 {
+                        continue;
+                    }
+                    let sym = (info >> 32) as usize;
+                    let st_name = *((symtab + sym * 24) as *const u32) as usize;
+                    let name = std::ffi::CStr::from_ptr((strtab + st_name) as *const libc::c_char)
+                        .to_bytes();
+                    let Some(&(_, hook)) = hooks.iter().find(|(h, _)| *h == name) else {
+                        continue;
+                    };
+                    if is_free(name) != frees {
+                        continue;
+                    }
+                    let slot = m.base + offset;
+                    let cur = std::ptr::read_volatile(slot as *const usize);
+                    if cur == hook || cur == 0 {
+                        continue;
+                    }
+                    let relro = m.relro.iter().any(|(s, e)| slot >= *s && slot < *e);
+                    if write_slot(slot, hook, relro) {
+                        patches.push(Patch {
+                            slot,
+                            old: cur,
+                            new: hook,
+                            relro,
+                        });
+                        n += 1;
+                    }
                 }
             }
         }
     }
     n
+}
+
+fn is_free(name: &[u8]) -> bool {
+    name == b"free" || name == b"cfree"
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -390,7 +405,13 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 /// new target), making a RELRO page writable for the moment.
 unsafe fn write_slot(slot: usize, value: usize, relro: bool) -> bool {
     let page = slot & !4095;
-    if relro && libc::mprotect(page as *mut libc::c_void, 4096, libc::PROT_READ | libc::PROT_WRITE) != 0 {
+    if relro
+        && libc::mprotect(
+            page as *mut libc::c_void,
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+        ) != 0
+    {
         return false;
     }
     (*(slot as *const std::sync::atomic::AtomicUsize)).store(value, Ordering::SeqCst);
@@ -406,10 +427,15 @@ unsafe fn restore_got() {
         Ok(p) => p,
         Err(p) => p.into_inner(),
     };
-    for p in patches.drain(..) {
-        let cur = std::ptr::read_volatile(p.slot as *const usize);
-        if cur == p.new {
-            write_slot(p.slot, p.old, p.relro);
+    // Allocators first, frees last (see patch_got).
+    let free_hook = h_free as *const () as usize;
+    let all: Vec<Patch> = patches.drain(..).collect();
+    for frees in [false, true] {
+        for p in all.iter().filter(|p| (p.new == free_hook) == frees) {
+            let cur = std::ptr::read_volatile(p.slot as *const usize);
+            if cur == p.new {
+                write_slot(p.slot, p.old, p.relro);
+            }
         }
     }
 }
@@ -453,7 +479,12 @@ unsafe fn control() {
             reason = 2;
         } else if pfd.revents & libc::POLLIN != 0 {
             let mut m = [0u32; 4];
-            let n = libc::recv(fd, m.as_mut_ptr() as *mut libc::c_void, 16, libc::MSG_DONTWAIT);
+            let n = libc::recv(
+                fd,
+                m.as_mut_ptr() as *mut libc::c_void,
+                16,
+                libc::MSG_DONTWAIT,
+            );
             if n == 0 {
                 reason = 2;
             } else if n >= 4 && m[0] == DETACH_MAGIC {
@@ -477,6 +508,50 @@ unsafe fn control() {
     }
 }
 
+/// Waits (at most 2 s) until every other thread of the process has either run for a while since
+/// now, or is blocked in the kernel: the few instructions between loading a GOT entry and calling
+/// it contain no system call, so such a thread holds no hook address read before the GOT entries
+/// were restored. (A stopped or long-starved thread is given up on after 2 s.)
+fn wait_past_stale_hooks() {
+    fn read(path: &str) -> Option<String> {
+        std::fs::read_to_string(path).ok()
+    }
+    let state = |tid: &str| -> Option<char> {
+        let s = read(&format!("/proc/self/task/{tid}/stat"))?;
+        s.rsplit_once(')')?.1.trim_start().chars().next()
+    };
+    let run_ns = |tid: &str| -> Option<u64> {
+        read(&format!("/proc/self/task/{tid}/schedstat"))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::syscall(libc::SYS_gettid) }.to_string();
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return;
+    };
+    let mut pending: Vec<(String, u64)> = dir
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|t| *t != me)
+        .filter_map(|t| {
+            let r = run_ns(&t)?;
+            Some((t, r))
+        })
+        .collect();
+    let t0 = std::time::Instant::now();
+    while !pending.is_empty() && t0.elapsed() < std::time::Duration::from_secs(2) {
+        pending.retain(|(tid, r0)| match state(tid) {
+            None | Some('S') | Some('D') | Some('Z') | Some('X') | Some('I') => false,
+            _ => run_ns(tid).is_some_and(|r| r.saturating_sub(*r0) < 200_000),
+        });
+        if !pending.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
 /// The loader's count of modules loaded so far (changes when a library is dlopened).
 unsafe fn dl_adds() -> u64 {
     unsafe extern "C" fn cb(
@@ -496,12 +571,9 @@ unsafe fn dl_adds() -> u64 {
 unsafe fn detach(reason: u64) {
     restore_got();
     // A thread that read a hook's address from a GOT entry just before it was restored is about to
-    // call it: keep recording a moment, so every call that reaches a hook is counted.
-    let grace = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 100_000_000,
-    };
-    libc::nanosleep(&grace, std::ptr::null_mut());
+    // call it: keep recording until every thread is past that point, so every call that reaches a
+    // hook is counted.
+    wait_past_stale_hooks();
     STATE.store(3, Ordering::SeqCst);
     // Threads inside a hook finish their record; no new one starts (they re-check STATE).
     for slot in THREADS.iter() {
@@ -520,7 +592,12 @@ unsafe fn detach(reason: u64) {
                 crate::flush(&*p, false);
             }
         }
-        let mark = [crate::hdr(crate::T_MARK, 0, 0), u64::MAX, crate::hdr(T_BYE, 0, 0), reason];
+        let mark = [
+            crate::hdr(crate::T_MARK, 0, 0),
+            u64::MAX,
+            crate::hdr(T_BYE, 0, 0),
+            reason,
+        ];
         crate::send(
             0,
             std::slice::from_raw_parts(mark.as_ptr() as *const u8, mark.len() * 8),

@@ -1206,7 +1206,6 @@ pub(crate) unsafe fn free_impl(p: *mut libc::c_void) {
     real!(R_FREE, __libc_free, FnFree)(p);
 }
 
-
 #[inline(always)]
 pub(crate) unsafe fn posix_memalign_impl(
     out: *mut *mut libc::c_void,

@@ -26,12 +26,14 @@ __attribute__((noinline)) static void *storm(void *arg) {
     (void)arg;
     long i = 0;
     while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
-        malloc_fn m = malloc; /* this thread's read of the GOT entry... */
-        void *p = m(16 + (i++ & 255)); /* ...is the call it makes */
+        /* volatile: one read of the GOT entry serves both the call and the count (the compiler
+           would read the entry again for the comparison) */
+        malloc_fn volatile m = malloc;
+        void *p = m(16 + (i++ & 255));
         if (m != orig_malloc) atomic_fetch_add_explicit(&traced_mallocs, 1, memory_order_relaxed);
         if (!p) { atomic_fetch_add(&failed, 1); continue; }
         memset(p, 1, 8);
-        free_fn f = free;
+        free_fn volatile f = free;
         if (f != orig_free) atomic_fetch_add_explicit(&traced_frees, 1, memory_order_relaxed);
         f(p);
         atomic_fetch_add_explicit(&calls, 1, memory_order_relaxed);

@@ -70,13 +70,11 @@ fn mapped_file(pid: u32, want: impl Fn(&str) -> bool) -> Option<(PathBuf, u64)> 
 fn symbol_address(pid: u32, path: &Path, start: u64, names: &[&str]) -> Option<u64> {
     // The file as the process sees it (its mount namespace).
     let in_ns = PathBuf::from(format!("/proc/{pid}/root{}", path.display()));
-    let data = std::fs::read(&in_ns).or_else(|_| std::fs::read(path)).ok()?;
+    let data = std::fs::read(&in_ns)
+        .or_else(|_| std::fs::read(path))
+        .ok()?;
     let file = object::File::parse(&data[..]).ok()?;
-    let first = file
-        .segments()
-        .map(|s| s.address())
-        .min()
-        .unwrap_or(0);
+    let first = file.segments().map(|s| s.address()).min().unwrap_or(0);
     let bias = start.wrapping_sub(first & !0xfff);
     for name in names {
         if let Some(s) = file
@@ -290,7 +288,12 @@ impl Tracee {
                 let mut now: libc::user_regs_struct =
                     // SAFETY: plain integers.
                     unsafe { std::mem::zeroed() };
-                ptrace(libc::PTRACE_GETREGS, self.tid, 0, &mut now as *mut _ as usize)?;
+                ptrace(
+                    libc::PTRACE_GETREGS,
+                    self.tid,
+                    0,
+                    &mut now as *mut _ as usize,
+                )?;
                 if now.rip == 0 {
                     return Ok(now.rax);
                 }
@@ -317,12 +320,7 @@ impl Tracee {
             0,
             &self.saved as *const _ as usize,
         )?;
-        ptrace(
-            libc::PTRACE_DETACH,
-            self.tid,
-            0,
-            self.pending_sig as usize,
-        )?;
+        ptrace(libc::PTRACE_DETACH, self.tid, 0, self.pending_sig as usize)?;
         Ok(())
     }
 }

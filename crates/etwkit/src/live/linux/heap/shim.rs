@@ -326,7 +326,12 @@ impl ShimTrace {
         Ok(ShimTrace::new(ours, Some(child), opts.every_op, None))
     }
 
-    fn new(sock: OwnedFd, child: Option<Child>, every_op: bool, attached: Option<u32>) -> ShimTrace {
+    fn new(
+        sock: OwnedFd,
+        child: Option<Child>,
+        every_op: bool,
+        attached: Option<u32>,
+    ) -> ShimTrace {
         let clock = perf::clocks_now();
         ShimTrace {
             attached,
@@ -375,10 +380,14 @@ impl ShimTrace {
         let flags = opts.every_op as u32 | (follow_forks as u32) << 1;
         let give_up = Arc::new(AtomicBool::new(false));
         let g = give_up.clone();
-        let acceptor = std::thread::spawn(move || accept_shim(listener, pid, [CONFIG_MAGIC, mask, flags, 0], &g));
+        let acceptor = std::thread::spawn(move || {
+            accept_shim(listener, pid, [CONFIG_MAGIC, mask, flags, 0], &g)
+        });
         let r = super::inject::inject_shim(pid, shim, nonce);
         give_up.store(true, Ordering::Relaxed);
-        let sock = acceptor.join().unwrap_or_else(|_| Err("the acceptor thread panicked".into()));
+        let sock = acceptor
+            .join()
+            .unwrap_or_else(|_| Err("the acceptor thread panicked".into()));
         let n = r?;
         if n < 0 {
             let e = io::Error::from_raw_os_error(-n as i32);
@@ -752,11 +761,9 @@ impl ShimTrace {
                     let m = self.marks.entry(pid).or_insert(0);
                     *m = (*m).max(at(1));
                 }
-                T_BYE => {
-                    if Some(pid) == self.attached {
-                        self.bye = true;
-                        self.clean_end = true;
-                    }
+                T_BYE if Some(pid) == self.attached => {
+                    self.bye = true;
+                    self.clean_end = true;
                 }
                 T_REALLOC => {
                     let stack = stack_of(self, at(5));
@@ -864,7 +871,11 @@ fn abstract_listener(name: &str) -> io::Result<OwnedFd> {
     let len = (std::mem::size_of::<libc::sa_family_t>() + 1 + name.len()) as libc::socklen_t;
     // SAFETY: bind and listen read a valid sockaddr_un of `len` bytes.
     unsafe {
-        if libc::bind(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) != 0
+        if libc::bind(
+            fd.as_raw_fd(),
+            &addr as *const _ as *const libc::sockaddr,
+            len,
+        ) != 0
             || libc::listen(fd.as_raw_fd(), 4) != 0
         {
             return Err(io::Error::last_os_error());
@@ -882,9 +893,8 @@ fn accept_shim(
     give_up: &AtomicBool,
 ) -> Result<OwnedFd, String> {
     loop {
-        let ready = perf::poll_fds(&[listener.as_raw_fd()], 100)
+        perf::poll_fds(&[listener.as_raw_fd()], 100)
             .map_err(|e| format!("waiting for the shim to connect: {e}"))?;
-        let _ = ready;
         // SAFETY: accept4 with null address pointers returns a fresh descriptor or -1.
         let fd = unsafe {
             libc::accept4(
