@@ -302,3 +302,25 @@ fn attach_to_cxx_and_python() {
     assert_eq!(saved["outstanding_by_stack"], r["outstanding_by_stack"]);
     assert!(py.wait().unwrap().success());
 }
+
+/// A static binary cannot load the shim: `--pid` falls back to uprobes and the final line says why
+/// in one sentence.
+#[test]
+fn attach_to_static_binary_falls_back_to_uprobes() {
+    if !common::require_root("attach_to_static_binary_falls_back_to_uprobes") {
+        return;
+    }
+    let bin = compile("cc", "attach_storm.c", "attach_storm_static", &["-static"]);
+    let (mut child, rx) = start(Command::new(&bin).args(["3", "1"]));
+    let _ = next_line(&rx);
+    let pid = child.id();
+    let (r, last) = heap(&["--pid", &pid.to_string(), "--duration", "0.5"]);
+    assert!(
+        last.contains("traced with uprobes, because the allocator shim cannot be loaded")
+            && last.contains(&format!("process {pid} has no glibc libc.so mapped")),
+        "{last}"
+    );
+    assert!(r["operations"].as_u64().is_some());
+    drop(rx);
+    assert!(child.wait().unwrap().success());
+}

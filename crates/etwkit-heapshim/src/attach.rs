@@ -575,7 +575,8 @@ unsafe fn detach(reason: u64) {
     // hook is counted.
     wait_past_stale_hooks();
     STATE.store(3, Ordering::SeqCst);
-    // Threads inside a hook finish their record; no new one starts (they re-check STATE).
+    // No thread can enter a hook any more; one still inside (e.g. blocked sending) finishes its
+    // record. Its flag was set long enough ago to be visible here.
     for slot in THREADS.iter() {
         let p = slot.load(Ordering::Acquire);
         if !p.is_null() {

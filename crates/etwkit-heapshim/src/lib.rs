@@ -1030,11 +1030,13 @@ unsafe fn guarded<R>(f: impl FnOnce(&ThreadBuf) -> R) -> Option<R> {
     };
     if !p.is_null() {
         let b = &*p;
-        if b.in_hook.swap(true, Ordering::SeqCst) {
+        // Plain loads and stores (no locked instruction): the flag guards this thread against
+        // itself; detaching only reads it once no thread can enter a hook any more (see attach).
+        if b.in_hook.load(Ordering::Relaxed) {
             return None;
         }
-        // Detaching sets STATE, then waits for every in_hook to clear: seen here, or waited for.
-        if STATE.load(Ordering::SeqCst) != 2 {
+        b.in_hook.store(true, Ordering::Relaxed);
+        if STATE.load(Ordering::Relaxed) != 2 {
             b.in_hook.store(false, Ordering::Release);
             return None;
         }
@@ -1050,8 +1052,8 @@ unsafe fn guarded<R>(f: impl FnOnce(&ThreadBuf) -> R) -> Option<R> {
     let b = thread_buf();
     let _ = IN_HOOK.try_with(|h| h.set(false));
     let b = b?;
-    b.in_hook.store(true, Ordering::SeqCst);
-    if STATE.load(Ordering::SeqCst) != 2 {
+    b.in_hook.store(true, Ordering::Relaxed);
+    if STATE.load(Ordering::Relaxed) != 2 {
         b.in_hook.store(false, Ordering::Release);
         return None;
     }
