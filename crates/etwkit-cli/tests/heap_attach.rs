@@ -13,6 +13,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
+/// The tests here run one at a time: each storms the CPUs, and one compares rates over time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn progs() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../etwkit/tests/heap_progs")
 }
@@ -91,6 +98,7 @@ fn attach_counts_exactly_and_detaches_cleanly() {
     if !common::require_root("attach_counts_exactly_and_detaches_cleanly") {
         return;
     }
+    let _serial = serial();
     let bin = compile(
         "cc",
         "attach_storm.c",
@@ -189,6 +197,7 @@ fn killed_etwkit_leaves_the_target_running() {
     if !common::require_root("killed_etwkit_leaves_the_target_running") {
         return;
     }
+    let _serial = serial();
     let bin = compile(
         "cc",
         "attach_storm.c",
@@ -244,6 +253,7 @@ fn attach_to_cxx_and_python() {
     if !common::require_root("attach_to_cxx_and_python") {
         return;
     }
+    let _serial = serial();
     let bin = compile("g++", "attach_cxx.cpp", "attach_cxx", &[]);
     let (mut child, rx) = start(Command::new(&bin).arg("4"));
     assert_eq!(next_line(&rx), "READY");
@@ -268,8 +278,8 @@ fn attach_to_cxx_and_python() {
         });
     assert!(site, "{}", r["top_allocating_stacks"]);
     assert!(r["processes"][0]["allocs"].as_u64().unwrap() > 100);
-    drop(rx);
     assert!(child.wait().unwrap().success());
+    drop(rx);
 
     let script = "import time\nkept = []\nfor i in range(400):\n    kept.append(bytearray(1000 + i))\n    time.sleep(0.01)\n";
     let (mut py, _rx) = start(Command::new("python3").args(["-c", script]));
@@ -310,6 +320,7 @@ fn attach_to_static_binary_falls_back_to_uprobes() {
     if !common::require_root("attach_to_static_binary_falls_back_to_uprobes") {
         return;
     }
+    let _serial = serial();
     let bin = compile("cc", "attach_storm.c", "attach_storm_static", &["-static"]);
     let (mut child, rx) = start(Command::new(&bin).args(["3", "1"]));
     let _ = next_line(&rx);
@@ -321,6 +332,7 @@ fn attach_to_static_binary_falls_back_to_uprobes() {
         "{last}"
     );
     assert!(r["operations"].as_u64().is_some());
-    drop(rx);
+    // Keep reading its lines until it ends (a closed pipe would kill it).
     assert!(child.wait().unwrap().success());
+    drop(rx);
 }

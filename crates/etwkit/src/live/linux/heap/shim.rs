@@ -32,8 +32,9 @@ const T_MARK: u8 = 8;
 const T_BYE: u8 = 9;
 const CONFIG_MAGIC: u32 = u32::from_le_bytes(*b"HSCF");
 const DETACH_MAGIC: u32 = u32::from_le_bytes(*b"DTCH");
-/// How long a detaching process may take to send what it recorded.
-const DETACH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a detaching process may take to send what it recorded (it may wait up to 2 s for its
+/// threads to get past the hooks, longer on a starved machine).
+const DETACH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 const APIS: [&str; 10] = [
     "malloc",
     "calloc",
