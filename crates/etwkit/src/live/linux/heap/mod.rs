@@ -28,8 +28,8 @@ use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::analysis::heap::{HeapOp, HeapOpKind};
 use crate::live::linux::unwind::{Mapping, Unwinder, UserRegs};
+use crate::schema::builtin::heap_events::{HeapOp, HeapOpKind};
 use perf::{reg_idx, PerfEventAttr, Ring};
 use probes::{Func, ProbeSite};
 

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::{perf, HeapError, StackEvents};
-use crate::analysis::heap::{HeapOp, HeapOpKind};
 use crate::live::linux::unwind::{Mapping, ProcessMaps};
+use crate::schema::builtin::heap_events::{HeapOp, HeapOpKind};
 
 const MAGIC: u32 = u32::from_le_bytes(*b"HSPH");
 const T_ALLOC: u8 = 1;
