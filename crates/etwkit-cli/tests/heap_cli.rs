@@ -182,7 +182,15 @@ fn heap_output_keeps_reallocations() {
             bin.to_str().unwrap(),
         ]);
         let reallocs = live["processes"][0]["reallocs"].as_u64().unwrap();
-        assert!(reallocs >= 1999, "{mode}: {reallocs} reallocs");
+        // Uprobes may lose a few calls under load (the report then says it is not exact).
+        if live["exact"] == true {
+            assert!(reallocs >= 1999, "{mode}: {reallocs} reallocs");
+        } else {
+            assert!(
+                mode == "uprobe" && reallocs > 1900,
+                "{mode}: {reallocs} reallocs"
+            );
+        }
         let dump = Command::new(env!("CARGO_BIN_EXE_etwkit"))
             .args(["dump", etl.to_str().unwrap(), "--format", "json"])
             .output()

@@ -245,6 +245,11 @@ unsafe fn init() {
 }
 
 extern "C" fn after_fork_child() {
+    // The parent's threads are gone; the forking thread keeps its thread pointer but gets a buffer
+    // of its own.
+    for k in TP_KEY.iter() {
+        k.store(0, Ordering::Relaxed);
+    }
     if attach::after_fork_child() {
         // Attached and not following children: this child runs untraced.
         return;
@@ -468,6 +473,58 @@ unsafe fn thread_buf() -> Option<&'static ThreadBuf> {
     Some(b)
 }
 
+/// Thread pointer → buffer, for when the shim's TLS is dynamic (dlopened): one multiply and one
+/// compare instead of a `__tls_get_addr` call. A slot holds one thread (a colliding thread uses
+/// the TLS path); a thread's slot is cleared when it exits (its thread pointer may be reused).
+const TP_SLOTS: usize = 8192;
+static TP_KEY: [std::sync::atomic::AtomicU64; TP_SLOTS] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; TP_SLOTS];
+static TP_VAL: [std::sync::atomic::AtomicPtr<ThreadBuf>; TP_SLOTS] =
+    [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) }; TP_SLOTS];
+
+#[inline(always)]
+fn tp_slot(tp: u64) -> usize {
+    ((tp >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 51) as usize % TP_SLOTS
+}
+
+#[inline(always)]
+fn tp_lookup(tp: u64) -> *mut ThreadBuf {
+    let i = tp_slot(tp);
+    if TP_KEY[i].load(Ordering::Acquire) == tp {
+        TP_VAL[i].load(Ordering::Relaxed)
+    } else {
+        std::ptr::null_mut()
+    }
+}
+
+/// Claims the slot (0 → 1, a value no thread pointer has), writes the buffer, then publishes the key.
+fn tp_insert(tp: u64, b: *mut ThreadBuf) {
+    let i = tp_slot(tp);
+    if TP_KEY[i]
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok()
+    {
+        TP_VAL[i].store(b, Ordering::Relaxed);
+        TP_KEY[i].store(tp, Ordering::Release);
+    }
+}
+
+fn tp_remove() {
+    let tp: u64;
+    // SAFETY: reads the thread pointer (fs:0 holds it on x86-64 Linux).
+    unsafe {
+        core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+    }
+    let i = tp_slot(tp);
+    if TP_KEY[i]
+        .compare_exchange(tp, 1, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok()
+    {
+        TP_VAL[i].store(std::ptr::null_mut(), Ordering::Relaxed);
+        TP_KEY[i].store(0, Ordering::Release);
+    }
+}
+
 const TLS_UNKNOWN: i64 = i64::MIN;
 const TLS_OFF_DISABLED: i64 = i64::MIN + 1;
 /// Offset of this thread's `BUF` slot from the thread pointer (same for every thread when the shim
@@ -492,6 +549,7 @@ unsafe extern "C" fn thread_exit(p: *mut libc::c_void) {
         let b = &*(p as *const ThreadBuf);
         spill(b, 0);
         flush(b, false);
+        tp_remove();
     }
 }
 
@@ -1020,13 +1078,23 @@ unsafe fn guarded<R>(f: impl FnOnce(&ThreadBuf) -> R) -> Option<R> {
     // One TLS access on the fast path. A cdylib's TLS goes through __tls_get_addr; preloaded, the
     // shim sits in the static TLS block at a fixed offset from the thread pointer, so that offset
     // (learned and checked per thread in `thread_buf`) gives a plain load instead.
+    // Dlopened (attach mode), the thread pointer keys a table instead (see `tp_lookup`).
     let off = TLS_OFF.load(Ordering::Relaxed);
+    let tp: u64;
+    core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
     let p = if off != TLS_UNKNOWN && off != TLS_OFF_DISABLED {
-        let tp: u64;
-        core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
         *((tp as i64 + off) as *const *mut ThreadBuf)
     } else {
-        BUF.try_with(|b| b.get()).unwrap_or(std::ptr::null_mut())
+        let p = tp_lookup(tp);
+        if p.is_null() {
+            let p = BUF.try_with(|b| b.get()).unwrap_or(std::ptr::null_mut());
+            if !p.is_null() {
+                tp_insert(tp, p);
+            }
+            p
+        } else {
+            p
+        }
     };
     if !p.is_null() {
         let b = &*p;
