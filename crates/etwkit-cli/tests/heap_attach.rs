@@ -336,3 +336,69 @@ fn attach_to_static_binary_falls_back_to_uprobes() {
     assert!(child.wait().unwrap().success());
     drop(rx);
 }
+
+/// `--follow-forks`: a child forked after the attach is traced under its own pid (its 100 kept
+/// blocks found at its allocation site); without the flag it is not. Ctrl-C (SIGINT) ends tracing
+/// like --duration.
+#[test]
+fn attach_follows_forks_when_asked() {
+    if !common::require_root("attach_follows_forks_when_asked") {
+        return;
+    }
+    let _serial = serial();
+    let bin = compile("cc", "fork_child.c", "fork_child", &[]);
+    for follow in [true, false] {
+        let (mut child, rx) = start(Command::new(&bin).args(["3", "1.2"]));
+        assert_eq!(next_line(&rx), "READY");
+        let pid = child.id();
+        let mut args = vec!["heap".to_string(), "--pid".into(), pid.to_string()];
+        args.extend(["--format".into(), "json".into()]);
+        if follow {
+            args.push("--follow-forks".into());
+        }
+        let etwkit = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+            .args(&args)
+            .env_remove("ETWKIT_HEAPSHIM")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The child is forked at 1.2 s and lives 0.2 s; stop at 2 s with Ctrl-C.
+        std::thread::sleep(Duration::from_millis(2000));
+        // SAFETY: kill sends SIGINT to our own child process.
+        unsafe { libc_kill(etwkit.id() as i32, 2) };
+        let out = etwkit.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains("now taken out again"), "{stderr}");
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let kids: Vec<&serde_json::Value> = r["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["pid"] != pid)
+            .collect();
+        if follow {
+            assert_eq!(kids.len(), 1, "{}", r["processes"]);
+            let site = r["outstanding_by_stack"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|g| g["frames"][0]["function"] == "child_allocation_site")
+                .unwrap_or_else(|| panic!("{}", r["outstanding_by_stack"]));
+            assert_eq!(
+                (site["count"].as_u64(), site["bytes"].as_u64()),
+                (Some(100), Some(77_700))
+            );
+        } else {
+            assert!(kids.is_empty(), "{}", r["processes"]);
+        }
+        assert!(child.wait().unwrap().success());
+        drop(rx);
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}

@@ -211,6 +211,9 @@ pub struct ShimTrace {
     /// Attach mode: the process, when the detach request went out, whether its BYE arrived.
     attached: Option<u32>,
     detach_sent: Option<std::time::Instant>,
+    /// Attach mode with forked children traced: every process sharing the socket must be asked.
+    follow: bool,
+    last_detach_request: Option<std::time::Instant>,
     bye: bool,
     clean_end: bool,
     /// UTC FILETIME when tracing began.
@@ -337,6 +340,8 @@ impl ShimTrace {
         ShimTrace {
             attached,
             detach_sent: None,
+            follow: false,
+            last_detach_request: None,
             bye: false,
             clean_end: false,
             started: (clock.1 / 100) as i64 + 116_444_736_000_000_000,
@@ -409,7 +414,23 @@ impl ShimTrace {
                 4,
             );
         }
-        Ok(ShimTrace::new(sock, None, opts.every_op, Some(pid)))
+        let mut t = ShimTrace::new(sock, None, opts.every_op, Some(pid));
+        t.follow = follow_forks;
+        Ok(t)
+    }
+
+    fn request_detach(&mut self) {
+        let m = [DETACH_MAGIC, 0, 0, 0];
+        // SAFETY: send reads 16 bytes from our array.
+        unsafe {
+            libc::send(
+                self.sock.as_raw_fd(),
+                m.as_ptr() as *const libc::c_void,
+                16,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            );
+        }
+        self.last_detach_request = Some(std::time::Instant::now());
     }
 
     /// UTC FILETIME when tracing began (the attach, or the spawn).
@@ -460,26 +481,26 @@ impl ShimTrace {
                     (None, _) => break,
                     (Some(_), None) => {
                         // Ask the process to undo its hooks and send the rest; read until it has.
-                        let m = [DETACH_MAGIC, 0, 0, 0];
-                        // SAFETY: send reads 16 bytes from our array.
-                        unsafe {
-                            libc::send(
-                                self.sock.as_raw_fd(),
-                                m.as_ptr() as *const libc::c_void,
-                                16,
-                                libc::MSG_NOSIGNAL,
-                            );
-                        }
+                        self.request_detach();
                         self.detach_sent = Some(std::time::Instant::now());
                     }
                     (Some(_), Some(t)) => {
-                        if self.bye || t.elapsed() > DETACH_TIMEOUT {
+                        if (self.bye && !self.follow) || t.elapsed() > DETACH_TIMEOUT {
                             break;
+                        }
+                        // Followed children share the socket: each takes one request; ask again
+                        // until every copy of the socket is closed.
+                        if self.follow
+                            && self.last_detach_request.is_some_and(|r| {
+                                r.elapsed() > std::time::Duration::from_millis(200)
+                            })
+                        {
+                            self.request_detach();
                         }
                     }
                 }
             }
-            if let Some(pid) = self.attached {
+            if let Some(pid) = self.attached.filter(|_| !self.follow) {
                 if self.bye || (self.detach_sent.is_none() && !super::process_alive(pid)) {
                     // Detached, or gone (its last records are already queued: drain them).
                     self.stop.store(true, Ordering::Relaxed);
@@ -511,7 +532,7 @@ impl ShimTrace {
             if n < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
-                    if self.bye {
+                    if self.bye && !self.follow {
                         break; // nothing more queued
                     }
                     continue;
