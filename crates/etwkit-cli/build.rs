@@ -1,8 +1,8 @@
 //! Builds the allocator shim (crate etwkit-heapshim, a cdylib) and embeds it in the `etwkit`
 //! executable, so `etwkit heap -- CMD` traces exactly however etwkit was built (`cargo run`,
 //! `cargo install --path`, `cargo build`): at run time the bytes go to a memfd that the traced
-//! program preloads. The shim is always built optimized, into a target directory of its own under
-//! OUT_DIR. When it cannot be built, etwkit still builds and `heap` says why it falls back to uprobes.
+//! program preloads. The shim is always built optimized, into `<target>/heapshim-embed`. When it
+//! cannot be built, etwkit still builds and `heap` says why it falls back to uprobes.
 //! `ETWKIT_NO_EMBEDDED_SHIM=1` skips it.
 
 use std::path::PathBuf;
@@ -36,7 +36,14 @@ fn main() {
         shim_dir.join("Cargo.toml").display()
     );
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
-    let target_dir = out.join("shim-target");
+    // One shim build shared by every profile of this target directory (OUT_DIR is
+    // <target>/<profile>/build/<package>-<hash>/out): clippy, test and release builds reuse it.
+    let target_dir = out
+        .ancestors()
+        .find(|a| a.file_name().is_some_and(|n| n == "build"))
+        .and_then(|b| b.parent()?.parent())
+        .map(|t| t.join("heapshim-embed"))
+        .unwrap_or_else(|| out.join("shim-target"));
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.args(["build", "--release", "--lib", "--manifest-path"])
