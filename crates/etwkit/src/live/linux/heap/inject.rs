@@ -1,6 +1,6 @@
-//! Loading the allocator shim into a running process, without gdb: ptrace stops one of its threads,
-//! makes it call the process's own `dlopen` on the shim and then the shim's attach entry point, and
-//! lets it go on where it was. The other threads keep running (the shim's hooks go in with atomic
+//! Loading the allocator shim into a running process, without gdb: ptrace stops one of its threads
+//! (one asleep in a system call when there is one), makes it call the process's own `dlopen` on the
+//! shim and then the shim's attach entry point, and lets it go on where it was. The other threads keep running (the shim's hooks go in with atomic
 //! stores; stopping them all would deadlock dlopen on a lock one of them holds).
 //!
 //! A call is made by saving the thread's registers, pointing rip at the function with the System V
@@ -129,7 +129,7 @@ pub fn inject_shim(pid: u32, shim: &Path, nonce: u64) -> Result<i64, InjectError
     let mut path = shim.as_os_str().as_encoded_bytes().to_vec();
     path.push(0);
 
-    let tid = pid as i32;
+    let tid = quiet_thread(pid) as i32;
     let mut t = Tracee::seize(tid).map_err(|e| {
         InjectError::Unsupported(match e.raw_os_error() {
             Some(libc::EPERM) | Some(libc::EACCES) => format!(
@@ -167,6 +167,22 @@ pub fn inject_shim(pid: u32, shim: &Path, nonce: u64) -> Result<i64, InjectError
     t.release()
         .map_err(|e| InjectError::Failed(format!("resuming process {pid}: {e}")))?;
     r
+}
+
+/// The thread to borrow: one asleep in a system call (the main thread first), as such a thread holds
+/// no allocator lock that the shim's loading would then wait for forever; else the main thread.
+fn quiet_thread(pid: u32) -> u32 {
+    let state = |tid: u32| -> Option<char> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+        s.rsplit_once(')')?.1.trim_start().chars().next()
+    };
+    if state(pid) == Some('S') {
+        return pid;
+    }
+    super::list_tids(pid)
+        .into_iter()
+        .find(|&t| state(t) == Some('S'))
+        .unwrap_or(pid)
 }
 
 /// A thread stopped under ptrace, with its registers saved.
