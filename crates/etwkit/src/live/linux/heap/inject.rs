@@ -104,6 +104,11 @@ pub fn inject_shim(pid: u32, shim: &Path, nonce: u64) -> Result<i64, InjectError
         let f = p.rsplit('/').next().unwrap_or("");
         f.starts_with("libc.so") || (f.starts_with("libc-") && f.ends_with(".so"))
     };
+    if let Err(e) = std::fs::File::open(format!("/proc/{pid}/maps")) {
+        return Err(InjectError::Unsupported(format!(
+            "the memory map of process {pid} is not readable ({e})"
+        )));
+    }
     let Some((libc_path, libc_start)) = mapped_file(pid, is_libc) else {
         return Err(InjectError::Unsupported(format!(
             "process {pid} has no glibc libc.so mapped (a static binary, or another C library), so it cannot load the shim"
