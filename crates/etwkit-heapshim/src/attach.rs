@@ -357,8 +357,13 @@ unsafe fn patch_got() -> usize {
                     let offset = *(r as *const u64) as usize;
                     let info = *((r + 8) as *const u64);
                     let typ = info & 0xffff_ffff;
-                    // R_X86_64_GLOB_DAT (6), R_X86_64_JUMP_SLOT (7).
-                    if typ != 6 && typ != 7 {
+                    // R_X86_64_GLOB_DAT (6), R_X86_64_JUMP_SLOT (7), and R_X86_64_64 (1): a
+                    // function pointer in data (`= free` in a table), patched only when it holds
+                    // exactly the function.
+                    if typ != 6 && typ != 7 && typ != 1 {
+                        continue;
+                    }
+                    if typ == 1 && *((r + 16) as *const i64) != 0 {
                         continue;
                     }
                     let sym = (info >> 32) as usize;
@@ -375,6 +380,15 @@ unsafe fn patch_got() -> usize {
                     let cur = std::ptr::read_volatile(slot as *const usize);
                     if cur == hook || cur == 0 {
                         continue;
+                    }
+                    if typ == 1 {
+                        let mut cname = name.to_vec();
+                        cname.push(0);
+                        let f =
+                            libc::dlsym(libc::RTLD_DEFAULT, cname.as_ptr() as *const libc::c_char);
+                        if f as usize != cur {
+                            continue;
+                        }
                     }
                     let relro = m.relro.iter().any(|(s, e)| slot >= *s && slot < *e);
                     if write_slot(slot, hook, relro) {

@@ -570,17 +570,39 @@ unsafe fn pend_insert(b: &ThreadBuf, e: Pend) {
     }
     let t = &mut *b.pend.get();
     let mut i = pend_slot(e.addr);
+    let mut reuse = None;
     loop {
-        if t[i].addr <= 1 {
-            if t[i].addr == 0 {
-                b.pend_used.set(b.pend_used.get() + 1);
-            }
+        let a = t[i].addr;
+        if a == 0 {
+            break;
+        }
+        if a == 1 {
+            reuse.get_or_insert(i);
+        } else if a == e.addr {
+            // The allocator handed this address out again: the block kept back here was freed by
+            // another thread (whose FREE record went out). Send the allocation, keep the new one.
+            let old = t[i];
             t[i] = e;
-            b.pend_live.set(b.pend_live.get() + 1);
+            push_raw(
+                b,
+                &[
+                    hdr(T_ALLOC, old.api, 0),
+                    old.tsc,
+                    old.addr,
+                    old.size,
+                    old.stack,
+                ],
+            );
             return;
         }
         i = (i + 1) % PEND_SLOTS;
     }
+    let slot = reuse.unwrap_or(i);
+    if t[slot].addr == 0 {
+        b.pend_used.set(b.pend_used.get() + 1);
+    }
+    t[slot] = e;
+    b.pend_live.set(b.pend_live.get() + 1);
 }
 
 /// Drops tombstones, keeping live entries.
@@ -623,6 +645,30 @@ unsafe fn pend_take(b: &ThreadBuf, addr: u64) -> Option<Pend> {
         }
         i = (i + 1) % PEND_SLOTS;
     }
+}
+
+/// Per address hash: the TSC of the latest free sent as a record (the block was not kept back by
+/// the freeing thread). A thread that kept back an allocation of that address earlier than this
+/// must not pair it with its own free later: the allocator handed the address out again meanwhile.
+const FREED_SLOTS: usize = 4096;
+static FREED: [std::sync::atomic::AtomicU64; FREED_SLOTS] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; FREED_SLOTS];
+
+#[inline(always)]
+fn freed_slot(addr: u64) -> usize {
+    ((addr >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize % FREED_SLOTS
+}
+
+#[inline(always)]
+fn note_free(addr: u64, t: u64) {
+    FREED[freed_slot(addr)].fetch_max(t, Ordering::Relaxed);
+}
+
+/// True when some free of `addr` (or of an address sharing its slot: then the pair is merely sent
+/// instead of counted) was sent after `since`.
+#[inline(always)]
+fn freed_elsewhere(addr: u64, since: u64) -> bool {
+    FREED[freed_slot(addr)].load(Ordering::Relaxed) > since
 }
 
 /// Counts a cancelled alloc/free pair under its stack.
@@ -696,6 +742,9 @@ fn clock_record() -> [u64; 3] {
 unsafe fn push(b: &ThreadBuf, words: &[u64]) {
     push_raw(b, words);
     let now = tsc();
+    // Every record sent is stamped before `now`; allocations kept back on any thread are stamped no
+    // earlier (see `coarse_tsc`).
+    LAST_PUSH_TSC.fetch_max(now, Ordering::Relaxed);
     if now.wrapping_sub(b.oldest_check.get()) > SPILL_TICKS {
         b.oldest_check.set(now);
         spill(b, SPILL_TICKS);
@@ -1139,7 +1188,7 @@ const COARSE_EVERY: u32 = 32;
 #[inline(always)]
 fn coarse_tsc(b: &ThreadBuf) -> u64 {
     let left = b.coarse_left.get();
-    if left == 0 {
+    let t = if left == 0 {
         let t = tsc();
         b.coarse.set(t);
         b.coarse_left.set(COARSE_EVERY - 1);
@@ -1147,8 +1196,15 @@ fn coarse_tsc(b: &ThreadBuf) -> u64 {
     } else {
         b.coarse_left.set(left - 1);
         b.coarse.get()
-    }
+    };
+    // A thread that allocates rarely has an old coarse clock: never stamp an allocation before a
+    // record already sent (e.g. another thread's free of this very address, which the reader must
+    // see as earlier).
+    t.max(LAST_PUSH_TSC.load(Ordering::Relaxed))
 }
+
+/// The latest TSC read after sending a record, on any thread (see `coarse_tsc`).
+static LAST_PUSH_TSC: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 #[inline(always)]
 unsafe fn record_alloc(api: u8, addr: *mut libc::c_void, size: usize) {
@@ -1203,11 +1259,15 @@ unsafe fn record_realloc(api: u8, old: *mut libc::c_void, new: *mut libc::c_void
     if new.is_null() {
         if size == 0 {
             // glibc frees the block and returns NULL.
-            guarded(|b| {
-                if let Some(e) = pend_take(b, old as u64) {
-                    agg_add(b, &e);
-                } else {
-                    push(b, &[hdr(T_FREE, api, 0), tsc(), old as u64]);
+            guarded(|b| match pend_take(b, old as u64) {
+                Some(e) if !freed_elsewhere(e.addr, e.tsc) => agg_add(b, &e),
+                kept => {
+                    if let Some(e) = kept {
+                        push_raw(b, &[hdr(T_ALLOC, e.api, 0), e.tsc, e.addr, e.size, e.stack]);
+                    }
+                    let t = tsc();
+                    note_free(old as u64, t);
+                    push(b, &[hdr(T_FREE, api, 0), t, old as u64]);
                 }
             });
         }
@@ -1223,11 +1283,13 @@ unsafe fn record_realloc(api: u8, old: *mut libc::c_void, new: *mut libc::c_void
         } else {
             0
         };
+        let t = tsc();
+        note_free(old as u64, t);
         push(
             b,
             &[
                 hdr(T_REALLOC, api, 0),
-                tsc(),
+                t,
                 old as u64,
                 new as u64,
                 size as u64,
@@ -1263,13 +1325,23 @@ pub(crate) unsafe fn reallocarray_impl(
 pub(crate) unsafe fn free_impl(p: *mut libc::c_void) {
     if !p.is_null() {
         guarded(|b| {
-            if let Some(e) = pend_take(b, p as u64) {
-                agg_add(b, &e);
-            } else if STACK_MASK.load(Ordering::Relaxed) & 4 != 0 {
-                let st = stack_id(b);
-                push(b, &[hdr(T_FREE, 9, 1), tsc(), p as u64, st]);
-            } else {
-                push(b, &[hdr(T_FREE, 9, 0), tsc(), p as u64]);
+            match pend_take(b, p as u64) {
+                Some(e) if !freed_elsewhere(e.addr, e.tsc) => agg_add(b, &e),
+                kept => {
+                    if let Some(e) = kept {
+                        // Kept back here, but freed by another thread since (and handed out again
+                        // by the allocator): that allocation and free were sent; send this one.
+                        push_raw(b, &[hdr(T_ALLOC, e.api, 0), e.tsc, e.addr, e.size, e.stack]);
+                    }
+                    let t = tsc();
+                    note_free(p as u64, t);
+                    if STACK_MASK.load(Ordering::Relaxed) & 4 != 0 {
+                        let st = stack_id(b);
+                        push(b, &[hdr(T_FREE, 9, 1), t, p as u64, st]);
+                    } else {
+                        push(b, &[hdr(T_FREE, 9, 0), t, p as u64]);
+                    }
+                }
             }
         });
     }
