@@ -402,3 +402,31 @@ extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
+
+/// Python threads started and ended all the time, blocks freed on other threads than the one that
+/// allocated them, addresses reused at once: attached, every free still meets its own allocation
+/// (the report is exact). Three attaches in a row.
+#[test]
+fn attach_to_python_threads_stays_exact() {
+    if !common::require_root("attach_to_python_threads_stays_exact") {
+        return;
+    }
+    let _serial = serial();
+    let script = "import threading, time\n\
+def work():\n    x = [bytearray(100) for _ in range(2000)]\n    time.sleep(0.01)\n\
+t0 = time.time()\n\
+while time.time() - t0 < 6:\n    ts = [threading.Thread(target=work) for _ in range(4)]\n    \
+for t in ts: t.start()\n    for t in ts: t.join()\n";
+    let (mut py, _rx) = start(Command::new("python3").args(["-c", script]));
+    std::thread::sleep(Duration::from_millis(700));
+    for _ in 0..3 {
+        let (r, last) = heap(&["--pid", &py.id().to_string(), "--duration", "1"]);
+        assert!(
+            last.contains("allocator shim loaded into process"),
+            "{last}"
+        );
+        assert_eq!(r["exact"], true, "{}", r["notes"]);
+        assert!(r["processes"][0]["allocs"].as_u64().unwrap() > 1000);
+    }
+    assert!(py.wait().unwrap().success());
+}

@@ -221,6 +221,11 @@ pub struct ShimTrace {
     /// Every-op mode: operations not yet released, and per process the tsc before which it has
     /// sent everything (`u64::MAX` once it exited).
     held: std::collections::BinaryHeap<Held>,
+    /// Attach mode, pairing in process: frees (and the free half of reallocations) wait here until
+    /// every thread has sent what came before them (the marks), then pair in time order. Allocations
+    /// kept back in process may come much later, but never a free: so a free always meets the
+    /// allocation it follows, not one of a later life of the same address.
+    held_frees: std::collections::BinaryHeap<Held>,
     marks: HashMap<u32, u64>,
     seq: u64,
     /// Last delivered FILETIME (every-op mode delivers non-decreasing times).
@@ -347,6 +352,7 @@ impl ShimTrace {
             started: (clock.1 / 100) as i64 + 116_444_736_000_000_000,
             every_op,
             held: Default::default(),
+            held_frees: Default::default(),
             marks: HashMap::new(),
             seq: 0,
             last_time: i64::MIN,
@@ -554,6 +560,10 @@ impl ShimTrace {
                 }
                 continue;
             }
+            if self.attached.is_some() {
+                let w = self.marks.values().copied().min().unwrap_or(0);
+                self.apply_frees(w);
+            }
             // Completed pairs can go now (their order does not matter to the analysis).
             let ready = std::mem::take(&mut self.ready);
             for op in &ready {
@@ -566,6 +576,7 @@ impl ShimTrace {
             let _ = self.release(u64::MAX, &mut f);
             return Ok(());
         }
+        self.apply_frees(u64::MAX);
         // Unpaired allocations are outstanding, unpaired frees hit blocks allocated before tracing
         // or inside the allocator; deliver them in time order after the pairs.
         let mut rest: Vec<(u64, HeapOp)> = Vec::new();
@@ -602,6 +613,30 @@ impl ShimTrace {
             f(&op)?;
         }
         ControlFlow::Continue(())
+    }
+
+    /// Pairs the held frees stamped before `w`, in time order.
+    fn apply_frees(&mut self, w: u64) {
+        while self.held_frees.peek().is_some_and(|h| h.tsc < w) {
+            let Held { tsc, op, .. } = self.held_frees.pop().expect("peeked");
+            if let HeapOpKind::Free { address } = op.kind {
+                self.add_free(tsc, op, address);
+            }
+        }
+    }
+
+    /// A free to pair: at once, or (attach mode) once every thread has sent what came before it.
+    fn free_record(&mut self, tsc: u64, op: HeapOp, address: u64) {
+        if self.attached.is_some() {
+            self.seq += 1;
+            self.held_frees.push(Held {
+                tsc,
+                seq: self.seq,
+                op,
+            });
+        } else {
+            self.add_free(tsc, op, address);
+        }
     }
 
     fn hold(&mut self, tsc: u64, op: HeapOp) {
@@ -704,7 +739,7 @@ impl ShimTrace {
             self.stats.malformed += 1;
             return;
         };
-        if self.every_op {
+        if self.every_op || self.attached.is_some() {
             self.marks.entry(pid).or_insert(0);
         }
         let end = (16 + len as usize).min(msg.len());
@@ -799,7 +834,7 @@ impl ShimTrace {
                         kind: HeapOpKind::Free { address: at(2) },
                         stack: None,
                     };
-                    self.add_free(at(1), free, at(2));
+                    self.free_record(at(1), free, at(2));
                     let alloc = HeapOp {
                         pid,
                         tid,
@@ -831,7 +866,7 @@ impl ShimTrace {
                     if self.every_op {
                         self.hold(at(1), op);
                     } else {
-                        self.add_free(at(1), op, at(2));
+                        self.free_record(at(1), op, at(2));
                     }
                 }
                 T_TRANSIENT => {
