@@ -344,7 +344,7 @@ static FINI: extern "C" fn() = fini;
 extern "C" fn fini() {
     flush_all();
     FINISHED.store(true, Ordering::Release);
-    if FULL.load(Ordering::Relaxed) && STATE.load(Ordering::Acquire) == 2 {
+    if (FULL.load(Ordering::Relaxed) || attach::attached()) && STATE.load(Ordering::Acquire) == 2 {
         // Everything of this process is sent: the reader may release all it holds of it.
         // SAFETY: send only writes to the socket.
         unsafe { send_mark(u64::MAX) };
