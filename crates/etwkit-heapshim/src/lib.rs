@@ -568,41 +568,21 @@ unsafe fn pend_insert(b: &ThreadBuf, e: Pend) {
             spill(b, 0);
         }
     }
+    // A stale entry for this address (kept back here, freed by another thread) may remain: the
+    // frees below find and send it (see `freed_elsewhere`).
     let t = &mut *b.pend.get();
     let mut i = pend_slot(e.addr);
-    let mut reuse = None;
     loop {
-        let a = t[i].addr;
-        if a == 0 {
-            break;
-        }
-        if a == 1 {
-            reuse.get_or_insert(i);
-        } else if a == e.addr {
-            // The allocator handed this address out again: the block kept back here was freed by
-            // another thread (whose FREE record went out). Send the allocation, keep the new one.
-            let old = t[i];
+        if t[i].addr <= 1 {
+            if t[i].addr == 0 {
+                b.pend_used.set(b.pend_used.get() + 1);
+            }
             t[i] = e;
-            push_raw(
-                b,
-                &[
-                    hdr(T_ALLOC, old.api, 0),
-                    old.tsc,
-                    old.addr,
-                    old.size,
-                    old.stack,
-                ],
-            );
+            b.pend_live.set(b.pend_live.get() + 1);
             return;
         }
         i = (i + 1) % PEND_SLOTS;
     }
-    let slot = reuse.unwrap_or(i);
-    if t[slot].addr == 0 {
-        b.pend_used.set(b.pend_used.get() + 1);
-    }
-    t[slot] = e;
-    b.pend_live.set(b.pend_live.get() + 1);
 }
 
 /// Drops tombstones, keeping live entries.
@@ -1259,23 +1239,30 @@ unsafe fn record_realloc(api: u8, old: *mut libc::c_void, new: *mut libc::c_void
     if new.is_null() {
         if size == 0 {
             // glibc frees the block and returns NULL.
-            guarded(|b| match pend_take(b, old as u64) {
-                Some(e) if !freed_elsewhere(e.addr, e.tsc) => agg_add(b, &e),
-                kept => {
-                    if let Some(e) = kept {
-                        push_raw(b, &[hdr(T_ALLOC, e.api, 0), e.tsc, e.addr, e.size, e.stack]);
+            guarded(|b| {
+                loop {
+                    match pend_take(b, old as u64) {
+                        Some(e) if !freed_elsewhere(e.addr, e.tsc) => {
+                            agg_add(b, &e);
+                            return;
+                        }
+                        Some(e) => {
+                            push_raw(b, &[hdr(T_ALLOC, e.api, 0), e.tsc, e.addr, e.size, e.stack])
+                        }
+                        None => break,
                     }
-                    let t = tsc();
-                    note_free(old as u64, t);
-                    push(b, &[hdr(T_FREE, api, 0), t, old as u64]);
                 }
+                let t = tsc();
+                note_free(old as u64, t);
+                push(b, &[hdr(T_FREE, api, 0), t, old as u64]);
             });
         }
         return;
     }
     guarded(|b| {
-        if let Some(e) = pend_take(b, old as u64) {
-            // The old block was kept back: send it first so the reader can pair the realloc.
+        // The old block was kept back (maybe also a stale entry of it): send it first so the reader
+        // can pair the realloc.
+        while let Some(e) = pend_take(b, old as u64) {
             push_raw(b, &[hdr(T_ALLOC, e.api, 0), e.tsc, e.addr, e.size, e.stack]);
         }
         let st = if STACK_MASK.load(Ordering::Relaxed) & 2 != 0 {
@@ -1325,23 +1312,27 @@ pub(crate) unsafe fn reallocarray_impl(
 pub(crate) unsafe fn free_impl(p: *mut libc::c_void) {
     if !p.is_null() {
         guarded(|b| {
-            match pend_take(b, p as u64) {
-                Some(e) if !freed_elsewhere(e.addr, e.tsc) => agg_add(b, &e),
-                kept => {
-                    if let Some(e) = kept {
-                        // Kept back here, but freed by another thread since (and handed out again
-                        // by the allocator): that allocation and free were sent; send this one.
-                        push_raw(b, &[hdr(T_ALLOC, e.api, 0), e.tsc, e.addr, e.size, e.stack]);
+            loop {
+                match pend_take(b, p as u64) {
+                    Some(e) if !freed_elsewhere(e.addr, e.tsc) => {
+                        agg_add(b, &e);
+                        return;
                     }
-                    let t = tsc();
-                    note_free(p as u64, t);
-                    if STACK_MASK.load(Ordering::Relaxed) & 4 != 0 {
-                        let st = stack_id(b);
-                        push(b, &[hdr(T_FREE, 9, 1), t, p as u64, st]);
-                    } else {
-                        push(b, &[hdr(T_FREE, 9, 0), t, p as u64]);
+                    // Kept back here, but freed by another thread since (and handed out again by
+                    // the allocator): that free was sent; send this allocation, look further.
+                    Some(e) => {
+                        push_raw(b, &[hdr(T_ALLOC, e.api, 0), e.tsc, e.addr, e.size, e.stack])
                     }
+                    None => break,
                 }
+            }
+            let t = tsc();
+            note_free(p as u64, t);
+            if STACK_MASK.load(Ordering::Relaxed) & 4 != 0 {
+                let st = stack_id(b);
+                push(b, &[hdr(T_FREE, 9, 1), t, p as u64, st]);
+            } else {
+                push(b, &[hdr(T_FREE, 9, 0), t, p as u64]);
             }
         });
     }
