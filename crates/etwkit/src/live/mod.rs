@@ -12,8 +12,8 @@
 //! trace.stop(false).unwrap();
 //! ```
 //!
-//! On Linux a session is a tracefs instance (see [`linux`]); on Windows an ETW session implements the
-//! same [`Backend`] trait.
+//! On Linux a session is a tracefs instance (see [`linux`]); on Windows an ETW session
+//! ([`windows::WindowsBackend`]) implements the same [`Backend`] trait.
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -34,6 +34,8 @@ pub mod windows;
 pub enum LiveError {
     #[error("live tracing on Linux needs root (tracefs instances and the kernel's tracepoints are root-only); run as root")]
     NotRoot,
+    #[error("live ETW tracing needs an elevated Administrator or a member of the Performance Log Users group: run from an elevated prompt")]
+    NotElevated,
     #[error("tracefs is not available: {0}")]
     NoTracefs(String),
     #[error("{path}: {source}")]
@@ -126,6 +128,9 @@ pub struct EnableSpec {
     /// 0 = all keywords.
     pub any_keyword: u64,
     pub all_keyword: u64,
+    /// Only these event ids (empty: all). ETW filters them at the source (EVENT_FILTER_TYPE_EVENT_ID);
+    /// [`Trace::process`] applies the same filter for every backend.
+    pub event_ids: Vec<u16>,
 }
 
 impl EnableSpec {
@@ -245,7 +250,13 @@ impl Etw {
             backend: Arc::new(linux::LinuxBackend::new()),
         }
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
+    pub fn new() -> Etw {
+        Etw {
+            backend: Arc::new(windows::WindowsBackend::new()),
+        }
+    }
+    #[cfg(not(any(target_os = "linux", windows)))]
     pub fn new() -> Etw {
         Etw {
             backend: Arc::new(Unavailable),
@@ -377,6 +388,7 @@ impl Trace {
             level,
             any_keyword,
             all_keyword,
+            event_ids: Vec::new(),
         };
         if self.session.is_some() {
             return Err(LiveError::Unsupported(format!(
@@ -387,6 +399,27 @@ impl Trace {
         self.providers.retain(|p| p.provider != spec.provider);
         self.providers.push(spec);
         Ok(())
+    }
+
+    /// Delivers only these event ids of an enabled provider (at most 64; ETW filters at the source).
+    pub fn set_event_ids(&mut self, provider: impl Into<ProviderRef>, ids: &[u16]) -> Result<()> {
+        let provider = provider.into();
+        if self.session.is_some() {
+            return Err(LiveError::Unsupported(format!(
+                "filtering {provider} on the running session {:?}: set event ids before start()",
+                self.name
+            )));
+        }
+        match self.providers.iter_mut().find(|p| p.provider == provider) {
+            Some(p) => {
+                p.event_ids = ids.to_vec();
+                Ok(())
+            }
+            None => Err(LiveError::Other(format!(
+                "{provider} is not enabled on {:?}: enable it before filtering its event ids",
+                self.name
+            ))),
+        }
     }
 
     /// Restricts the session to these processes (all their threads, and their children).
@@ -532,8 +565,16 @@ impl Trace {
         }
         let stop = self.stop.0.clone();
         let mut delivered = 0u64;
+        let id_filters = self.id_filters();
         let mut cb = |ev: &EventRecord<'_>| {
             if begin.is_some_and(|b| ev.timestamp < b) {
+                return ControlFlow::Continue(());
+            }
+            if !id_filters.is_empty()
+                && id_filters
+                    .iter()
+                    .any(|(g, ids)| *g == ev.provider && !ids.contains(&ev.descriptor.id))
+            {
                 return ControlFlow::Continue(());
             }
             if end.is_some_and(|e| ev.timestamp > e) {
@@ -566,6 +607,23 @@ impl Trace {
         };
         self.summary.events_delivered += delivered;
         r
+    }
+}
+
+impl Trace {
+    /// (provider GUID, event ids) of the providers named by GUID with an event-id filter.
+    fn id_filters(&self) -> Vec<(Guid, Vec<u16>)> {
+        self.providers
+            .iter()
+            .filter(|p| !p.event_ids.is_empty())
+            .filter_map(|p| match &p.provider {
+                ProviderRef::Guid(g) => Some((*g, p.event_ids.clone())),
+                ProviderRef::Name(n) => crate::schema::Registry::with_builtins()
+                    .provider_guids_named(n)
+                    .first()
+                    .map(|g| (*g, p.event_ids.clone())),
+            })
+            .collect()
     }
 }
 
@@ -603,9 +661,9 @@ impl Drop for Trace {
 }
 
 /// The backend of platforms without live tracing support yet.
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", windows)))]
 struct Unavailable;
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", windows)))]
 impl Backend for Unavailable {
     fn sessions(&self) -> Result<Vec<SessionInfo>> {
         Err(LiveError::Unsupported(
@@ -639,6 +697,7 @@ mod tests {
             level: 4,
             any_keyword: 0x2,
             all_keyword: 0,
+            event_ids: Vec::new(),
         };
         assert!(s.accepts(4, 0x2));
         assert!(!s.accepts(5, 0x2));

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds etwkit for x86_64-pc-windows-gnu and runs its tests under wine (see
+# ../shared/notes/windows-build.md and README "Windows"). Idempotent: installs what is missing,
+# reuses the wine prefix and the target/win build. Extra arguments go to `cargo test`
+# (e.g. `--test win_convert`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+pkgs=()
+[ -x /usr/bin/rustc ] && /usr/bin/rustc --version | grep -q . || pkgs+=(rustc-web)
+[ -x /usr/bin/cargo ] || pkgs+=(cargo-web)
+[ -d /usr/lib/rustlib/src/rust/library ] || pkgs+=(rust-web-src)
+command -v x86_64-w64-mingw32-gcc >/dev/null || pkgs+=(gcc-mingw-w64-x86-64)
+[ -x /usr/lib/wine/wine64 ] || pkgs+=(wine64)
+if [ ${#pkgs[@]} -gt 0 ]; then
+  echo "windows-test: installing ${pkgs[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+fi
+
+export WINEPREFIX=$ROOT/target/wineprefix WINEDEBUG=-all WINEDLLOVERRIDES="mscoree,mshtml="
+if [ ! -f "$WINEPREFIX/system.reg" ]; then
+  mkdir -p "$WINEPREFIX"
+  /usr/lib/wine/wine64 wineboot -i >/dev/null 2>&1 || true
+  /usr/lib/wine/wineserver -w
+fi
+# Wine 8 has no bcryptprimitives.dll (ProcessPrng), which Rust's std imports: build our stand-in.
+dll=$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll
+src=$ROOT/tools/windows/bcryptprimitives.c
+if [ ! -f "$dll" ] || [ "$src" -nt "$dll" ]; then
+  x86_64-w64-mingw32-gcc -O2 -shared -o "$dll" "$src" "$ROOT/tools/windows/bcryptprimitives.def" -ladvapi32
+fi
+
+# Debian's cargo must use Debian's rustc (1.96, matching rust-web-src), never rustup's.
+env RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc RUSTC_BOOTSTRAP=1 \
+  CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc \
+  CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=/usr/lib/wine/wine64 \
+  CARGO_TARGET_DIR=$ROOT/target/win CARGO_TERM_COLOR=never \
+  /usr/bin/cargo test -Zbuild-std --target x86_64-pc-windows-gnu -p etwkit --lib --tests "$@"
