@@ -305,7 +305,8 @@ impl WindowsSession {
             pids: cfg.pids.clone(),
             stack_event_ids: cfg.stack_event_ids.clone(),
             armed: cfg.armed_for_spawn && cfg.pids.is_empty(),
-            stopped: false,
+            // Nothing to stop until StartTraceW succeeded (never stop a namesake by accident).
+            stopped: true,
             stats: consume::ConsumeStats::default(),
         };
         if s.enables.iter().any(|(g, _)| *g == HEAP_PROVIDER) {
@@ -321,6 +322,7 @@ impl WindowsSession {
             } else {
                 s.kind = Kind::Heap(start_heap(&hc)?);
             }
+            s.stopped = false;
             return Ok(s);
         }
         let kernel = s
@@ -350,6 +352,7 @@ impl WindowsSession {
         if rc != 0 {
             return Err(win_error("StartTraceW", rc, &s.name));
         }
+        s.stopped = false;
         if let Some(k) = kernel_spec {
             if k.flags & EVENT_ENABLE_PROPERTY_STACK_TRACE != 0 {
                 if let Err(e) = s.set_kernel_stacks(&kernel_stack_events(kflags)) {
@@ -586,8 +589,8 @@ impl LiveSession for WindowsSession {
         if self.stopped {
             return Ok(TraceSummary::default());
         }
+        // `Trace` counts what it delivers; the session counts what ProcessTrace handed over.
         let mut sum = TraceSummary {
-            events_delivered: self.stats.events,
             raw_records: self.stats.events,
             ..Default::default()
         };
