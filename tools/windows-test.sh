@@ -8,11 +8,9 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 pkgs=()
-[ -x /usr/bin/rustc ] && /usr/bin/rustc --version | grep -q . || pkgs+=(rustc-web)
-[ -x /usr/bin/cargo ] || pkgs+=(cargo-web)
-[ -d /usr/lib/rustlib/src/rust/library ] || pkgs+=(rust-web-src)
-command -v x86_64-w64-mingw32-gcc >/dev/null || pkgs+=(gcc-mingw-w64-x86-64)
-[ -x /usr/lib/wine/wine64 ] || pkgs+=(wine64)
+for p in rustc-web cargo-web rust-web-src gcc-mingw-w64-x86-64 wine64; do
+  dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
+done
 if [ ${#pkgs[@]} -gt 0 ]; then
   echo "windows-test: installing ${pkgs[*]}" >&2
   apt-get update -qq
@@ -32,9 +30,17 @@ if [ ! -f "$dll" ] || [ "$src" -nt "$dll" ]; then
   x86_64-w64-mingw32-gcc -O2 -shared -o "$dll" "$src" "$ROOT/tools/windows/bcryptprimitives.def" -ladvapi32
 fi
 
+echo "windows-test: $(/usr/lib/wine/wine64 --version) running etwkit's tests built for x86_64-pc-windows-gnu" >&2
+log=$ROOT/target/win/windows-test.log
+mkdir -p "$ROOT/target/win"
 # Debian's cargo must use Debian's rustc (1.96, matching rust-web-src), never rustup's.
+set +e
 env RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc RUSTC_BOOTSTRAP=1 \
   CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc \
   CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=/usr/lib/wine/wine64 \
   CARGO_TARGET_DIR=$ROOT/target/win CARGO_TERM_COLOR=never \
-  /usr/bin/cargo test -Zbuild-std --target x86_64-pc-windows-gnu -p etwkit --lib --tests "$@"
+  /usr/bin/cargo test -Zbuild-std --target x86_64-pc-windows-gnu -p etwkit --lib --tests "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+awk '/^test result:/ { bins++; p += $4; f += $6 } END { printf "windows-test SUMMARY (wine): %d test binaries, %d passed, %d failed\n", bins, p, f }' "$log"
+exit "$rc"

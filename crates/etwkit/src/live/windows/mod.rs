@@ -375,6 +375,11 @@ impl WindowsSession {
         &self.props
     }
 
+    /// The session handle StartTraceW returned (0 for heap sessions and before start).
+    pub fn handle(&self) -> u64 {
+        self.handle.Value
+    }
+
     fn set_kernel_stacks(&self, events: &[(Guid, u8)]) -> Result<()> {
         let ids: Vec<CLASSIC_EVENT_ID> = events
             .iter()
