@@ -30,6 +30,10 @@ if [ ! -f "$dll" ] || [ "$src" -nt "$dll" ]; then
   x86_64-w64-mingw32-gcc -O2 -shared -o "$dll" "$src" "$ROOT/tools/windows/bcryptprimitives.def" -ladvapi32
 fi
 
+# One wineserver for the whole run: a server exiting between two test programs resets the next
+# program's connection ("wine client error ... Connection reset by peer").
+/usr/lib/wine/wineserver -p
+trap '/usr/lib/wine/wineserver -k 2>/dev/null || true' EXIT
 echo "windows-test: $(/usr/lib/wine/wine64 --version) running etwkit's tests built for x86_64-pc-windows-gnu" >&2
 log=$ROOT/target/win/windows-test.log
 mkdir -p "$ROOT/target/win"
@@ -39,7 +43,7 @@ env RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc RUSTC_BOOTSTRAP=1 \
   CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc \
   CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=/usr/lib/wine/wine64 \
   CARGO_TARGET_DIR=$ROOT/target/win CARGO_TERM_COLOR=never \
-  /usr/bin/cargo test -Zbuild-std --target x86_64-pc-windows-gnu -p etwkit --lib --tests "$@" 2>&1 | tee "$log"
+  /usr/bin/cargo test -Zbuild-std --target x86_64-pc-windows-gnu -p etwkit --lib --tests --no-fail-fast "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 awk '/^test result:/ { bins++; p += $4; f += $6 } END { printf "windows-test SUMMARY (wine): %d test binaries, %d passed, %d failed\n", bins, p, f }' "$log"

@@ -62,11 +62,16 @@ fn session_calls() {
             assert_eq!(s.handle(), 0xcafe_4242, "wine's fake session handle");
             // OpenTraceW fails with ERROR_ACCESS_DENIED under wine: said as one sentence.
             let stop = std::sync::atomic::AtomicBool::new(true);
-            let err = s.process(&mut |_| ControlFlow::Continue(()), &stop).unwrap_err();
+            let err = s
+                .process(&mut |_| ControlFlow::Continue(()), &stop)
+                .unwrap_err();
             assert!(matches!(err, LiveError::NotElevated), "{err}");
             let sum = s.stop().expect("wine's ControlTraceW(STOP) returns 0");
             assert_eq!(sum.events_lost, 0);
-            assert!(WindowsBackend.sessions().unwrap().is_empty(), "QueryAllTracesW: 0 sessions");
+            assert!(
+                WindowsBackend.sessions().unwrap().is_empty(),
+                "QueryAllTracesW: 0 sessions"
+            );
         }
         None => {
             if !elevated_or_skip("session_calls", &r) {
@@ -114,13 +119,25 @@ fn kernel_and_heap_stack_requests() {
 #[test]
 fn providers_without_tdh_under_wine() {
     let list = WindowsBackend.providers().unwrap();
-    for name in ["Microsoft-Windows-Winsock-AFD", "HeapTraceProvider", "Windows Kernel Trace"] {
+    for name in [
+        "Microsoft-Windows-Winsock-AFD",
+        "HeapTraceProvider",
+        "Windows Kernel Trace",
+    ] {
         assert!(list.iter().any(|p| p.name == name), "{name} missing");
     }
     if wine_version().is_some() {
-        assert_eq!(list.len(), 3, "only etwkit's own providers: TDH is not called under wine");
+        assert_eq!(
+            list.len(),
+            3,
+            "only etwkit's own providers: TDH is not called under wine"
+        );
     } else {
-        assert!(list.len() > 100, "the system's providers through TDH: {}", list.len());
+        assert!(
+            list.len() > 100,
+            "the system's providers through TDH: {}",
+            list.len()
+        );
     }
 }
 
@@ -130,7 +147,8 @@ fn spawn_suspended_arm_resume() {
     // provider for its pid, then resumes it: the child's exit code shows it ran.
     let etw = Etw::with_backend(std::sync::Arc::new(WindowsBackend));
     let mut t = etw.open_trace("etwkit-win-spawn", None, None);
-    t.enable("Microsoft-Windows-Winsock-AFD", 0, Level::VERBOSE).unwrap();
+    t.enable("Microsoft-Windows-Winsock-AFD", 0, Level::VERBOSE)
+        .unwrap();
     let mut cmd = Command::new("cmd.exe");
     cmd.args(["/c", "exit", "7"]);
     let mut child = match t.spawn(&mut cmd) {
@@ -138,7 +156,9 @@ fn spawn_suspended_arm_resume() {
             if std::env::var("ETWKIT_REQUIRE_ROOT").is_ok_and(|v| v == "1") {
                 panic!("spawn_suspended_arm_resume: needs an elevated prompt");
             }
-            eprintln!("\n*** SKIPPED spawn_suspended_arm_resume: needs an elevated Administrator ***\n");
+            eprintln!(
+                "\n*** SKIPPED spawn_suspended_arm_resume: needs an elevated Administrator ***\n"
+            );
             return;
         }
         r => r.expect("spawn suspended, arm, resume"),
@@ -167,7 +187,8 @@ fn afd_loopback_demo() {
     }
     let etw = Etw::with_backend(std::sync::Arc::new(WindowsBackend));
     let mut t = etw.open_trace("etwkit-win-afd", None, None);
-    t.enable("Microsoft-Windows-Winsock-AFD", 0, Level::VERBOSE).unwrap();
+    t.enable("Microsoft-Windows-Winsock-AFD", 0, Level::VERBOSE)
+        .unwrap();
     t.add_pid(std::process::id()).unwrap();
     match t.start() {
         Err(LiveError::NotElevated) => {

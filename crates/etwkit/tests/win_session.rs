@@ -787,3 +787,34 @@ fn buffer_request_maps_to_buffers() {
     );
     t.stop(false).unwrap();
 }
+
+#[test]
+fn logfile_sessions_are_written_by_etw() {
+    let dir = std::env::temp_dir().join(format!("etwkit-win-session-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("fake.etl");
+    let e = etw();
+    let mut t = e.open_trace("etwkit-fake-file", Some(&path), None);
+    t.enable("Microsoft-Windows-Winsock-AFD", 0, 5).unwrap();
+    t.start().unwrap();
+    let p = session("etwkit-fake-file").props;
+    assert_eq!(u32_at(&p, 64), 0x100 | 0x1, "realtime and sequential file");
+    let off = u32_at(&p, 112) as usize;
+    assert!(
+        off >= 120 + 2 * 17,
+        "the file name follows the session name"
+    );
+    let units: Vec<u16> = p[off..]
+        .chunks(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .take_while(|&u| u != 0)
+        .collect();
+    assert_eq!(
+        String::from_utf16(&units).unwrap(),
+        path.display().to_string()
+    );
+    t.stop(false).unwrap();
+    // ETW writes the file, not etwkit's writer (the fake writes none).
+    assert!(!path.exists());
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -200,6 +200,9 @@ pub struct SessionConfig {
     /// Event ids whose events carry a stack (ETW's stack-walk event filter; the heap provider: Alloc
     /// 33, ReAlloc 34, Free 36). Empty: as the providers' STACK_TRACE enable flag says.
     pub stack_event_ids: Vec<u16>,
+    /// The .etl file the backend itself writes (only for backends whose
+    /// [`Backend::writes_logfile`] is true; others get `None` and `Trace` writes the file).
+    pub logfile: Option<PathBuf>,
 }
 
 /// The callback type of [`LiveSession::process`].
@@ -228,6 +231,11 @@ pub trait Backend: Send + Sync {
     /// Stops a session by name; `Ok(false)` when it does not exist.
     fn stop_by_name(&self, name: &str) -> Result<bool>;
     fn exists(&self, name: &str) -> Result<bool>;
+    /// Whether the backend writes a session's logfile itself (ETW does; for the others `Trace`
+    /// writes the events it processes with etwkit's ETL writer).
+    fn writes_logfile(&self) -> bool {
+        false
+    }
 }
 
 /// The entry point: sessions, providers, traces.
@@ -446,6 +454,7 @@ impl Trace {
         if self.session.is_some() {
             return Err(LiveError::AlreadyStarted(self.name.clone()));
         }
+        let native_file = self.logfile.is_some() && self.backend.writes_logfile();
         let cfg = SessionConfig {
             name: self.name.clone(),
             providers: self.providers.clone(),
@@ -453,10 +462,15 @@ impl Trace {
             buffer_kb: self.buffer_kb,
             armed_for_spawn: self.armed_for_spawn,
             stack_event_ids: self.stack_event_ids.clone(),
+            logfile: if native_file {
+                self.logfile.clone()
+            } else {
+                None
+            },
         };
         self.stop.0.store(false, Ordering::SeqCst);
         let session = self.backend.start(&cfg)?;
-        if let Some(p) = &self.logfile {
+        if let (Some(p), false) = (&self.logfile, native_file) {
             let mut opts = crate::etl::writer::WriterOptions::now();
             opts.logger_name = self.name.clone();
             let w = crate::etl::writer::Writer::create(p, opts).map_err(|e| {

@@ -217,6 +217,10 @@ impl Backend for WindowsBackend {
         }
     }
 
+    fn writes_logfile(&self) -> bool {
+        true
+    }
+
     fn exists(&self, name: &str) -> Result<bool> {
         match control(name, EVENT_TRACE_CONTROL_QUERY) {
             Ok(_) => Ok(true),
@@ -317,6 +321,10 @@ impl WindowsSession {
             }
             let mut hc = heap::HeapSessionConfig::new(&s.name, &s.pids);
             hc.stacks = heap_stacks(&s.stack_event_ids);
+            hc.log_file = match &cfg.logfile {
+                Some(p) => Some(std::path::absolute(p).map_err(|e| LiveError::io(p, e))?),
+                None => None,
+            };
             if s.armed {
                 s.kind = Kind::HeapPending(hc);
             } else {
@@ -336,9 +344,13 @@ impl WindowsSession {
                 0 => kernel_flags::DEFAULT,
                 f => f,
             });
+        let logfile = match &cfg.logfile {
+            Some(p) => Some(std::path::absolute(p).map_err(|e| LiveError::io(p, e))?),
+            None => None,
+        };
         let props = SessionProperties {
             name: s.name.clone(),
-            logfile: None,
+            logfile,
             guid: session_guid(&s.name),
             sizing: BufferSizing::for_cpus(cfg.buffer_kb, cpu_count()),
             kernel_flags: kflags,

@@ -102,7 +102,8 @@ impl BufferSizing {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionProperties {
     pub name: String,
-    /// `None`: realtime (events go to a consumer); else a sequential .etl file.
+    /// `None`: realtime only; else ETW also writes a sequential .etl file (realtime delivery stays
+    /// on, so the session can be processed while it writes).
     pub logfile: Option<PathBuf>,
     /// Wnode.Guid: the session's GUID (the heap provider's for heap sessions).
     pub guid: Guid,
@@ -116,11 +117,10 @@ pub struct SessionProperties {
 impl SessionProperties {
     /// The LogFileMode these properties stand for.
     pub fn log_file_mode(&self) -> u32 {
-        let mut m = if self.logfile.is_some() {
-            EVENT_TRACE_FILE_MODE_SEQUENTIAL
-        } else {
-            EVENT_TRACE_REAL_TIME_MODE
-        };
+        let mut m = EVENT_TRACE_REAL_TIME_MODE;
+        if self.logfile.is_some() {
+            m |= EVENT_TRACE_FILE_MODE_SEQUENTIAL;
+        }
         // Kernel providers in a session of our own (Windows 8+); the classic kernel logger has it
         // implicitly.
         if self.kernel_flags != 0 && self.name != KERNEL_LOGGER_NAME {
@@ -348,7 +348,9 @@ mod tests {
         assert_eq!(parsed.logfile, r"C:\t\k.etl");
         assert_eq!(
             parsed.log_file_mode,
-            EVENT_TRACE_FILE_MODE_SEQUENTIAL | EVENT_TRACE_SYSTEM_LOGGER_MODE
+            EVENT_TRACE_FILE_MODE_SEQUENTIAL
+                | EVENT_TRACE_REAL_TIME_MODE
+                | EVENT_TRACE_SYSTEM_LOGGER_MODE
         );
         assert_eq!(parsed.enable_flags, 0x0001_0007);
         // The classic kernel logger: its own GUID, no system-logger bit.
