@@ -444,6 +444,100 @@ pub unsafe extern "system" fn CloseHandle(_h: HANDLE) -> i32 {
     1
 }
 
+type Infos = (
+    HashMap<(Guid, u16, u8), Vec<u8>>,
+    HashMap<(Guid, String), Vec<u8>>,
+);
+
+/// TRACE_EVENT_INFO blobs by (provider, id, version) and EVENT_MAP_INFO blobs by (provider, map
+/// name), from the EventMetadata records of a real pktmon capture: what TDH answers on the machine
+/// that wrote it.
+fn pktmon_infos() -> &'static HashMap<(Guid, u16, u8), Vec<u8>> {
+    &pktmon_metadata().0
+}
+
+fn pktmon_metadata() -> &'static Infos {
+    static M: OnceLock<Infos> = OnceLock::new();
+    M.get_or_init(|| {
+        let (mut m, mut maps) = (HashMap::new(), HashMap::new());
+        let Some(dir) = common::shared_dir() else {
+            return (m, maps);
+        };
+        let file = EtlFile::open(dir.join("etl-samples/pktmonvpn_PktMon.etl")).unwrap();
+        file.for_each(Order::File, |r| {
+            if r.provider == etwkit::schema::tdh::METADATA_CLASS && r.descriptor.opcode == 33 {
+                if let Ok((provider, map)) = etwkit::schema::tdh::parse_map_info(&r.payload) {
+                    maps.insert((provider, map.name.clone()), r.payload[16..].to_vec());
+                }
+            }
+            if r.provider == etwkit::schema::tdh::METADATA_CLASS && r.descriptor.opcode == 32 {
+                if let Ok(Some(info)) = etwkit::schema::tdh::parse_event_info(&r.payload) {
+                    if let etwkit::schema::SchemaKey::Manifest {
+                        provider,
+                        id,
+                        version,
+                    } = info.key
+                    {
+                        m.insert((provider, id, version), r.payload.to_vec());
+                    }
+                }
+            }
+            ControlFlow::Continue(())
+        });
+        (m, maps)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "system" fn TdhGetEventMapInformation(
+    event: *const EVENT_RECORD,
+    name: PCWSTR,
+    buf: *mut core::ffi::c_void,
+    size: *mut u32,
+) -> u32 {
+    let g = unsafe { &(*event).EventHeader.ProviderId };
+    let key = (Guid::new(g.data1, g.data2, g.data3, g.data4), unsafe {
+        wstr(name)
+    });
+    let Some(blob) = pktmon_metadata().1.get(&key) else {
+        return 1168;
+    };
+    let have = unsafe { *size } as usize;
+    unsafe { *size = blob.len() as u32 };
+    if have < blob.len() || buf.is_null() {
+        return 122;
+    }
+    unsafe { std::ptr::copy_nonoverlapping(blob.as_ptr(), buf as *mut u8, blob.len()) };
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "system" fn TdhGetEventInformation(
+    event: *const EVENT_RECORD,
+    _n: u32,
+    _ctx: *const core::ffi::c_void,
+    buf: *mut core::ffi::c_void,
+    size: *mut u32,
+) -> u32 {
+    let h = unsafe { &(*event).EventHeader };
+    let g = &h.ProviderId;
+    let key = (
+        Guid::new(g.data1, g.data2, g.data3, g.data4),
+        h.EventDescriptor.Id,
+        h.EventDescriptor.Version,
+    );
+    let Some(blob) = pktmon_infos().get(&key) else {
+        return 1168; // ERROR_NOT_FOUND
+    };
+    let have = unsafe { *size } as usize;
+    unsafe { *size = blob.len() as u32 };
+    if have < blob.len() || buf.is_null() {
+        return 122;
+    }
+    unsafe { std::ptr::copy_nonoverlapping(blob.as_ptr(), buf as *mut u8, blob.len()) };
+    0
+}
+
 // ---------------------------------------------------------------- tests
 
 fn etw() -> Etw {
@@ -696,6 +790,96 @@ fn process_converts_and_stop_reports_losses() {
         .unwrap()
         .stopped
         .contains_key("etwkit-fake-process"));
+}
+
+#[test]
+fn tdh_fallback_layouts_decode_like_the_file() {
+    let test = "tdh_fallback_layouts_decode_like_the_file";
+    let Some(path) = common::sample("pktmonvpn_PktMon.etl", test) else {
+        return;
+    };
+    // The capture's PktMon events without their metadata: layouts only "TDH" (the fake, answering
+    // from the capture's own EventMetadata) knows.
+    let file = EtlFile::open(&path).unwrap();
+    let (reference, _) =
+        etwkit::decode::Decoder::for_file(etwkit::schema::Registry::with_builtins(), &file);
+    let mut queued: Vec<EventRecord<'static>> = Vec::new();
+    let mut want = Vec::new();
+    let mut per_key: HashMap<(Guid, u16), usize> = HashMap::new();
+    file.for_each(Order::File, |r| {
+        let n = per_key.entry((r.provider, r.descriptor.id)).or_default();
+        *n += 1;
+        // Every layout, at most 30 events of each.
+        if r.header_type.is_event_header() && *n <= 30 {
+            let d = reference.decode(&r.event);
+            want.push((d.event_name.map(|n| n.to_string()), d.properties.to_json()));
+            queued.push(r.event.to_owned_record());
+        }
+        ControlFlow::Continue(())
+    });
+    let keys: std::collections::HashSet<_> = queued
+        .iter()
+        .map(|e| (e.provider, e.descriptor.id, e.descriptor.version))
+        .filter(|k| pktmon_infos().contains_key(k))
+        .collect();
+    assert!(keys.len() >= 5, "{} layouts", keys.len());
+    world()
+        .lock()
+        .unwrap()
+        .queued
+        .insert("etwkit-fake-tdh".into(), queued.clone());
+    let e = etw();
+    let mut t = e.open_trace("etwkit-fake-tdh", None, None);
+    t.enable(queued[0].provider, 0, 5).unwrap();
+    t.start().unwrap();
+    let stop = t.stop_handle();
+    let (mut meta, mut got) = (0usize, Vec::new());
+    // A decoder that knows only etwkit's built-in layouts and learns as events pass (as a live
+    // consumer's does).
+    let mut live = etwkit::decode::Decoder::new(etwkit::schema::Registry::with_builtins());
+    t.process(
+        |ev| {
+            if live.learn(ev) {
+                meta += 1;
+                return ControlFlow::Continue(());
+            }
+            let d = live.decode(ev);
+            got.push((d.event_name.map(|n| n.to_string()), d.properties.to_json()));
+            if got.len() == queued.len() {
+                stop.stop();
+            }
+            ControlFlow::Continue(())
+        },
+        None,
+        None,
+    )
+    .unwrap();
+    let maps = pktmon_metadata().1.len();
+    assert!(maps > 0);
+    assert!(
+        meta > keys.len() && meta <= keys.len() + maps,
+        "one EventInfo per layout ({}) and each map once: {meta}",
+        keys.len()
+    );
+    assert_eq!(got.len(), want.len());
+    let mut decoded = 0;
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "event {i}");
+        decoded += (g.1.as_object().is_some_and(|o| !o.is_empty())) as usize;
+    }
+    assert!(
+        decoded * 10 > got.len() * 9,
+        "{decoded} of {} decoded",
+        got.len()
+    );
+    let sum = t.stop(false).unwrap();
+    assert!(
+        sum.issues
+            .iter()
+            .any(|i| i.contains("layouts came from TDH")),
+        "{:?}",
+        sum.issues
+    );
 }
 
 #[test]

@@ -20,7 +20,7 @@ use super::convert::{from_event_record, ConvertContext};
 use super::{wide, win_error};
 use crate::event::EventRecord;
 use crate::guid::Guid;
-use crate::live::{Callback, LiveError, Result};
+use crate::live::{Callback, Result};
 use crate::time::{Clock, ClockType};
 
 const _: () = assert!(std::mem::size_of::<EVENT_TRACE_LOGFILEW>() == 448);
@@ -42,6 +42,8 @@ pub struct ConsumeStats {
     pub events: u64,
     /// RT_LostEvent notifications seen: (events lost, buffers lost, file lost).
     pub rt_lost: [u64; 3],
+    /// Layouts TDH described (MetaData records delivered, see [`super::tdh`]).
+    pub tdh_described: u64,
 }
 
 struct State<'c, 'f> {
@@ -49,6 +51,7 @@ struct State<'c, 'f> {
     ctx: ConvertContext,
     stats: ConsumeStats,
     broken: &'c AtomicBool,
+    tdh: Option<super::tdh::Fallback>,
 }
 
 unsafe extern "system" fn on_event(rec: *mut EVENT_RECORD) {
@@ -69,6 +72,19 @@ unsafe extern "system" fn on_event(rec: *mut EVENT_RECORD) {
     let ev: EventRecord<'_> = unsafe { from_event_record(rec, &state.ctx) };
     if ev.provider == RT_LOST_EVENT && (32..=34).contains(&ev.descriptor.opcode) {
         state.stats.rt_lost[(ev.descriptor.opcode - 32) as usize] += 1;
+    }
+    let meta = match state.tdh.as_mut() {
+        Some(t) => t.lookup(rec, &ev),
+        None => Vec::new(),
+    };
+    if !meta.is_empty() {
+        state.stats.tdh_described += 1;
+    }
+    for m in &meta {
+        if let ControlFlow::Break(()) = (state.cb)(m) {
+            state.broken.store(true, Ordering::SeqCst);
+            return;
+        }
     }
     state.stats.events += 1;
     if let ControlFlow::Break(()) = (state.cb)(&ev) {
@@ -110,6 +126,7 @@ pub fn process_realtime(
         },
         stats: ConsumeStats::default(),
         broken: &broken,
+        tdh: super::tdh::Fallback::new(),
     };
     let mut lf = EVENT_TRACE_LOGFILEW {
         LoggerName: wname.as_mut_ptr(),
@@ -171,10 +188,4 @@ pub fn process_realtime(
         1223 => Ok(stats), // ERROR_CANCELLED: a buffer callback ended it.
         code => Err(win_error("ProcessTrace", code, name)),
     }
-}
-
-/// Turns a ProcessTrace error of a session into a [`LiveError`] (kept for callers that only have
-/// a code).
-pub fn process_error(code: u32, name: &str) -> LiveError {
-    win_error("ProcessTrace", code, name)
 }

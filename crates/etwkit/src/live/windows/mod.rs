@@ -21,6 +21,7 @@ pub mod enable;
 pub mod heap;
 pub mod properties;
 pub mod providers;
+pub mod tdh;
 
 use std::process::{Child, Command};
 use std::sync::atomic::AtomicBool;
@@ -589,6 +590,7 @@ impl LiveSession for WindowsSession {
         }
         let st = consume::process_realtime(&self.name, cb, stop)?;
         self.stats.events += st.events;
+        self.stats.tdh_described += st.tdh_described;
         for (a, b) in self.stats.rt_lost.iter_mut().zip(st.rt_lost) {
             *a += b;
         }
@@ -642,6 +644,12 @@ impl LiveSession for WindowsSession {
         }
         sum.lost_detail
             .push(("RT_LostEvent notifications".into(), rt.iter().sum()));
+        if self.stats.tdh_described > 0 {
+            sum.issues.push(format!(
+                "{} event layouts came from TDH (no built-in layout); MetaData records precede their events",
+                self.stats.tdh_described
+            ));
+        }
         Ok(sum)
     }
 }
