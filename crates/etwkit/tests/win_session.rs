@@ -256,6 +256,13 @@ pub unsafe extern "system" fn TraceSetInformation(
 ) -> u32 {
     let data = unsafe { std::slice::from_raw_parts(info as *const u8, len as usize) }.to_vec();
     let mut w = world().lock().unwrap();
+    // Sessions named "nostack-…" live on a system without stack walks (as under wine).
+    if w.sessions
+        .iter()
+        .any(|(n, s)| s.handle == handle.Value && n.starts_with("nostack-"))
+    {
+        return 120;
+    }
     match by_handle(&mut w, handle.Value) {
         Some(s) => {
             s.infos.push((class, data));
@@ -880,6 +887,27 @@ fn tdh_fallback_layouts_decode_like_the_file() {
         "{:?}",
         sum.issues
     );
+}
+
+#[test]
+fn failed_stack_requests_leave_no_session_behind() {
+    let e = etw();
+    let mut k = e.open_trace("nostack-kernel", None, None);
+    k.enable("Windows Kernel Trace", 0x4, 0).unwrap();
+    let err = k.start().unwrap_err().to_string();
+    assert!(
+        err.contains("TraceSetInformation") && err.contains("Win32 error 120"),
+        "{err}"
+    );
+    let mut h = e.open_heap_trace("nostack-heap", None, &[33]).unwrap();
+    h.add_pid(1).unwrap();
+    let err = h.start().unwrap_err().to_string();
+    assert!(err.contains("TraceSetInformation"), "{err}");
+    let w = world().lock().unwrap();
+    for name in ["nostack-kernel", "nostack-heap"] {
+        assert!(!w.sessions.contains_key(name), "{name} left running");
+        assert!(w.stopped.contains_key(name), "{name} never stopped");
+    }
 }
 
 #[test]

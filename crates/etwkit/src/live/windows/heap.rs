@@ -263,7 +263,11 @@ impl WindowsHeapSession {
                     (ids.len() * std::mem::size_of::<CLASSIC_EVENT_ID>()) as u32,
                 )
             };
-            check("TraceSetInformation(TraceStackTracingInfo)", rc)?;
+            if let Err(e) = check("TraceSetInformation(TraceStackTracingInfo)", rc) {
+                // Do not leave a started session behind.
+                let _ = session.stop();
+                return Err(e);
+            }
         }
         Ok(session)
     }
