@@ -201,29 +201,28 @@ fn afd_loopback_demo() {
         r => r.unwrap(),
     }
     let stop = t.stop_handle();
+    // The demo's loopback workload, in this process.
     let worker = std::thread::spawn(move || {
-        use std::io::{Read, Write};
         std::thread::sleep(Duration::from_millis(500));
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        let mut c = std::net::TcpStream::connect(addr).unwrap();
-        let (mut s, _) = l.accept().unwrap();
-        c.write_all(b"hello etwkit").unwrap();
-        let mut buf = [0u8; 12];
-        s.read_exact(&mut buf).unwrap();
-        drop((c, s, l));
+        let facts = etwkit::live::windows::workload::run();
         std::thread::sleep(Duration::from_secs(3));
         stop.stop();
-        addr.port()
+        facts
     });
     let me = std::process::id();
     let mut ids = std::collections::BTreeSet::new();
+    let mut ports = std::collections::BTreeSet::new();
     let mut decoded = 0;
     t.process(
         |ev| {
             if ev.pid == me {
                 ids.insert(ev.descriptor.id);
-                decoded += etwkit::live::props::properties(ev).is_some() as u32;
+                if let Some((_, props)) = etwkit::live::props::properties(ev) {
+                    decoded += 1;
+                    if let Some(p) = props.get("Port").and_then(|v| v.as_u64()) {
+                        ports.insert(p as u16);
+                    }
+                }
             }
             ControlFlow::Continue(())
         },
@@ -231,11 +230,16 @@ fn afd_loopback_demo() {
         None,
     )
     .unwrap();
-    worker.join().unwrap();
+    let facts = worker.join().unwrap().expect("workload");
     let sum = t.stop(false).unwrap();
-    eprintln!("AFD ids seen: {ids:?}, {decoded} decoded, {sum:?}");
+    eprintln!("AFD ids seen: {ids:?}, ports {ports:?}, {decoded} decoded, {facts:?}, {sum:?}");
     for id in [1u16, 13] {
         assert!(ids.contains(&id), "AFD event {id} missing: {ids:?}");
     }
+    assert!(
+        ports.contains(&facts.v4.server_port),
+        "the echo server's port {} in no decoded event: {ports:?}",
+        facts.v4.server_port
+    );
     assert!(decoded > 0);
 }

@@ -22,6 +22,7 @@ pub mod heap;
 pub mod properties;
 pub mod providers;
 pub mod tdh;
+pub mod workload;
 
 use std::process::{Child, Command};
 use std::sync::atomic::AtomicBool;
