@@ -331,6 +331,28 @@ impl Etw {
     }
 }
 
+/// Whether live tracing can work here, as one sentence when not (Linux: root and tracefs; Windows:
+/// checked when a session starts, where a missing elevation is named).
+pub fn check_available() -> Result<()> {
+    #[cfg(target_os = "linux")]
+    return linux::check_available();
+    #[cfg(not(target_os = "linux"))]
+    Ok(())
+}
+
+/// The demo's loopback network workload for this platform, run in this process; what it did (pids,
+/// ports, byte counts) as JSON. Linux: TCP echo v4/v6, refused connect, busy bind, peer reset, UDP
+/// overflow ([`linux::workload`]); elsewhere the std::net subset ([`windows::workload`]).
+pub fn demo_workload() -> Result<serde_json::Value> {
+    #[cfg(target_os = "linux")]
+    let facts = linux::workload::run().map(serde_json::to_value);
+    #[cfg(not(target_os = "linux"))]
+    let facts = windows::workload::run().map(serde_json::to_value);
+    facts
+        .map_err(|e| LiveError::Other(format!("the demo workload failed: {e}")))?
+        .map_err(|e| LiveError::Other(e.to_string()))
+}
+
 /// Sets the stop flag of a trace from another thread (Ctrl-C, a timer, the end of a child process).
 #[derive(Clone, Debug)]
 pub struct StopHandle(Arc<AtomicBool>);
