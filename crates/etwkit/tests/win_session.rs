@@ -890,6 +890,53 @@ fn tdh_fallback_layouts_decode_like_the_file() {
 }
 
 #[test]
+fn only_the_traced_processes_events_are_delivered() {
+    let Some(path) = common::sample(
+        "krabsetw_powershell.etl",
+        "only_the_traced_processes_events_are_delivered",
+    ) else {
+        return;
+    };
+    let file = EtlFile::open(&path).unwrap();
+    let mut queued: Vec<EventRecord<'static>> = Vec::new();
+    file.for_each(Order::File, |r| {
+        if r.header_type.is_event_header() {
+            let mut ev = r.event.to_owned_record();
+            ev.pid = if queued.len() % 2 == 0 { 1000 } else { 2000 };
+            queued.push(ev);
+        }
+        ControlFlow::Continue(())
+    });
+    world()
+        .lock()
+        .unwrap()
+        .queued
+        .insert("etwkit-fake-pids".into(), queued.clone());
+    let e = etw();
+    let mut t = e.open_trace("etwkit-fake-pids", None, None);
+    t.enable(queued[0].provider, 0, 5).unwrap();
+    t.add_pid(1000).unwrap();
+    t.start().unwrap();
+    let stop = t.stop_handle();
+    stop.stop(); // ProcessTrace delivers what is queued, then the trace is closed.
+    let mut pids = Vec::new();
+    t.process(
+        |ev| {
+            pids.push(ev.pid);
+            ControlFlow::Continue(())
+        },
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(pids.len(), queued.len().div_ceil(2));
+    assert!(pids.iter().all(|&p| p == 1000));
+    // The stop flag flushed the session before closing the trace.
+    assert_eq!(session("etwkit-fake-pids").flushes, 1);
+    t.stop(false).unwrap();
+}
+
+#[test]
 fn failed_stack_requests_leave_no_session_behind() {
     let e = etw();
     let mut k = e.open_trace("nostack-kernel", None, None);

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use windows_sys::Win32::Foundation::{GetLastError, FILETIME};
 use windows_sys::Win32::System::Diagnostics::Etw::{
-    CloseTrace, OpenTraceW, ProcessTrace, EVENT_RECORD, EVENT_TRACE_LOGFILEW, PROCESSTRACE_HANDLE,
-    PROCESS_TRACE_MODE_EVENT_RECORD, PROCESS_TRACE_MODE_RAW_TIMESTAMP,
-    PROCESS_TRACE_MODE_REAL_TIME,
+    CloseTrace, OpenTraceW, ProcessTrace, EVENT_RECORD, EVENT_TRACE_CONTROL_FLUSH,
+    EVENT_TRACE_LOGFILEW, PROCESSTRACE_HANDLE, PROCESS_TRACE_MODE_EVENT_RECORD,
+    PROCESS_TRACE_MODE_RAW_TIMESTAMP, PROCESS_TRACE_MODE_REAL_TIME,
 };
 use windows_sys::Win32::System::Performance::{QueryPerformanceCounter, QueryPerformanceFrequency};
 use windows_sys::Win32::System::SystemInformation::GetSystemTimePreciseAsFileTime;
@@ -35,6 +35,10 @@ pub const ERROR_CTX_CLOSE_PENDING: u32 = 7007;
 /// The realtime lost-event notifications ETW inserts into the stream (RT_LostEvent class):
 /// type 32 events lost, 33 buffers lost, 34 the realtime backing file lost.
 pub const RT_LOST_EVENT: Guid = Guid::from_str_const("6a399ae0-4bc6-4de9-870b-3657f8947e7e");
+
+/// How long buffered events get to arrive after the stop flag (and a flush) before the trace is
+/// closed.
+pub const DRAIN: Duration = Duration::from_millis(300);
 
 /// What one ProcessTrace run delivered.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -169,7 +173,15 @@ pub fn process_realtime(
     let rc = std::thread::scope(|s| {
         s.spawn(|| {
             while !done.load(Ordering::SeqCst) {
-                if stop.load(Ordering::SeqCst) || broken.load(Ordering::SeqCst) {
+                if broken.load(Ordering::SeqCst) {
+                    close(handle);
+                    return;
+                }
+                if stop.load(Ordering::SeqCst) {
+                    // Deliver what the session still buffers: flush, give ProcessTrace a moment,
+                    // then close.
+                    let _ = super::control(name, EVENT_TRACE_CONTROL_FLUSH);
+                    std::thread::sleep(DRAIN);
                     close(handle);
                     return;
                 }

@@ -589,7 +589,16 @@ impl LiveSession for WindowsSession {
         if let Kind::HeapPending(_) = self.kind {
             return Err(LiveError::NotStarted(self.name.clone()));
         }
-        let st = consume::process_realtime(&self.name, cb, stop)?;
+        // ETW's PID filter is a scope filter providers apply themselves; the same filter here keeps
+        // other processes' events out whatever a provider does with it.
+        let pids = self.pids.clone();
+        let mut only_ours = |ev: &crate::event::EventRecord<'_>| {
+            if !pids.is_empty() && ev.header_type.is_event_header() && !pids.contains(&ev.pid) {
+                return std::ops::ControlFlow::Continue(());
+            }
+            cb(ev)
+        };
+        let st = consume::process_realtime(&self.name, &mut only_ours, stop)?;
         self.stats.events += st.events;
         self.stats.tdh_described += st.tdh_described;
         for (a, b) in self.stats.rt_lost.iter_mut().zip(st.rt_lost) {
