@@ -199,8 +199,19 @@ pub fn all() -> Result<Vec<ProviderInfo>> {
     Ok(v)
 }
 
-/// The GUID of a provider name etwkit knows itself (case-insensitive).
+/// Short names the CLI accepts on every OS (as on Linux).
+pub const ALIASES: [(&str, &str); 3] = [
+    ("winsock", "Microsoft-Windows-Winsock-AFD"),
+    ("heap", "HeapTraceProvider"),
+    ("kernel", KERNEL_PROVIDER_NAME),
+];
+
+/// The GUID of a provider name (or alias) etwkit knows itself (case-insensitive).
 pub fn resolve_builtin(name: &str) -> Option<Guid> {
+    let name = ALIASES
+        .iter()
+        .find(|(a, _)| a.eq_ignore_ascii_case(name))
+        .map_or(name, |(_, n)| n);
     if let Some(b) = builtin()
         .into_iter()
         .find(|b| b.name.eq_ignore_ascii_case(name))
@@ -273,6 +284,14 @@ mod tests {
             Some(SYSTEM_TRACE_CONTROL_GUID)
         );
         assert_eq!(resolve_builtin("no-such-provider"), None);
+        assert_eq!(
+            resolve_builtin("winsock"),
+            Some(crate::schema::builtin::winsock_afd::PROVIDER)
+        );
+        assert_eq!(
+            resolve_builtin("Heap"),
+            Some(crate::analysis::heap::HEAP_PROVIDER)
+        );
         let afd = builtin().into_iter().next().unwrap();
         assert!(afd.events > 30, "AFD layouts counted: {}", afd.events);
     }
