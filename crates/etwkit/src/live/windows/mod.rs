@@ -179,6 +179,8 @@ fn session_info(p: &properties::ParsedProperties) -> SessionInfo {
         },
         owner_pid: None,
         etwkit: p.guid == session_guid(&p.name),
+        // ETW does not say whether anyone still consumes a session.
+        orphan: false,
         tracing_on: true,
         enabled_events: p.enable_flags.count_ones() as usize,
         buffer_size_kb: p.buffer_kb as u64,
