@@ -142,6 +142,25 @@ fn providers_without_tdh_under_wine() {
 }
 
 #[test]
+fn provider_keywords() {
+    let afd = etwkit::live::windows::providers::resolve_builtin("winsock").unwrap();
+    let r = etwkit::live::windows::providers::keywords(&afd);
+    if wine_version().is_some() {
+        // Refused before any tdh.dll call (which would abort the process under wine).
+        assert!(
+            matches!(r, Err(LiveError::Unsupported(ref m)) if m.contains("wine")),
+            "{r:?}"
+        );
+    } else {
+        let kw = r.unwrap();
+        assert!(
+            !kw.is_empty() && kw.iter().all(|(n, v)| !n.is_empty() && *v != 0),
+            "{kw:?}"
+        );
+    }
+}
+
+#[test]
 fn spawn_suspended_arm_resume() {
     // Trace::spawn starts the session armed, creates the child CREATE_SUSPENDED, enables the
     // provider for its pid, then resumes it: the child's exit code shows it ran.

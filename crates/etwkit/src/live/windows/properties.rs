@@ -75,6 +75,10 @@ pub struct BufferSizing {
 pub const DEFAULT_PER_CPU_KB: u64 = 1024;
 /// Buffer size when the caller asks for none (KiB).
 pub const DEFAULT_BUFFER_KB: u32 = 256;
+/// Most buffers a session starts with (128 MiB of 256 KiB buffers).
+pub const MAX_MIN_BUFFERS: u32 = 512;
+/// Most buffers a session may grow to (512 MiB of 256 KiB buffers).
+pub const MAX_BUFFERS: u32 = 2048;
 
 impl BufferSizing {
     /// `per_cpu_kb`: memory per CPU the caller wants (0 = default). The session starts with that
@@ -88,11 +92,14 @@ impl BufferSizing {
         };
         let buffer_kb = (per_cpu.min(DEFAULT_BUFFER_KB as u64) as u32).clamp(4, 1024);
         let per_cpu_buffers = per_cpu.div_ceil(buffer_kb as u64).clamp(2, 4096) as u32;
-        let min_buffers = per_cpu_buffers.saturating_mul(cpus).max(4);
+        // Big machines: at most MAX_MIN_BUFFERS to start with, MAX_BUFFERS in all.
+        let min_buffers = per_cpu_buffers
+            .saturating_mul(cpus)
+            .clamp(4, MAX_MIN_BUFFERS);
         BufferSizing {
             buffer_kb,
             min_buffers,
-            max_buffers: min_buffers.saturating_mul(4),
+            max_buffers: min_buffers.saturating_mul(4).min(MAX_BUFFERS),
             flush_timer_s: 1,
         }
     }
@@ -305,6 +312,9 @@ mod tests {
         // Large requests: 1 MiB buffers at most... here 256 KiB ones, more of them.
         let l = BufferSizing::for_cpus(16 * 1024, 2);
         assert_eq!((l.buffer_kb, l.min_buffers), (256, 2 * 64));
+        // 64 CPUs asking for 8 MiB each: capped, memory stays bounded.
+        let big = BufferSizing::for_cpus(8 * 1024, 64);
+        assert_eq!((big.min_buffers, big.max_buffers), (512, 2048));
     }
 
     #[test]
