@@ -588,8 +588,16 @@ fn start_lays_out_properties_and_enables_with_filters() {
     assert_eq!(u32_at(p, 44), 0x0002_0000, "WNODE_FLAG_TRACED_GUID");
     let cpus = std::thread::available_parallelism().unwrap().get() as u32;
     assert_eq!(u32_at(p, 48), 256, "BufferSize KiB");
-    assert_eq!(u32_at(p, 52), (4 * cpus).clamp(4, 512), "MinimumBuffers: 1 MiB per CPU");
-    assert_eq!(u32_at(p, 56), (16 * cpus).clamp(16, 2048), "MaximumBuffers: 4 MiB per CPU");
+    assert_eq!(
+        u32_at(p, 52),
+        (4 * cpus).clamp(4, 512),
+        "MinimumBuffers: 1 MiB per CPU"
+    );
+    assert_eq!(
+        u32_at(p, 56),
+        (16 * cpus).clamp(16, 2048),
+        "MaximumBuffers: 4 MiB per CPU"
+    );
     assert_eq!(u32_at(p, 68), 1, "FlushTimer");
     assert_eq!(u32_at(p, 72), 0, "no kernel flags");
     assert!(Guid::from_le_bytes(&p[24..40]).is_some_and(|g| !g.is_zero()));
