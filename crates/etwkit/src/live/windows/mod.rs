@@ -83,6 +83,10 @@ pub(crate) fn from_win_guid(g: &windows_sys::core::GUID) -> Guid {
 /// A Win32 error of `api` (on `session`, when it concerns one) as one sentence.
 pub fn win_error(api: &str, code: u32, session: &str) -> LiveError {
     match code {
+        // Wine's ETW stubs answer access denied (OpenTraceW): no elevation would help there.
+        error::ACCESS_DENIED if wine_version().is_some() => LiveError::Unsupported(format!(
+            "{api} is refused by wine's ETW, a stub that delivers no events: live tracing needs real Windows"
+        )),
         error::ACCESS_DENIED => LiveError::NotElevated,
         error::ALREADY_EXISTS if !session.is_empty() => LiveError::AlreadyStarted(session.into()),
         error::WMI_INSTANCE_NOT_FOUND if !session.is_empty() => {
