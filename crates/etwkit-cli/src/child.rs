@@ -23,13 +23,17 @@ pub fn stdout_target(file: Option<&Path>) -> anyhow::Result<Stdio> {
             std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
         ),
         None => {
-            use std::os::fd::AsFd;
-            Stdio::from(
-                std::io::stderr()
-                    .as_fd()
-                    .try_clone_to_owned()
-                    .context("cannot duplicate stderr for the command's output")?,
-            )
+            #[cfg(unix)]
+            let dup = {
+                use std::os::fd::AsFd;
+                std::io::stderr().as_fd().try_clone_to_owned()
+            };
+            #[cfg(windows)]
+            let dup = {
+                use std::os::windows::io::AsHandle;
+                std::io::stderr().as_handle().try_clone_to_owned()
+            };
+            Stdio::from(dup.context("cannot duplicate stderr for the command's output")?)
         }
     })
 }

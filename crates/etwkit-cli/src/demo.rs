@@ -12,22 +12,16 @@ use crate::trace::{report, stop_on_ctrl_c, Printer};
 /// The provider the demo enables.
 const WINSOCK: &str = "Microsoft-Windows-Winsock-AFD";
 
-/// The hidden `__demo-workload` subcommand: the workload itself, in the traced child.
-#[cfg(target_os = "linux")]
+/// The hidden `__demo-workload` subcommand: the workload itself, in the traced child (the
+/// platform's own, from `etwkit::live`).
 pub fn workload() -> anyhow::Result<()> {
-    let facts = etwkit::live::linux::workload::run()?;
-    eprintln!("etwkit demo workload: {}", serde_json::to_string(&facts)?);
+    let facts = etwkit::live::demo_workload()?;
+    eprintln!("etwkit demo workload: {facts}");
     Ok(())
 }
 
-#[cfg(not(target_os = "linux"))]
-pub fn workload() -> anyhow::Result<()> {
-    anyhow::bail!("the built-in demo workload exists on Linux only for now")
-}
-
 pub fn run() -> anyhow::Result<()> {
-    #[cfg(target_os = "linux")]
-    etwkit::live::linux::check_available()?;
+    etwkit::live::check_available()?;
     eprintln!("etwkit: no command given; tracing the built-in network demo under {WINSOCK} (see `etwkit --help`)");
     let etw = Etw::new();
     let mut trace = etw.open_trace("demo", None, None);

@@ -50,11 +50,12 @@ enum Command {
     Relog(relog::Args),
     /// Write the packets of a PktMon trace as a pcapng capture (Wireshark, tshark).
     Pcap(pcap::Args),
-    /// Trace live: tracepoint systems and the Winsock provider (Linux: tracefs, needs root).
+    /// Trace live (Linux: tracefs, needs root; Windows: an ETW session, needs an elevated prompt).
     Trace(trace::Args),
-    /// List live sessions (Linux: tracefs instances; etwkit's are etwkit-<pid>-<name>).
+    /// List live sessions (Linux: tracefs instances, etwkit's are etwkit-<pid>-<name>; Windows: ETW sessions).
     Sessions(sessions::Args),
-    /// List providers (Linux: every tracepoint system, plus Microsoft-Windows-Winsock-AFD).
+    /// List providers (Linux: every tracepoint system, plus Microsoft-Windows-Winsock-AFD; Windows:
+    /// etwkit's own, then every registered one).
     Providers(sessions::Args),
     /// The built-in demo workload (run traced by `etwkit` with no command).
     #[command(name = "__demo-workload", hide = true)]

@@ -185,8 +185,7 @@ fn from_files(files: &[PathBuf]) -> anyhow::Result<(NetReport, usize)> {
 }
 
 fn live(a: &Args) -> anyhow::Result<(NetReport, Option<i32>)> {
-    #[cfg(target_os = "linux")]
-    etwkit::live::linux::check_available()?;
+    etwkit::live::check_available()?;
     let etw = Etw::new();
     // Session names are machine-wide (as in ETW): one per etwkit process, so several can run.
     let mut trace = etw.open_trace(&format!("net-{}", std::process::id()), None, None);

@@ -14,10 +14,11 @@ use crate::dump::OutFormat;
 pub struct Args {
     /// A provider to enable: NAME or GUID, optionally `:LEVEL` (1-5, default 5) and `:KEYWORDS`
     /// (hex any-keyword mask). Tracepoint systems (see `etwkit providers`) and
-    /// Microsoft-Windows-Winsock-AFD (alias `winsock`). Repeatable.
+    /// Microsoft-Windows-Winsock-AFD (alias `winsock`); on Windows any registered provider, and
+    /// `kernel` with EVENT_TRACE_FLAG_* bits as KEYWORDS. Repeatable.
     #[arg(long = "provider", short = 'p', required = true)]
     providers: Vec<String>,
-    /// Trace only this process (every thread and child). Repeatable.
+    /// Trace only this process (every thread, and on Linux every child). Repeatable.
     #[arg(long)]
     pid: Vec<u32>,
     /// Write an ETL file instead of printing events.
@@ -28,10 +29,10 @@ pub struct Args {
     duration: Option<f64>,
     #[arg(long, value_enum, default_value = "table")]
     format: OutFormat,
-    /// Session name (the tracefs instance is etwkit-<pid>-<name>).
+    /// Session name (Linux: the tracefs instance is etwkit-<pid>-<name>; Windows: the ETW session's).
     #[arg(long, default_value = "trace")]
     name: String,
-    /// Per-CPU ring size in KiB.
+    /// Per-CPU buffer memory in KiB (Linux: ring size; Windows: 256 KiB ETW buffers, growing to 4x).
     #[arg(long, default_value_t = 8192)]
     buffer_kb: u64,
     /// Where the traced command's stdout goes (default: etwkit's stderr, so that etwkit's stdout

@@ -1,6 +1,8 @@
 //! Heap tracing through the ordinary session API (PythonForWindows' shape): a `Trace` of the heap
 //! provider, a command spawned suspended, `process(callback)`, and the events decoded by the one
 //! shared decoder with heap.json's names. Root, real kernel.
+//! Linux only: the heap provider there is uprobes on libc (Windows heap sessions: tests/win_session.rs).
+#![cfg(target_os = "linux")]
 
 mod heap_common;
 

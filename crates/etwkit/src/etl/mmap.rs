@@ -47,7 +47,12 @@ pub(crate) fn read_at(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()
 
 /// Tells the kernel this process is done with `[offset, offset + len)` of a read-only map, so walking
 /// a large file does not keep every page resident (the pages stay in the page cache). Errors are
-/// ignored: this only affects memory use.
+/// ignored: this only affects memory use. (Unix only; elsewhere the OS trims the working set.)
+#[cfg(not(unix))]
+pub(crate) fn release(_map: &memmap2::Mmap, _offset: usize, _len: usize) {}
+
+/// Tells the kernel this process is done with `[offset, offset + len)` of a read-only map (see above).
+#[cfg(unix)]
 pub(crate) fn release(map: &memmap2::Mmap, offset: usize, len: usize) {
     let page = 4096;
     let start = offset.div_ceil(page) * page;

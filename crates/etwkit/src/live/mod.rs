@@ -12,8 +12,8 @@
 //! trace.stop(false).unwrap();
 //! ```
 //!
-//! On Linux a session is a tracefs instance (see [`linux`]); on Windows an ETW session implements the
-//! same [`Backend`] trait.
+//! On Linux a session is a tracefs instance (see [`linux`]); on Windows an ETW session
+//! ([`windows::WindowsBackend`]) implements the same [`Backend`] trait.
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -34,6 +34,8 @@ pub mod windows;
 pub enum LiveError {
     #[error("live tracing on Linux needs root (tracefs instances and the kernel's tracepoints are root-only); run as root")]
     NotRoot,
+    #[error("live ETW tracing needs an elevated Administrator or a member of the Performance Log Users group: run from an elevated prompt")]
+    NotElevated,
     #[error("tracefs is not available: {0}")]
     NoTracefs(String),
     #[error("{path}: {source}")]
@@ -126,6 +128,9 @@ pub struct EnableSpec {
     /// 0 = all keywords.
     pub any_keyword: u64,
     pub all_keyword: u64,
+    /// Only these event ids (empty: all). ETW filters them at the source (EVENT_FILTER_TYPE_EVENT_ID);
+    /// [`Trace::process`] applies the same filter for every backend.
+    pub event_ids: Vec<u16>,
 }
 
 impl EnableSpec {
@@ -202,6 +207,9 @@ pub struct SessionConfig {
     /// Event ids whose events carry a stack (ETW's stack-walk event filter; the heap provider: Alloc
     /// 33, ReAlloc 34, Free 36). Empty: as the providers' STACK_TRACE enable flag says.
     pub stack_event_ids: Vec<u16>,
+    /// The .etl file the backend itself writes (only for backends whose
+    /// [`Backend::writes_logfile`] is true; others get `None` and `Trace` writes the file).
+    pub logfile: Option<PathBuf>,
 }
 
 /// The callback type of [`LiveSession::process`].
@@ -230,6 +238,11 @@ pub trait Backend: Send + Sync {
     /// Stops a session by name; `Ok(false)` when it does not exist.
     fn stop_by_name(&self, name: &str) -> Result<bool>;
     fn exists(&self, name: &str) -> Result<bool>;
+    /// Whether the backend writes a session's logfile itself (ETW does; for the others `Trace`
+    /// writes the events it processes with etwkit's ETL writer).
+    fn writes_logfile(&self) -> bool {
+        false
+    }
 }
 
 /// The entry point: sessions, providers, traces.
@@ -252,7 +265,13 @@ impl Etw {
             backend: Arc::new(linux::LinuxBackend::new()),
         }
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
+    pub fn new() -> Etw {
+        Etw {
+            backend: Arc::new(windows::WindowsBackend::new()),
+        }
+    }
+    #[cfg(not(any(target_os = "linux", windows)))]
     pub fn new() -> Etw {
         Etw {
             backend: Arc::new(Unavailable),
@@ -317,6 +336,28 @@ impl Etw {
             summary: TraceSummary::default(),
         }
     }
+}
+
+/// Whether live tracing can work here, as one sentence when not (Linux: root and tracefs; Windows:
+/// checked when a session starts, where a missing elevation is named).
+pub fn check_available() -> Result<()> {
+    #[cfg(target_os = "linux")]
+    return linux::check_available();
+    #[cfg(not(target_os = "linux"))]
+    Ok(())
+}
+
+/// The demo's loopback network workload for this platform, run in this process; what it did (pids,
+/// ports, byte counts) as JSON. Linux: TCP echo v4/v6, refused connect, busy bind, peer reset, UDP
+/// overflow ([`linux::workload`]); elsewhere the std::net subset ([`windows::workload`]).
+pub fn demo_workload() -> Result<serde_json::Value> {
+    #[cfg(target_os = "linux")]
+    let facts = linux::workload::run().map(serde_json::to_value);
+    #[cfg(not(target_os = "linux"))]
+    let facts = windows::workload::run().map(serde_json::to_value);
+    facts
+        .map_err(|e| LiveError::Other(format!("the demo workload failed: {e}")))?
+        .map_err(|e| LiveError::Other(e.to_string()))
 }
 
 /// Sets the stop flag of a trace from another thread (Ctrl-C, a timer, the end of a child process).
@@ -384,6 +425,7 @@ impl Trace {
             level,
             any_keyword,
             all_keyword,
+            event_ids: Vec::new(),
         };
         if self.session.is_some() {
             return Err(LiveError::Unsupported(format!(
@@ -394,6 +436,27 @@ impl Trace {
         self.providers.retain(|p| p.provider != spec.provider);
         self.providers.push(spec);
         Ok(())
+    }
+
+    /// Delivers only these event ids of an enabled provider (at most 64; ETW filters at the source).
+    pub fn set_event_ids(&mut self, provider: impl Into<ProviderRef>, ids: &[u16]) -> Result<()> {
+        let provider = provider.into();
+        if self.session.is_some() {
+            return Err(LiveError::Unsupported(format!(
+                "filtering {provider} on the running session {:?}: set event ids before start()",
+                self.name
+            )));
+        }
+        match self.providers.iter_mut().find(|p| p.provider == provider) {
+            Some(p) => {
+                p.event_ids = ids.to_vec();
+                Ok(())
+            }
+            None => Err(LiveError::Other(format!(
+                "{provider} is not enabled on {:?}: enable it before filtering its event ids",
+                self.name
+            ))),
+        }
     }
 
     /// Restricts the session to these processes (all their threads, and their children).
@@ -420,6 +483,7 @@ impl Trace {
         if self.session.is_some() {
             return Err(LiveError::AlreadyStarted(self.name.clone()));
         }
+        let native_file = self.logfile.is_some() && self.backend.writes_logfile();
         let cfg = SessionConfig {
             name: self.name.clone(),
             providers: self.providers.clone(),
@@ -427,10 +491,15 @@ impl Trace {
             buffer_kb: self.buffer_kb,
             armed_for_spawn: self.armed_for_spawn,
             stack_event_ids: self.stack_event_ids.clone(),
+            logfile: if native_file {
+                self.logfile.clone()
+            } else {
+                None
+            },
         };
         self.stop.0.store(false, Ordering::SeqCst);
         let session = self.backend.start(&cfg)?;
-        if let Some(p) = &self.logfile {
+        if let (Some(p), false) = (&self.logfile, native_file) {
             let mut opts = crate::etl::writer::WriterOptions::now();
             opts.logger_name = self.name.clone();
             let w = crate::etl::writer::Writer::create(p, opts).map_err(|e| {
@@ -544,8 +613,16 @@ impl Trace {
         }
         let stop = self.stop.0.clone();
         let mut delivered = 0u64;
+        let id_filters = self.id_filters();
         let mut cb = |ev: &EventRecord<'_>| {
             if begin.is_some_and(|b| ev.timestamp < b) {
+                return ControlFlow::Continue(());
+            }
+            if !id_filters.is_empty()
+                && id_filters
+                    .iter()
+                    .any(|(g, ids)| *g == ev.provider && !ids.contains(&ev.descriptor.id))
+            {
                 return ControlFlow::Continue(());
             }
             if end.is_some_and(|e| ev.timestamp > e) {
@@ -578,6 +655,23 @@ impl Trace {
         };
         self.summary.events_delivered += delivered;
         r
+    }
+}
+
+impl Trace {
+    /// (provider GUID, event ids) of the providers named by GUID with an event-id filter.
+    fn id_filters(&self) -> Vec<(Guid, Vec<u16>)> {
+        self.providers
+            .iter()
+            .filter(|p| !p.event_ids.is_empty())
+            .filter_map(|p| match &p.provider {
+                ProviderRef::Guid(g) => Some((*g, p.event_ids.clone())),
+                ProviderRef::Name(n) => crate::schema::Registry::with_builtins()
+                    .provider_guids_named(n)
+                    .first()
+                    .map(|g| (*g, p.event_ids.clone())),
+            })
+            .collect()
     }
 }
 
@@ -615,9 +709,9 @@ impl Drop for Trace {
 }
 
 /// The backend of platforms without live tracing support yet.
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", windows)))]
 struct Unavailable;
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", windows)))]
 impl Backend for Unavailable {
     fn sessions(&self) -> Result<Vec<SessionInfo>> {
         Err(LiveError::Unsupported(
@@ -651,6 +745,7 @@ mod tests {
             level: 4,
             any_keyword: 0x2,
             all_keyword: 0,
+            event_ids: Vec::new(),
         };
         assert!(s.accepts(4, 0x2));
         assert!(!s.accepts(5, 0x2));

@@ -1,8 +1,10 @@
 //! Event name and properties of a live event as JSON, through the one shared decoder
 //! ([`crate::decode::Decoder`]): live Linux events are TraceLogging records, so the decoder reads
-//! their own metadata; there is no second decoder for live events.
+//! their own metadata; there is no second decoder for live events. Embedded metadata records (the
+//! MetaData/EventInfo records a Windows session hands over for layouts only TDH knows) are learned
+//! as they pass.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use serde_json::{Map, Value};
 
@@ -10,14 +12,20 @@ use crate::decode::Decoder;
 use crate::event::EventRecord;
 use crate::schema::Registry;
 
-fn decoder() -> &'static Decoder {
-    static D: OnceLock<Decoder> = OnceLock::new();
-    D.get_or_init(|| Decoder::new(Registry::with_builtins()))
+fn decoder() -> &'static Mutex<Decoder> {
+    static D: OnceLock<Mutex<Decoder>> = OnceLock::new();
+    D.get_or_init(|| Mutex::new(Decoder::new(Registry::with_builtins())))
 }
 
-/// The event name and properties of a record, when its layout is known.
+/// The event name and properties of a record, when its layout is known (`None` for metadata
+/// records, which are learned instead).
 pub fn properties(rec: &EventRecord<'_>) -> Option<(String, Map<String, Value>)> {
-    let d = decoder().decode(rec);
+    let mut dec = decoder().lock().unwrap_or_else(|p| p.into_inner());
+    if dec.learn(rec) {
+        return None;
+    }
+    let d = dec.decode(rec);
+    drop(dec);
     if !d.is_decoded() {
         return None;
     }

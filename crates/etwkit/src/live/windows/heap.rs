@@ -161,8 +161,9 @@ pub fn build_properties(cfg: &HeapSessionConfig) -> Vec<u8> {
     p.BufferSize = cfg.buffer_size_kb;
     p.MinimumBuffers = cfg.min_buffers;
     p.MaximumBuffers = cfg.max_buffers;
+    // Realtime always (the session is processed live); the file besides when asked for.
     p.LogFileMode = if cfg.log_file.is_some() {
-        EVENT_TRACE_FILE_MODE_SEQUENTIAL
+        EVENT_TRACE_FILE_MODE_SEQUENTIAL | EVENT_TRACE_REAL_TIME_MODE
     } else {
         EVENT_TRACE_REAL_TIME_MODE
     };
@@ -262,7 +263,11 @@ impl WindowsHeapSession {
                     (ids.len() * std::mem::size_of::<CLASSIC_EVENT_ID>()) as u32,
                 )
             };
-            check("TraceSetInformation(TraceStackTracingInfo)", rc)?;
+            if let Err(e) = check("TraceSetInformation(TraceStackTracingInfo)", rc) {
+                // Do not leave a started session behind.
+                let _ = session.stop();
+                return Err(e);
+            }
         }
         Ok(session)
     }
@@ -424,7 +429,10 @@ mod tests {
         );
         assert_eq!(u32_at(44), WNODE_FLAG_TRACED_GUID);
         assert_eq!(u32_at(48), 1024);
-        assert_eq!(u32_at(64), EVENT_TRACE_FILE_MODE_SEQUENTIAL);
+        assert_eq!(
+            u32_at(64),
+            EVENT_TRACE_FILE_MODE_SEQUENTIAL | EVENT_TRACE_REAL_TIME_MODE
+        );
         let flags = u32_at(72);
         assert_eq!(flags & 0xFFFF_0000, EXTENSION_MARKER);
         let ext = (flags & 0xFFFF) as usize;
