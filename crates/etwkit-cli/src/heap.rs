@@ -43,7 +43,11 @@ pub struct Args {
     /// Frames shown per stack.
     #[arg(long, default_value_t = 8)]
     frames: usize,
-    /// Command to start suspended and trace from its first allocation.
+    /// Where the traced command's stdout goes (default: etwkit's stderr, so that etwkit's stdout
+    /// carries only the report).
+    #[arg(long, value_name = "FILE")]
+    command_stdout: Option<PathBuf>,
+    /// Command to start suspended and trace from its first allocation; etwkit exits with its status.
     #[arg(last = true)]
     command: Vec<String>,
 }
@@ -82,10 +86,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         out.flush()?;
     }
-    let code = outcome.status.map(|s| {
-        use std::os::unix::process::ExitStatusExt;
-        s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
-    });
+    let code = outcome.status.map(crate::child::exit_code);
     if !outcome.mode.is_empty() {
         match outcome.status {
             Some(s) => eprintln!("etwkit heap: command exited with {s}; {}", outcome.mode),
@@ -171,12 +172,11 @@ impl Shim {
     }
 }
 
-/// The traced command, its output on our stderr: stdout carries only etwkit's report.
+/// The traced command, its output on our stderr (or --command-stdout): stdout carries only
+/// etwkit's report.
 #[cfg(target_os = "linux")]
-fn command(a: &Args) -> std::process::Command {
-    let mut cmd = std::process::Command::new(&a.command[0]);
-    cmd.args(&a.command[1..]).stdout(std::io::stderr());
-    cmd
+fn command(a: &Args) -> anyhow::Result<std::process::Command> {
+    crate::child::command(&a.command, a.command_stdout.as_deref())
 }
 
 #[cfg(target_os = "linux")]
@@ -222,7 +222,7 @@ fn live(a: &Args) -> anyhow::Result<LiveOutcome> {
     let mut trace = if a.command.is_empty() {
         HeapTrace::attach(&a.pids, opts)?
     } else {
-        let mut cmd = command(a);
+        let mut cmd = command(a)?;
         let suspended = spawn_suspended(&mut cmd)?;
         let mut t = HeapTrace::for_suspended(&suspended, opts)?;
         for &p in &a.pids {
@@ -366,7 +366,7 @@ fn live_shim(
     stacks: etwkit::live::linux::heap::StackEvents,
 ) -> anyhow::Result<LiveOutcome> {
     use etwkit::live::linux::heap::shim::{ShimOptions, ShimTrace};
-    let mut cmd = command(a);
+    let mut cmd = command(a)?;
     // Every operation goes to the ETL file, in time order: no in-process pairing.
     let opts = ShimOptions {
         stacks,
