@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use super::{EventView, Sink};
 use crate::time::format_rfc3339;
 
-pub const COLUMNS: &str = "timestamp,provider,provider_name,event_name,id,version,level,opcode,task,keywords,channel,pid,tid,cpu,header_type,pointer_size,activity_id,payload_len,properties";
+pub const COLUMNS: &str = "timestamp,provider,provider_name,event_name,task_name,opcode_name,id,version,level,opcode,task,keywords,channel,pid,tid,cpu,header_type,pointer_size,activity_id,payload_len,properties";
 
 pub struct Csv<W: Write> {
     out: W,
@@ -47,11 +47,13 @@ impl<W: Write> Sink for Csv<W> {
         let d = &e.descriptor;
         writeln!(
             self.out,
-            "{},{},{},{},{},{},{},{},{},0x{:x},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},0x{:x},{},{},{},{},{},{},{},{},{}",
             format_rfc3339(e.timestamp),
             e.provider,
             field(v.provider_name.unwrap_or("")),
             field(v.event_name.unwrap_or("")),
+            field(v.task_name.unwrap_or("")),
+            field(v.opcode_name.unwrap_or("")),
             d.id,
             d.version,
             d.level,
