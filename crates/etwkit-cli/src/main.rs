@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 mod child;
 mod demo;
 mod dump;
+mod export;
 mod filter_args;
 mod heap;
 mod info;
@@ -38,6 +39,9 @@ enum Command {
     /// Copy matching records of ETL files, merged in time order, into a new ETL file (--begin/--end
     /// in seconds count from the earliest input's start).
     Relog(relog::Args),
+    /// Decoded events of ETL files as a Parquet dataset: events.parquet and one typed table per
+    /// event type (DuckDB, Spark, pandas).
+    Export(export::Args),
     /// Write the packets of a PktMon trace as a pcapng capture (Wireshark, tshark).
     Pcap(pcap::Args),
     /// Trace live: tracepoint systems and the Winsock provider (Linux: tracefs, needs root).
@@ -60,6 +64,7 @@ fn main() {
         Some(Command::Stats(a)) => stats::run(a),
         Some(Command::Dump(a)) => dump::run(a),
         Some(Command::Relog(a)) => relog::run(a),
+        Some(Command::Export(a)) => export::run(a),
         Some(Command::Pcap(a)) => pcap::run(a),
         Some(Command::Trace(a)) => trace::run(a),
         Some(Command::Heap(a)) => heap::run(a),
