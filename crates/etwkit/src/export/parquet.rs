@@ -21,7 +21,7 @@ use arrow_schema::{ArrowError, SchemaRef};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::errors::ParquetError;
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 use super::arrow::{Columns, EventColumns, TypedColumns};
@@ -84,9 +84,13 @@ fn properties(dictionary_off: &[&str]) -> WriterProperties {
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .set_dictionary_enabled(true)
         .set_created_by(format!("etwkit {}", env!("CARGO_PKG_VERSION")));
-    // High-cardinality columns gain nothing from a dictionary.
+    // High-cardinality columns gain nothing from a dictionary; min/max of payloads and JSON text
+    // help no reader either.
     for c in dictionary_off {
         b = b.set_column_dictionary_enabled(ColumnPath::new(vec![c.to_string()]), false);
+    }
+    for c in ["payload", "properties"] {
+        b = b.set_column_statistics_enabled(ColumnPath::new(vec![c.to_string()]), EnabledStatistics::None);
     }
     b.build()
 }
@@ -138,6 +142,129 @@ impl Sink {
     }
 }
 
+/// What the writer thread is asked to do.
+enum Job {
+    Create {
+        id: usize,
+        path: PathBuf,
+        schema: SchemaRef,
+        props: Box<WriterProperties>,
+    },
+    Write {
+        id: usize,
+        batch: RecordBatch,
+    },
+    Close {
+        id: usize,
+    },
+}
+
+/// Batches queued for the writer thread at most (bounds memory).
+const QUEUED_BATCHES: usize = 16;
+
+/// Parquet encoding and compression on their own thread, while the caller decodes and builds the
+/// next batches. Errors are kept and returned by [`Writers::finish`] (later jobs are dropped).
+struct Writers {
+    tx: Option<std::sync::mpsc::SyncSender<Job>>,
+    thread: Option<std::thread::JoinHandle<Result<(), ExportError>>>,
+    next: usize,
+}
+
+impl Writers {
+    fn start() -> Writers {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(QUEUED_BATCHES);
+        let thread = std::thread::Builder::new()
+            .name("etwkit-parquet".into())
+            .spawn(move || {
+                let mut sinks: HashMap<usize, Sink> = HashMap::new();
+                let mut result = Ok(());
+                for job in rx {
+                    if result.is_err() {
+                        continue;
+                    }
+                    result = match job {
+                        Job::Create {
+                            id,
+                            path,
+                            schema,
+                            props,
+                        } => Sink::create(path, schema, *props).map(|s| {
+                            sinks.insert(id, s);
+                        }),
+                        Job::Write { id, batch } => match sinks.get_mut(&id) {
+                            Some(s) => s.write(Ok(batch)),
+                            None => Ok(()),
+                        },
+                        Job::Close { id } => match sinks.remove(&id) {
+                            Some(s) => s.close(),
+                            None => Ok(()),
+                        },
+                    };
+                }
+                result
+            })
+            .expect("spawn the Parquet writer thread");
+        Writers {
+            tx: Some(tx),
+            thread: Some(thread),
+            next: 0,
+        }
+    }
+
+    /// Sends a job; when the thread has stopped, its error.
+    fn send(&mut self, job: Job) -> Result<(), ExportError> {
+        let sent = self.tx.as_ref().map(|tx| tx.send(job).is_ok());
+        if sent == Some(true) {
+            return Ok(());
+        }
+        self.finish()
+    }
+
+    fn create(
+        &mut self,
+        path: PathBuf,
+        schema: SchemaRef,
+        props: WriterProperties,
+    ) -> Result<usize, ExportError> {
+        let id = self.next;
+        self.next += 1;
+        self.send(Job::Create {
+            id,
+            path,
+            schema,
+            props: Box::new(props),
+        })?;
+        Ok(id)
+    }
+
+    fn write(
+        &mut self,
+        id: usize,
+        path: &Path,
+        b: Result<RecordBatch, ArrowError>,
+    ) -> Result<(), ExportError> {
+        let batch = b.map_err(|source| ExportError::Arrow {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        self.send(Job::Write { id, batch })
+    }
+
+    /// Waits for every queued job; the first error.
+    fn finish(&mut self) -> Result<(), ExportError> {
+        self.tx = None;
+        match self.thread.take() {
+            Some(t) => t.join().unwrap_or_else(|_| {
+                Err(ExportError::Io {
+                    path: PathBuf::new(),
+                    source: std::io::Error::other("the Parquet writer thread panicked"),
+                })
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Which typed table a record goes to.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct TableKey {
@@ -152,7 +279,8 @@ struct TableKey {
 struct Table {
     rel: String,
     cols: TypedColumns,
-    sink: Option<Sink>,
+    /// The writer's id for the table's file, once its first batch fixed the schema.
+    sink: Option<usize>,
     rows: u64,
 }
 
@@ -161,7 +289,8 @@ struct Table {
 pub struct DatasetWriter {
     dir: PathBuf,
     events_cols: EventColumns,
-    events: Option<Sink>,
+    writers: Writers,
+    events: usize,
     tables: HashMap<TableKey, Table>,
     paths: HashSet<String>,
     summary: ExportSummary,
@@ -215,7 +344,8 @@ impl DatasetWriter {
                 source,
             })?
             .schema();
-        let events = Sink::create(
+        let mut writers = Writers::start();
+        let events = writers.create(
             dir.join("events.parquet"),
             schema,
             properties(&["record", "timestamp", "payload", "properties"]),
@@ -223,7 +353,8 @@ impl DatasetWriter {
         Ok(DatasetWriter {
             dir: dir.to_path_buf(),
             events_cols: cols,
-            events: Some(events),
+            writers,
+            events,
             tables: HashMap::new(),
             paths: HashSet::new(),
             summary: ExportSummary::default(),
@@ -243,7 +374,8 @@ impl DatasetWriter {
         self.summary.events += 1;
         if self.events_cols.rows() >= BATCH_ROWS {
             let b = self.events_cols.finish();
-            self.events.as_mut().expect("open").write(b)?;
+            let path = self.dir.join("events.parquet");
+            self.writers.write(self.events, &path, b)?;
         }
         if d.properties.is_empty() {
             self.summary.untyped += 1;
@@ -272,7 +404,7 @@ impl DatasetWriter {
         t.cols.push(file, record, e, &mut d);
         t.rows += 1;
         if t.cols.rows() >= BATCH_ROWS {
-            Self::flush_table(&self.dir, t)?;
+            Self::flush_table(&self.dir, &mut self.writers, t)?;
         }
         Ok(())
     }
@@ -304,17 +436,19 @@ impl DatasetWriter {
         rel
     }
 
-    fn flush_table(dir: &Path, t: &mut Table) -> Result<(), ExportError> {
+    fn flush_table(dir: &Path, w: &mut Writers, t: &mut Table) -> Result<(), ExportError> {
         let b = t.cols.finish();
-        if t.sink.is_none() {
-            let schema = t.cols.schema().expect("fixed by finish");
-            t.sink = Some(Sink::create(
-                dir.join(&t.rel),
-                schema,
-                properties(&["record", "timestamp"]),
-            )?);
-        }
-        t.sink.as_mut().expect("created").write(b)
+        let path = dir.join(&t.rel);
+        let id = match t.sink {
+            Some(id) => id,
+            None => {
+                let schema = t.cols.schema().expect("fixed by finish");
+                let id = w.create(path.clone(), schema, properties(&["record", "timestamp"]))?;
+                t.sink = Some(id);
+                id
+            }
+        };
+        w.write(id, &path, b)
     }
 
     /// Adds every record of `file` in time order, decoded by `decoder`; `name` fills the `file`
@@ -345,17 +479,18 @@ impl DatasetWriter {
 
     /// Writes the last rows and closes every file.
     pub fn finish(mut self) -> Result<ExportSummary, ExportError> {
-        let mut events = self.events.take().expect("open");
         if self.events_cols.rows() > 0 {
-            events.write(self.events_cols.finish())?;
+            let b = self.events_cols.finish();
+            let path = self.dir.join("events.parquet");
+            self.writers.write(self.events, &path, b)?;
         }
-        events.close()?;
+        self.writers.send(Job::Close { id: self.events })?;
         for (_, mut t) in self.tables.drain() {
             if t.cols.rows() > 0 || t.sink.is_none() {
-                Self::flush_table(&self.dir, &mut t)?;
+                Self::flush_table(&self.dir, &mut self.writers, &mut t)?;
             }
-            if let Some(s) = t.sink.take() {
-                s.close()?;
+            if let Some(id) = t.sink.take() {
+                self.writers.send(Job::Close { id })?;
             }
             self.summary.tables.insert(
                 t.rel,
@@ -365,6 +500,7 @@ impl DatasetWriter {
                 },
             );
         }
+        self.writers.finish()?;
         Ok(self.summary)
     }
 }
