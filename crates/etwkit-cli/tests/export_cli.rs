@@ -43,7 +43,11 @@ fn duckdb_python(test: &str) -> Option<PathBuf> {
 
 fn check(python: &Path, args: &[&str]) -> serde_json::Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/export/check_parquet.py");
-    let o = Command::new(python).arg(script).args(args).output().unwrap();
+    let o = Command::new(python)
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
     assert!(
         o.status.success(),
         "check_parquet.py {args:?}: {}",
@@ -128,7 +132,11 @@ fn typed_tables_equal_dump(test: &str, sample: &str) {
     );
     assert_eq!(r["mismatch_count"], 0, "{sample}: {:#}", r["mismatches"]);
     let lines = dump.lines().count() as u64;
-    assert_eq!(r["events_rows"].as_u64(), Some(lines), "{sample}: events.parquet rows");
+    assert_eq!(
+        r["events_rows"].as_u64(),
+        Some(lines),
+        "{sample}: events.parquet rows"
+    );
     assert_eq!(summary["events"].as_u64(), Some(lines), "{sample}");
     // Every record with properties is in exactly one typed table (the script checks "once").
     assert_eq!(r["rows"], r["records_with_properties"], "{sample}");
@@ -147,7 +155,10 @@ fn typed_tables_equal_dump(test: &str, sample: &str) {
 #[test]
 fn typed_tables_equal_dump_kernel_mof() {
     // Kernel (SYSTEM/PERFINFO) and classic records with stacks, and CLR manifest events.
-    typed_tables_equal_dump("typed_tables_equal_dump_kernel_mof", "perfview_net.4.5.x86.etl");
+    typed_tables_equal_dump(
+        "typed_tables_equal_dump_kernel_mof",
+        "perfview_net.4.5.x86.etl",
+    );
 }
 
 #[test]
@@ -187,7 +198,10 @@ fn unreadable_input_is_named_and_the_rest_exported() {
     assert!(!ok, "a missing input fails the command");
     assert!(stdout.is_empty());
     assert!(err.contains("missing.etl"), "{err}");
-    assert!(err.contains("1 of 2 input files could not be read"), "{err}");
+    assert!(
+        err.contains("1 of 2 input files could not be read"),
+        "{err}"
+    );
     assert!(err.contains("wrote 10344 events"), "{err}");
     assert!(out.join("events.parquet").is_file());
 }

@@ -79,7 +79,9 @@ fn go(test: &str) -> Option<PathBuf> {
     if std::env::var("ETWKIT_REQUIRE_TOOLS").is_ok_and(|v| v == "1") {
         panic!("{test}: Go (Debian golang-go) is needed to read the pprof file and ETWKIT_REQUIRE_TOOLS=1");
     }
-    eprintln!("\n*** SKIPPED {test}: no Go toolchain (Debian golang-go) to read the pprof file ***\n");
+    eprintln!(
+        "\n*** SKIPPED {test}: no Go toolchain (Debian golang-go) to read the pprof file ***\n"
+    );
     None
 }
 
@@ -138,7 +140,12 @@ fn leak_in_pprof_read_by_go_pprof_and_in_flamegraph() {
     ] {
         let top = pprof(
             &go,
-            &["-top", "-nodecount=1000", "-unit=byte", &format!("-sample_index={index}")],
+            &[
+                "-top",
+                "-nodecount=1000",
+                "-unit=byte",
+                &format!("-sample_index={index}"),
+            ],
             &pb,
         );
         assert_eq!(
@@ -165,8 +172,14 @@ fn leak_in_pprof_read_by_go_pprof_and_in_flamegraph() {
     )
     .unwrap();
     let svg = std::fs::read_to_string(&svg).unwrap();
-    assert!(svg.starts_with("<?xml") && svg.contains("<svg"), "not an SVG");
-    assert!(svg.contains("leaky_allocation_site"), "function missing in the SVG");
+    assert!(
+        svg.starts_with("<?xml") && svg.contains("<svg"),
+        "not an SVG"
+    );
+    assert!(
+        svg.contains("leaky_allocation_site"),
+        "function missing in the SVG"
+    );
     // The leak's tower is titled with its exact bytes (inferno groups digits: 12,042).
     let digits = leaked_bytes().to_string();
     let mut leak_bytes = String::new();

@@ -416,8 +416,11 @@ impl Kind {
             Kind::FileTime => Box::new(TimestampNanosecondBuilder::new().with_timezone("UTC")),
             Kind::SystemTime => Box::new(TimestampMillisecondBuilder::new()),
             Kind::List(k) => Box::new(
-                ListBuilder::new(k.builder())
-                    .with_field(Arc::new(Field::new("item", k.data_type(), true))),
+                ListBuilder::new(k.builder()).with_field(Arc::new(Field::new(
+                    "item",
+                    k.data_type(),
+                    true,
+                ))),
             ),
         }
     }
@@ -443,11 +446,7 @@ fn systemtime_ms(t: &[u16; 8]) -> Option<i64> {
     let doy = (153 * mp + 2) / 5 + d - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
-    Some(
-        ((days * 24 + t[4] as i64) * 60 + t[5] as i64) * 60_000
-            + t[6] as i64 * 1000
-            + t[7] as i64,
-    )
+    Some(((days * 24 + t[4] as i64) * 60 + t[5] as i64) * 60_000 + t[6] as i64 * 1000 + t[7] as i64)
 }
 
 /// The text of a string-kind value (as `etwkit dump` renders it, without JSON quotes).
@@ -626,7 +625,10 @@ fn fits(kind: &Kind, v: &Value) -> bool {
             Kind::I64 => v.as_i64().is_some() && !matches!(v, Value::Bool(_) | Value::FileTime(_)),
             Kind::U64 => {
                 v.as_u64().is_some()
-                    && !matches!(v, Value::Bool(_) | Value::FileTime(_) | Value::Mapped { .. })
+                    && !matches!(
+                        v,
+                        Value::Bool(_) | Value::FileTime(_) | Value::Mapped { .. }
+                    )
             }
             Kind::F64 => matches!(v, Value::F32(_)),
             Kind::Json => true,

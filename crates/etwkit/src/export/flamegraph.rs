@@ -31,16 +31,19 @@ pub fn folded_stacks(report: &HeapReport) -> Vec<String> {
 
 /// Writes the flame graph of the report's outstanding bytes as SVG. `title` defaults to
 /// "Outstanding heap bytes by allocation stack".
-pub fn write_flamegraph<W: Write>(report: &HeapReport, title: Option<&str>, out: W) -> io::Result<()> {
+pub fn write_flamegraph<W: Write>(
+    report: &HeapReport,
+    title: Option<&str>,
+    out: W,
+) -> io::Result<()> {
     let lines = folded_stacks(report);
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = title
         .unwrap_or("Outstanding heap bytes by allocation stack")
         .to_string();
     opts.count_name = "bytes".into();
-    opts.colors = inferno::flamegraph::color::Palette::Basic(
-        inferno::flamegraph::color::BasicPalette::Mem,
-    );
+    opts.colors =
+        inferno::flamegraph::color::Palette::Basic(inferno::flamegraph::color::BasicPalette::Mem);
     if lines.is_empty() {
         opts.subtitle = Some("no outstanding blocks".into());
         // inferno needs one stack to draw; an empty graph says so in its subtitle.

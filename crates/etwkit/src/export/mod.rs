@@ -6,12 +6,12 @@
 //! - `pprof` (feature `pprof`): a heap report as a pprof profile.
 //! - `flamegraph` (feature `flamegraph`): a heap report's outstanding bytes as a flame graph (SVG).
 
-pub mod pcapng;
 #[cfg(feature = "arrow")]
 pub mod arrow;
-#[cfg(feature = "parquet")]
-pub mod parquet;
-#[cfg(feature = "pprof")]
-pub mod pprof;
 #[cfg(feature = "flamegraph")]
 pub mod flamegraph;
+#[cfg(feature = "parquet")]
+pub mod parquet;
+pub mod pcapng;
+#[cfg(feature = "pprof")]
+pub mod pprof;

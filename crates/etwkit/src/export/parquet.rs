@@ -44,10 +44,7 @@ pub enum ExportError {
         source: std::io::Error,
     },
     #[error("writing {}: {source}", path.display())]
-    Parquet {
-        path: PathBuf,
-        source: ParquetError,
-    },
+    Parquet { path: PathBuf, source: ParquetError },
     #[error("building the rows of {}: {source}", path.display())]
     Arrow { path: PathBuf, source: ArrowError },
 }
@@ -80,7 +77,9 @@ impl ExportSummary {
 
 fn properties(dictionary_off: &[&str]) -> WriterProperties {
     let mut b = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("zstd level 1")))
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(1).expect("zstd level 1"),
+        ))
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .set_dictionary_enabled(true)
         .set_created_by(format!("etwkit {}", env!("CARGO_PKG_VERSION")));
@@ -90,7 +89,10 @@ fn properties(dictionary_off: &[&str]) -> WriterProperties {
         b = b.set_column_dictionary_enabled(ColumnPath::new(vec![c.to_string()]), false);
     }
     for c in ["payload", "properties"] {
-        b = b.set_column_statistics_enabled(ColumnPath::new(vec![c.to_string()]), EnabledStatistics::None);
+        b = b.set_column_statistics_enabled(
+            ColumnPath::new(vec![c.to_string()]),
+            EnabledStatistics::None,
+        );
     }
     b.build()
 }
@@ -101,7 +103,11 @@ struct Sink {
 }
 
 impl Sink {
-    fn create(path: PathBuf, schema: SchemaRef, props: WriterProperties) -> Result<Sink, ExportError> {
+    fn create(
+        path: PathBuf,
+        schema: SchemaRef,
+        props: WriterProperties,
+    ) -> Result<Sink, ExportError> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|source| ExportError::Io {
                 path: parent.to_path_buf(),
@@ -112,11 +118,12 @@ impl Sink {
             path: path.clone(),
             source,
         })?;
-        let writer = ArrowWriter::try_new(BufWriter::with_capacity(1 << 20, f), schema, Some(props))
-            .map_err(|source| ExportError::Parquet {
-                path: path.clone(),
-                source,
-            })?;
+        let writer =
+            ArrowWriter::try_new(BufWriter::with_capacity(1 << 20, f), schema, Some(props))
+                .map_err(|source| ExportError::Parquet {
+                    path: path.clone(),
+                    source,
+                })?;
         Ok(Sink { path, writer })
     }
 
@@ -125,10 +132,12 @@ impl Sink {
             path: self.path.clone(),
             source,
         })?;
-        self.writer.write(&b).map_err(|source| ExportError::Parquet {
-            path: self.path.clone(),
-            source,
-        })
+        self.writer
+            .write(&b)
+            .map_err(|source| ExportError::Parquet {
+                path: self.path.clone(),
+                source,
+            })
     }
 
     fn close(self) -> Result<(), ExportError> {
@@ -321,7 +330,9 @@ fn event_label(e: &EventRecord<'_>, d: &DecodedEvent) -> String {
     }
     match (d.task_name.as_deref(), d.opcode_name.as_deref()) {
         (Some(t), Some(o)) => format!("{t}_{o}"),
-        (Some(t), None) if e.header_type.is_event_header() => format!("{t}_Event{}", e.descriptor.id),
+        (Some(t), None) if e.header_type.is_event_header() => {
+            format!("{t}_Event{}", e.descriptor.id)
+        }
         (Some(t), None) => format!("{t}_Opcode{}", e.descriptor.opcode),
         (None, Some(o)) => format!("{o}_Event{}", e.descriptor.id),
         (None, None) if e.header_type.is_event_header() => format!("Event{}", e.descriptor.id),
