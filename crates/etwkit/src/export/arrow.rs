@@ -654,6 +654,9 @@ fn append_null(kind: &Kind, b: &mut dyn ArrayBuilder) {
     }
 }
 
+/// Rows whose values decide the property columns' types; later rows go straight into the columns.
+pub const INFER_ROWS: usize = 4096;
+
 /// One property column of a typed table.
 struct PropColumn {
     /// The property's name in the events.
@@ -665,12 +668,12 @@ struct PropColumn {
 }
 
 /// Rows of one event type: the common columns ([`Columns::TYPED`]) plus one typed column per
-/// property. The property columns are fixed when the first batch is built, from the values seen
-/// by then (the first non-null value of each property decides its [`Kind`]; a property that was
-/// always null is a string column).
+/// property. The property columns are fixed after [`INFER_ROWS`] rows or when the first batch is
+/// built, from the values seen by then (the first non-null value of each property decides its
+/// [`Kind`]; a property that was always null is a string column).
 pub struct TypedColumns {
     common: EventColumns,
-    /// Rows whose properties wait for the column types (before the first batch).
+    /// Rows whose properties wait for the column types.
     pending: Vec<Properties>,
     columns: Option<Vec<PropColumn>>,
     by_name: HashMap<Arc<str>, usize>,
@@ -710,7 +713,12 @@ impl TypedColumns {
         self.common.push(file, record, e, d);
         let props = std::mem::take(&mut d.properties);
         match &mut self.columns {
-            None => self.pending.push(props),
+            None => {
+                self.pending.push(props);
+                if self.pending.len() >= INFER_ROWS {
+                    self.fix_columns();
+                }
+            }
             Some(_) => self.append_props(&props),
         }
     }
@@ -795,7 +803,7 @@ impl TypedColumns {
         }
     }
 
-    /// The table's schema (fixed by the first batch; `None` before).
+    /// The table's schema (once the property columns are fixed; `None` before).
     pub fn schema(&self) -> Option<SchemaRef> {
         self.schema.clone()
     }
