@@ -81,6 +81,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             a.output.display()
         );
     }
+    if unreadable == a.files.len() {
+        anyhow::bail!("none of the input files could be read");
+    }
     if unreadable > 0 {
         anyhow::bail!(
             "{unreadable} of {} input files could not be read (the others were exported)",

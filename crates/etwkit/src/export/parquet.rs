@@ -343,6 +343,12 @@ fn event_label(e: &EventRecord<'_>, d: &DecodedEvent) -> String {
 impl DatasetWriter {
     /// Starts a dataset in `dir` (created if needed; files of an earlier export are overwritten).
     pub fn create(dir: &Path) -> Result<DatasetWriter, ExportError> {
+        if dir.exists() && !dir.is_dir() {
+            return Err(ExportError::Io {
+                path: dir.to_path_buf(),
+                source: std::io::Error::other("it is a file, not a directory"),
+            });
+        }
         std::fs::create_dir_all(dir).map_err(|source| ExportError::Io {
             path: dir.to_path_buf(),
             source,
