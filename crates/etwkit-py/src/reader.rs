@@ -236,10 +236,16 @@ impl Reader {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyEventRecord>> {
-        let mut st = self
-            .state
-            .lock()
-            .map_err(|_| PyValueError::new_err("the reader broke in another thread"))?;
+        // Never wait for the lock with the GIL held: its holder may be waiting for the GIL.
+        let mut st = match self.state.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                return Err(PyValueError::new_err(
+                    "this Reader is being iterated by another thread (like a generator already executing)",
+                ))
+            }
+        };
         if let Some(ev) = st.buf.pop_front() {
             return Ok(Some(PyEventRecord { ev }));
         }

@@ -22,8 +22,9 @@ def _missing(what, env):
     msg = f"{what} ({env}=1 requires it)"
     if os.environ.get(env) == "1":
         pytest.fail(msg, pytrace=False)
+    # Shown in pytest's summary (tools/test.sh passes -rs), and on stderr with -s.
     sys.stderr.write(f"\n*** SKIPPED: {what} ***\n\n")
-    pytest.skip(what)
+    pytest.skip(f"*** SKIPPED: {what} ***")
 
 
 def shared_dir():

@@ -196,3 +196,29 @@ def test_ctrl_c_stops_the_trace_and_raises_keyboard_interrupt():
     t.join()
     assert time.monotonic() - began < 5
     assert not trace.exists(), "Ctrl-C must stop the session"
+
+
+def test_logfile_trace_writes_what_it_delivers(tmp_path):
+    require_live()
+    etl = tmp_path / "live.etl"
+    trace = etwkit.etw.open_trace(name("logfile"), logfile=str(etl))
+    trace.enable(AFD)
+    trace.start()
+    delivered = []
+    th = threading.Thread(target=trace.process, args=(delivered.append,))
+    th.start()
+    time.sleep(0.2)
+    facts = workload()
+    time.sleep(0.3)
+    trace.stop()
+    th.join(10)
+    # The file holds what process() delivered, and what was still buffered at stop().
+    back = [e for e in etwkit.read(etl) if e.guid == AFD_GUID]
+    key = lambda e: (e.filetime, e.id, e.pid, e.tid, e.user_data)
+    assert [key(e) for e in delivered] == [key(e) for e in back[: len(delivered)]]
+    conn = [e for e in back if e.id == 4 and e.pid == facts["pid"]]
+    assert len(conn) == 1 and conn[0].properties["Port"] == facts["server_port"]
+    # Read back as a logfile trace, PythonForWindows style (the trace is stopped: process() reads).
+    again = []
+    trace.process(again.append)
+    assert [key(e) for e in again if e.guid == AFD_GUID] == [key(e) for e in back]

@@ -134,8 +134,9 @@ def test_empty_and_corrupt_files_are_not_etl(tmp_path):
     with pytest.raises(ValueError) as e:
         etwkit.read(junk)
     assert "not an ETL file" in str(e.value) and "\n" not in str(e.value)
-    with pytest.raises(OSError):
+    with pytest.raises(etwkit.NotEtlError) as e:
         etwkit.read(tmp_path)
+    assert "is a directory" in str(e.value)
 
 
 def test_truncated_file_yields_what_is_readable(tmp_path):

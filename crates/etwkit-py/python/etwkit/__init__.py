@@ -6,7 +6,8 @@
   tracing runs on Linux (tracefs, as root) now; on Windows when etwkit's ETW backend lands.
 * ``etwkit.read(path, ...)`` iterates the decoded events of an ETL file on any OS, and turns them into a
   pyarrow Table (``.to_arrow()``) or a pandas DataFrame (``.to_pandas()``).
-* ``etwkit.heap_report(path)`` is the heap leak report of a trace with heap-provider events.
+* ``etwkit.heap_trace(pids, logfile=...)`` traces the heap of running processes (Linux, root), and
+  ``etwkit.heap_report(path)`` is the leak report of a trace with heap-provider events.
 """
 
 from ._etwkit import (  # noqa: F401
@@ -46,5 +47,11 @@ __all__ = [
     "UnknownProviderError",
     "etw",
     "heap_report",
+    "heap_trace",
     "read",
 ]
+
+
+def heap_trace(pids, logfile=None, stack_event_ids=(33, 34), name=None):
+    """A started heap trace of running processes: ``etw.heap_trace(...)`` (see EtwManager.heap_trace)."""
+    return etw.heap_trace(list(pids), logfile, list(stack_event_ids), name)

@@ -123,6 +123,14 @@ def read(
 def heap_report(path: _Path, top: int = 10, frames: int = 8) -> dict[str, Any]:
     """The heap leak report of a trace with heap-provider events (as ``etwkit heap --format json``)."""
 
+def heap_trace(
+    pids: Iterable[int],
+    logfile: Optional[_Path] = None,
+    stack_event_ids: Iterable[int] = (33, 34),
+    name: Optional[str] = None,
+) -> "EtwTrace":
+    """A started heap trace of running processes (``etw.heap_trace``)."""
+
 class EventTraceProperties:
     """A running session (PythonForWindows' EventTraceProperties) plus etwkit's details."""
 
@@ -206,6 +214,16 @@ class EtwManager:
         guid: Any = None,
     ) -> EtwTrace:
         """A trace handle; realtime when ``logfile`` is None. Nothing happens until start()/process()."""
+    def heap_trace(
+        self,
+        pids: List[int],
+        logfile: Optional[_Path] = None,
+        stack_event_ids: List[int] = [33, 34],
+        name: Optional[str] = None,
+    ) -> EtwTrace:
+        """A started heap trace of running processes (every thread): HeapTraceProvider Alloc (33),
+        ReAlloc (34), Free (36) events, stacks on ``stack_event_ids``; with ``logfile`` they also go to
+        that ETL file, which ``heap_report()`` turns into the leak report."""
 
 #: The manager, as ``windows.system.etw``.
 etw: EtwManager
