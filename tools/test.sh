@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tests: the Rust workspace, then the Python package's pytest suite against a freshly built wheel.
 #   tools/test.sh [PYTEST ARGS...]
-# The Python tests run in target/py-venv (maturin, pytest, pyarrow, pandas from PyPI; made on first
+# The Python tests run in target/py-venv (maturin, pytest, pyarrow, pandas, pyspark from PyPI; made on first
 # run). Without them (no python3/pip/network) the Python suite prints *** SKIPPED *** and the script
 # still fails under ETWKIT_REQUIRE_PYTHON=1 (set by .ci/run).
 set -euo pipefail
@@ -16,9 +16,10 @@ skip() {
   if [ "${ETWKIT_REQUIRE_PYTHON:-}" = 1 ]; then exit 1; fi
   exit 0
 }
-if [ ! -x "$venv/bin/pytest" ] || [ ! -x "$venv/bin/maturin" ]; then
+if [ ! -x "$venv/bin/pytest" ] || [ ! -x "$venv/bin/maturin" ] || ! "$venv/bin/python" -c "import pyspark" 2>/dev/null; then
   python3 -m venv "$venv" || skip "python3 -m venv failed"
-  "$venv/bin/pip" install -q maturin pytest pyarrow pandas || skip "pip could not install maturin, pytest, pyarrow, pandas"
+  # pyspark: the Spark data source test (etwkit.spark, local mode; Java 17 on the machine).
+  "$venv/bin/pip" install -q maturin pytest pyarrow pandas pyspark || skip "pip could not install maturin, pytest, pyarrow, pandas, pyspark"
 fi
 # A debug wheel reuses the Rust test build; `pip install ./crates/etwkit-py` builds the release one.
 rm -rf "$root/target/py-wheels-test"

@@ -14,6 +14,7 @@ macro_rules! outln {
 mod child;
 mod demo;
 mod dump;
+mod export;
 mod filter_args;
 mod heap;
 mod info;
@@ -48,6 +49,9 @@ enum Command {
     /// Copy matching records of ETL files, merged in time order, into a new ETL file (--begin/--end
     /// in seconds count from the earliest input's start).
     Relog(relog::Args),
+    /// Decoded events of ETL files as a Parquet dataset: events.parquet and one typed table per
+    /// event type (DuckDB, Spark, pandas).
+    Export(export::Args),
     /// Write the packets of a PktMon trace as a pcapng capture (Wireshark, tshark).
     Pcap(pcap::Args),
     /// Trace live (Linux: tracefs, needs root; Windows: an ETW session, needs an elevated prompt).
@@ -73,6 +77,7 @@ fn main() {
         Some(Command::Stats(a)) => stats::run(a),
         Some(Command::Dump(a)) => dump::run(a),
         Some(Command::Relog(a)) => relog::run(a),
+        Some(Command::Export(a)) => export::run(a),
         Some(Command::Pcap(a)) => pcap::run(a),
         Some(Command::Trace(a)) => trace::run(a),
         Some(Command::Heap(a)) => heap::run(a),

@@ -1,5 +1,17 @@
 //! Exports: decoded events and answers in the formats other tools read. One file per format.
 //!
 //! - [`pcapng`]: packet-capture events (PktMon) as a pcapng capture for Wireshark and tshark.
+//! - `arrow` (feature `arrow`): decoded events as Arrow record batches.
+//! - `parquet` (feature `parquet`): decoded events as a Parquet dataset (DuckDB, Spark).
+//! - `pprof` (feature `pprof`): a heap report as a pprof profile.
+//! - `flamegraph` (feature `flamegraph`): a heap report's outstanding bytes as a flame graph (SVG).
 
+#[cfg(feature = "arrow")]
+pub mod arrow;
+#[cfg(feature = "flamegraph")]
+pub mod flamegraph;
+#[cfg(feature = "parquet")]
+pub mod parquet;
 pub mod pcapng;
+#[cfg(feature = "pprof")]
+pub mod pprof;

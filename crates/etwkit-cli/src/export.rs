@@ -1,0 +1,94 @@
+//! `etwkit export FILE.etl... -o DIR`: decoded events as a Parquet dataset (events.parquet and one
+//! typed table per event type).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use etwkit::etl::EtlFile;
+use etwkit::export::parquet::DatasetWriter;
+
+use crate::info::TextOrJson;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The ETL files (one dataset; the `file` column says where each row came from).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// The dataset directory (created; earlier files of the same names are overwritten).
+    #[arg(short, long)]
+    output: PathBuf,
+    /// An instrumentation manifest (.man XML) describing providers in the traces (repeatable).
+    #[arg(long)]
+    manifest: Vec<PathBuf>,
+    /// What was written: text on stderr, or one JSON object on stdout.
+    #[arg(long, value_enum, default_value = "text")]
+    format: TextOrJson,
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let mut w = DatasetWriter::create(&a.output)?;
+    let mut unreadable = 0;
+    for path in &a.files {
+        let f = match EtlFile::open(path) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("etwkit: warning: {e}; skipped");
+                unreadable += 1;
+                continue;
+            }
+        };
+        let (decoder, _) =
+            etwkit::decode::Decoder::for_file(crate::dump::registry(&a.manifest)?, &f);
+        let name = path.to_string_lossy();
+        let summary = w
+            .add_file(&name, &f, &decoder)
+            .with_context(|| format!("exporting {}", path.display()))?;
+        for i in &summary.issues {
+            eprintln!("etwkit: warning: {}: {i}", path.display());
+        }
+        if summary.bad_buffers + summary.bad_records > 0 {
+            eprintln!(
+                "etwkit: {}: {} bad buffers and {} bad records skipped; everything else was exported",
+                path.display(),
+                summary.bad_buffers,
+                summary.bad_records
+            );
+        }
+    }
+    let s = w.finish()?;
+    if a.format == TextOrJson::Json {
+        println!("{}", serde_json::to_string(&s)?);
+    }
+    let unfit = s.unfit();
+    if unfit > 0 {
+        let tables: Vec<String> = s
+            .tables
+            .iter()
+            .filter(|(_, t)| t.unfit > 0)
+            .map(|(p, t)| format!("{p}: {}", t.unfit))
+            .collect();
+        eprintln!(
+            "etwkit: warning: {unfit} property values did not fit their column's type and were written as null ({})",
+            tables.join(", ")
+        );
+    }
+    if a.format == TextOrJson::Text {
+        eprintln!(
+            "etwkit: wrote {} events ({} without decoded properties) and {} typed tables to {}",
+            s.events,
+            s.untyped,
+            s.tables.len(),
+            a.output.display()
+        );
+    }
+    if unreadable == a.files.len() {
+        anyhow::bail!("none of the input files could be read");
+    }
+    if unreadable > 0 {
+        anyhow::bail!(
+            "{unreadable} of {} input files could not be read (the others were exported)",
+            a.files.len()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,197 @@
+//! Heap reports as pprof profiles and flame graphs (export::pprof, export::flamegraph), from a real
+//! heap trace as root: the C pattern program (crates/etwkit/tests/heap_progs/pattern.c) makes
+//! THREADS x N allocations of known sizes from leaky_allocation_site() and leaks K per thread. Go's
+//! own pprof reads the profile back: the leak's function with its exact bytes and blocks, and every
+//! allocation in alloc_space; the SVG names the function.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::process::Command;
+
+use etwkit::analysis::heap::{HeapAnalyzer, HeapReport};
+use etwkit::live::linux::heap::{spawn_suspended, HeapOptions, HeapTrace};
+use etwkit::live::linux::unwind::LinuxStackNamer;
+
+const THREADS: u64 = 4;
+const N: u64 = 200;
+const K: u64 = 3;
+
+fn leaked_bytes() -> u64 {
+    (0..THREADS)
+        .flat_map(|t| (0..K).map(move |i| 1000 + t * 100 + i))
+        .sum()
+}
+
+fn allocated_bytes() -> u64 {
+    (0..THREADS)
+        .flat_map(|t| (0..N).map(move |i| 1000 + t * 100 + i))
+        .sum()
+}
+
+/// The pattern program traced from its first instruction; the report with function names.
+fn pattern_report(test: &str) -> Option<HeapReport> {
+    if !common::require_root(test) {
+        return None;
+    }
+    let src =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../etwkit/tests/heap_progs/pattern.c");
+    let bin = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("pattern_{test}"));
+    let st = Command::new("cc")
+        .args(["-g", "-O1", "-fomit-frame-pointer", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("cc (a C compiler) is needed to build the heap test program");
+    assert!(st.success(), "cc failed on {}", src.display());
+    let child = spawn_suspended(&mut Command::new(&bin)).expect("spawn suspended");
+    let mut trace = HeapTrace::for_suspended(&child, HeapOptions::default()).expect("arm probes");
+    let mut child = child.resume().expect("resume");
+    let mut an = HeapAnalyzer::new();
+    trace
+        .process(|op| {
+            an.add(op);
+            ControlFlow::Continue(())
+        })
+        .expect("process");
+    assert!(child.wait().unwrap().success());
+    assert_eq!(trace.stats().lost_samples, 0);
+    let mut namer = LinuxStackNamer::new(trace.unwinder().all_maps());
+    let report = an.report(Some(&mut namer), 1000, 16);
+    assert!(report.exact, "{:?}", report.notes);
+    Some(report)
+}
+
+/// `go` from PATH or Debian's golang-go; `None` after a loud SKIPPED line, a failure under
+/// ETWKIT_REQUIRE_TOOLS=1 (as `.ci/run` sets, installing golang-go).
+fn go(test: &str) -> Option<PathBuf> {
+    for p in ["go", "/usr/lib/go/bin/go"] {
+        if Command::new(p)
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return Some(PathBuf::from(p));
+        }
+    }
+    if std::env::var("ETWKIT_REQUIRE_TOOLS").is_ok_and(|v| v == "1") {
+        panic!("{test}: Go (Debian golang-go) is needed to read the pprof file and ETWKIT_REQUIRE_TOOLS=1");
+    }
+    eprintln!(
+        "\n*** SKIPPED {test}: no Go toolchain (Debian golang-go) to read the pprof file ***\n"
+    );
+    None
+}
+
+/// `go tool pprof ARGS FILE`'s stdout.
+fn pprof(go: &PathBuf, args: &[&str], file: &PathBuf) -> String {
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let o = Command::new(go)
+        .args(["tool", "pprof", "-symbolize=none"])
+        .args(args)
+        .arg(file)
+        // pprof keeps state in $HOME/pprof; Go wants a writable cache.
+        .env("PPROF_TMPDIR", &tmp)
+        .env("GOCACHE", tmp.join("gocache"))
+        .output()
+        .expect("go tool pprof");
+    assert!(
+        o.status.success(),
+        "go tool pprof {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The flat value of `function` in `pprof -top` output (values printed as plain numbers).
+fn flat_of(top: &str, function: &str) -> Option<u64> {
+    let line = top
+        .lines()
+        .find(|l| l.split_whitespace().last() == Some(function))?;
+    let v = line.split_whitespace().next()?;
+    Some(
+        v.trim_end_matches("byte")
+            .trim_end_matches('B')
+            .parse::<u64>()
+            .unwrap_or_else(|e| panic!("{e}: {line}")),
+    )
+}
+
+#[test]
+fn leak_in_pprof_read_by_go_pprof_and_in_flamegraph() {
+    let test = "leak_in_pprof_read_by_go_pprof_and_in_flamegraph";
+    let Some(go) = go(test) else {
+        return;
+    };
+    let Some(report) = pattern_report(test) else {
+        return;
+    };
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let pb = tmp.join("pattern.pb.gz");
+    etwkit::export::pprof::write_pprof(&report, std::fs::File::create(&pb).unwrap()).unwrap();
+
+    for (index, want) in [
+        ("inuse_space", leaked_bytes()),
+        ("inuse_objects", THREADS * K),
+        ("alloc_space", allocated_bytes()),
+        ("alloc_objects", THREADS * N),
+    ] {
+        let top = pprof(
+            &go,
+            &[
+                "-top",
+                "-nodecount=1000",
+                "-unit=byte",
+                &format!("-sample_index={index}"),
+            ],
+            &pb,
+        );
+        assert_eq!(
+            flat_of(&top, "leaky_allocation_site"),
+            Some(want),
+            "{index} of leaky_allocation_site in:\n{top}"
+        );
+        // The callers are there too, with the leak in their cumulative values.
+        assert!(top.contains("worker"), "{top}");
+    }
+    // Source lines: the location of the allocating frame names pattern.c.
+    let raw = pprof(&go, &["-raw"], &pb);
+    assert!(
+        raw.lines()
+            .any(|l| l.contains("leaky_allocation_site") && l.contains("pattern.c:")),
+        "{raw}"
+    );
+
+    let svg = tmp.join("pattern.svg");
+    etwkit::export::flamegraph::write_flamegraph(
+        &report,
+        None,
+        std::fs::File::create(&svg).unwrap(),
+    )
+    .unwrap();
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        svg.starts_with("<?xml") && svg.contains("<svg"),
+        "not an SVG"
+    );
+    assert!(
+        svg.contains("leaky_allocation_site"),
+        "function missing in the SVG"
+    );
+    // The leak's tower is titled with its exact bytes (inferno groups digits: 12,042).
+    let digits = leaked_bytes().to_string();
+    let mut leak_bytes = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            leak_bytes.push(',');
+        }
+        leak_bytes.push(c);
+    }
+    assert!(
+        svg.lines()
+            .any(|l| l.contains("leaky_allocation_site") && l.contains(&leak_bytes)),
+        "no title with {leak_bytes} bytes for leaky_allocation_site"
+    );
+}

@@ -1,0 +1,901 @@
+//! Decoded events as Arrow record batches: the columns of `etwkit export`'s Parquet files and of the
+//! Python package's `to_arrow()`.
+//!
+//! - [`EventColumns`]: one row per record, the common columns (timestamp as `timestamp[ns, UTC]`,
+//!   provider GUID and name, names, descriptor fields, pid/tid/cpu, activity id, header type) and,
+//!   as [`Columns`] selects, the file, the record index, the payload, the stack and the properties
+//!   as a JSON object.
+//! - [`TypedColumns`]: the properties of one event type, one column per property with its real
+//!   type ([`Kind`]), inferred from the first values seen. A value that does not fit its column is
+//!   written as null and counted ([`TypedColumns::unfit`]).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    ArrayBuilder, BinaryBuilder, BooleanBuilder, Float32Builder, Float64Builder, Int64Builder,
+    ListBuilder, StringBuilder, TimestampMillisecondBuilder, TimestampNanosecondBuilder,
+    UInt16Builder, UInt32Builder, UInt64Builder, UInt8Builder,
+};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
+
+use crate::decode::{DecodedEvent, Properties, Value};
+use crate::guid::Guid;
+use crate::time::FILETIME_UNIX_EPOCH;
+use crate::EventRecord;
+
+/// Which optional columns an [`EventColumns`] carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Columns {
+    /// `file` (the input the record came from), first column.
+    pub file: bool,
+    /// `record`: the record's index in its file, in time order (the line of `etwkit dump`).
+    pub record: bool,
+    /// `task_name`, `opcode_name`.
+    pub task_opcode_names: bool,
+    /// `channel`.
+    pub channel: bool,
+    /// `header_type`.
+    pub header_type: bool,
+    /// `payload` (binary, the user data as stored).
+    pub payload: bool,
+    /// `stack` (list of uint64 return addresses; null when the record has none).
+    pub stack: bool,
+    /// `properties`: the decoded properties as a JSON object, as `etwkit dump` prints them (null when
+    /// none).
+    pub properties: bool,
+}
+
+impl Columns {
+    /// The columns of `Reader.to_arrow()` in the Python package.
+    pub const PYTHON: Columns = Columns {
+        file: false,
+        record: false,
+        task_opcode_names: true,
+        channel: true,
+        header_type: true,
+        payload: false,
+        stack: false,
+        properties: true,
+    };
+    /// The columns of `events.parquet`: everything.
+    pub const EVENTS: Columns = Columns {
+        file: true,
+        record: true,
+        task_opcode_names: true,
+        channel: true,
+        header_type: true,
+        payload: true,
+        stack: true,
+        properties: true,
+    };
+    /// The common columns of a typed (one event type) table; the properties follow as columns.
+    pub const TYPED: Columns = Columns {
+        file: true,
+        record: true,
+        task_opcode_names: false,
+        channel: false,
+        header_type: false,
+        payload: false,
+        stack: false,
+        properties: false,
+    };
+}
+
+/// The names of the common columns, in order (also the names a typed table's property must not
+/// take).
+pub fn column_names(c: Columns) -> Vec<&'static str> {
+    let mut v = Vec::with_capacity(24);
+    if c.file {
+        v.push("file");
+    }
+    if c.record {
+        v.push("record");
+    }
+    v.extend(["timestamp", "provider", "provider_name", "event_name"]);
+    if c.task_opcode_names {
+        v.extend(["task_name", "opcode_name"]);
+    }
+    v.extend(["id", "version", "level", "opcode", "task", "keywords"]);
+    if c.channel {
+        v.push("channel");
+    }
+    v.extend(["pid", "tid", "cpu", "activity_id"]);
+    if c.header_type {
+        v.push("header_type");
+    }
+    if c.payload {
+        v.push("payload");
+    }
+    if c.stack {
+        v.push("stack");
+    }
+    if c.properties {
+        v.push("properties");
+    }
+    v
+}
+
+/// A FILETIME as nanoseconds since 1970 (None outside what an i64 of nanoseconds holds).
+pub fn filetime_to_unix_ns(ft: i64) -> Option<i64> {
+    ft.checked_sub(FILETIME_UNIX_EPOCH)?.checked_mul(100)
+}
+
+/// Builds record batches of events, one row per [`EventColumns::push`].
+pub struct EventColumns {
+    cols: Columns,
+    file: StringBuilder,
+    record: UInt64Builder,
+    timestamp: TimestampNanosecondBuilder,
+    provider: StringBuilder,
+    provider_name: StringBuilder,
+    event_name: StringBuilder,
+    task_name: StringBuilder,
+    opcode_name: StringBuilder,
+    id: UInt16Builder,
+    version: UInt8Builder,
+    level: UInt8Builder,
+    opcode: UInt8Builder,
+    task: UInt16Builder,
+    keywords: UInt64Builder,
+    channel: UInt8Builder,
+    pid: UInt32Builder,
+    tid: UInt32Builder,
+    cpu: UInt16Builder,
+    activity_id: StringBuilder,
+    header_type: StringBuilder,
+    payload: BinaryBuilder,
+    stack: ListBuilder<UInt64Builder>,
+    properties: StringBuilder,
+    json: Vec<u8>,
+    rows: usize,
+    /// The last provider GUID and its text (records of one provider come in runs).
+    last_provider: (Guid, String),
+}
+
+impl EventColumns {
+    pub fn new(cols: Columns) -> EventColumns {
+        EventColumns {
+            cols,
+            file: StringBuilder::new(),
+            record: UInt64Builder::new(),
+            timestamp: TimestampNanosecondBuilder::new().with_timezone("UTC"),
+            provider: StringBuilder::new(),
+            provider_name: StringBuilder::new(),
+            event_name: StringBuilder::new(),
+            task_name: StringBuilder::new(),
+            opcode_name: StringBuilder::new(),
+            id: UInt16Builder::new(),
+            version: UInt8Builder::new(),
+            level: UInt8Builder::new(),
+            opcode: UInt8Builder::new(),
+            task: UInt16Builder::new(),
+            keywords: UInt64Builder::new(),
+            channel: UInt8Builder::new(),
+            pid: UInt32Builder::new(),
+            tid: UInt32Builder::new(),
+            cpu: UInt16Builder::new(),
+            activity_id: StringBuilder::new(),
+            header_type: StringBuilder::new(),
+            payload: BinaryBuilder::new(),
+            stack: ListBuilder::new(UInt64Builder::new()),
+            properties: StringBuilder::new(),
+            json: Vec::with_capacity(1024),
+            rows: 0,
+            last_provider: (Guid::ZERO, String::new()),
+        }
+    }
+
+    /// Rows pushed since the last [`EventColumns::finish`].
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Appends one record. `file` and `record` fill the `file` and `record` columns when they are
+    /// selected.
+    pub fn push(&mut self, file: &str, record: u64, e: &EventRecord<'_>, d: &DecodedEvent) {
+        let c = self.cols;
+        if c.file {
+            self.file.append_value(file);
+        }
+        if c.record {
+            self.record.append_value(record);
+        }
+        self.timestamp
+            .append_option(filetime_to_unix_ns(e.timestamp));
+        if self.last_provider.0 != e.provider || self.last_provider.1.is_empty() {
+            self.last_provider = (e.provider, e.provider.to_string());
+        }
+        self.provider.append_value(&self.last_provider.1);
+        let pname = d
+            .provider_name
+            .as_deref()
+            .or_else(|| e.traits_provider_name());
+        self.provider_name.append_option(pname);
+        self.event_name.append_option(d.event_name.as_deref());
+        if c.task_opcode_names {
+            self.task_name.append_option(d.task_name.as_deref());
+            self.opcode_name.append_option(d.opcode_name.as_deref());
+        }
+        let k = &e.descriptor;
+        self.id.append_value(k.id);
+        self.version.append_value(k.version);
+        self.level.append_value(k.level);
+        self.opcode.append_value(k.opcode);
+        self.task.append_value(k.task);
+        self.keywords.append_value(k.keywords);
+        if c.channel {
+            self.channel.append_value(k.channel);
+        }
+        self.pid.append_option((e.pid != u32::MAX).then_some(e.pid));
+        self.tid.append_option((e.tid != u32::MAX).then_some(e.tid));
+        self.cpu.append_value(e.cpu);
+        if e.activity_id == Guid::ZERO {
+            self.activity_id
+                .append_value("00000000-0000-0000-0000-000000000000");
+        } else {
+            let _ = write!(self.activity_id, "{}", e.activity_id);
+            self.activity_id.append_value("");
+        }
+        if c.header_type {
+            self.header_type.append_value(e.header_type.name());
+        }
+        if c.payload {
+            self.payload.append_value(&e.payload);
+        }
+        if c.stack {
+            match &d.stack {
+                Some(s) => {
+                    self.stack.values().append_slice(&s.addresses);
+                    self.stack.append(true);
+                }
+                None => self.stack.append(false),
+            }
+        }
+        if c.properties {
+            if d.properties.is_empty() {
+                self.properties.append_null();
+            } else {
+                self.json.clear();
+                d.properties.write_json(&mut self.json);
+                self.properties
+                    .append_value(std::str::from_utf8(&self.json).unwrap_or("null"));
+            }
+        }
+        self.rows += 1;
+    }
+
+    /// The columns built so far (named as [`column_names`]); the builders start over.
+    pub fn finish_columns(&mut self) -> Vec<(&'static str, ArrayRef)> {
+        let c = self.cols;
+        let mut v: Vec<(&'static str, ArrayRef)> = Vec::with_capacity(24);
+        if c.file {
+            v.push(("file", Arc::new(self.file.finish())));
+        }
+        if c.record {
+            v.push(("record", Arc::new(self.record.finish())));
+        }
+        v.push(("timestamp", Arc::new(self.timestamp.finish())));
+        v.push(("provider", Arc::new(self.provider.finish())));
+        v.push(("provider_name", Arc::new(self.provider_name.finish())));
+        v.push(("event_name", Arc::new(self.event_name.finish())));
+        if c.task_opcode_names {
+            v.push(("task_name", Arc::new(self.task_name.finish())));
+            v.push(("opcode_name", Arc::new(self.opcode_name.finish())));
+        }
+        v.push(("id", Arc::new(self.id.finish())));
+        v.push(("version", Arc::new(self.version.finish())));
+        v.push(("level", Arc::new(self.level.finish())));
+        v.push(("opcode", Arc::new(self.opcode.finish())));
+        v.push(("task", Arc::new(self.task.finish())));
+        v.push(("keywords", Arc::new(self.keywords.finish())));
+        if c.channel {
+            v.push(("channel", Arc::new(self.channel.finish())));
+        }
+        v.push(("pid", Arc::new(self.pid.finish())));
+        v.push(("tid", Arc::new(self.tid.finish())));
+        v.push(("cpu", Arc::new(self.cpu.finish())));
+        v.push(("activity_id", Arc::new(self.activity_id.finish())));
+        if c.header_type {
+            v.push(("header_type", Arc::new(self.header_type.finish())));
+        }
+        if c.payload {
+            v.push(("payload", Arc::new(self.payload.finish())));
+        }
+        if c.stack {
+            v.push(("stack", Arc::new(self.stack.finish())));
+        }
+        if c.properties {
+            v.push(("properties", Arc::new(self.properties.finish())));
+        }
+        self.rows = 0;
+        v
+    }
+
+    /// The rows built so far as one batch (every column nullable, so that all batches share one
+    /// schema); the builders start over.
+    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        RecordBatch::try_from_iter_with_nullable(
+            self.finish_columns().into_iter().map(|(n, a)| (n, a, true)),
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Typed property columns.
+
+/// The Arrow type of a property column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Bool,
+    I64,
+    U64,
+    /// Ports.
+    U16,
+    /// Win32 errors, NTSTATUS, HRESULT.
+    U32,
+    F32,
+    F64,
+    /// Strings, SIDs, value-map names, GUIDs, IP and socket addresses, pointers (`0x…`).
+    Str,
+    Binary,
+    /// FILETIME: `timestamp[ns, UTC]`.
+    FileTime,
+    /// SYSTEMTIME (no time zone): `timestamp[ms]`.
+    SystemTime,
+    /// Structures and arrays of structures or arrays: their JSON text.
+    Json,
+    /// Arrays of scalars.
+    List(Box<Kind>),
+}
+
+impl Kind {
+    /// The kind a value asks for; `None` for null and for an empty array (nothing to go by).
+    pub fn of(v: &Value) -> Option<Kind> {
+        Some(match v {
+            Value::Null => return None,
+            Value::Bool(_) => Kind::Bool,
+            Value::I64(_) => Kind::I64,
+            Value::U64(_) | Value::Hex(_) => Kind::U64,
+            Value::F32(_) => Kind::F32,
+            Value::F64(_) => Kind::F64,
+            Value::String(_)
+            | Value::Sid(_)
+            | Value::Mapped { .. }
+            | Value::Guid(_)
+            | Value::Ipv4(_)
+            | Value::Ipv6(_)
+            | Value::SocketAddress(_)
+            | Value::Pointer(_) => Kind::Str,
+            Value::Binary(_) => Kind::Binary,
+            Value::Port(_) => Kind::U16,
+            Value::Win32Error(_) | Value::NtStatus(_) | Value::HResult(_) => Kind::U32,
+            Value::FileTime(_) => Kind::FileTime,
+            Value::SystemTime(_) => Kind::SystemTime,
+            Value::Struct(_) => Kind::Json,
+            Value::Array(a) => {
+                let inner = a.iter().find_map(Kind::of)?;
+                match inner {
+                    Kind::Json | Kind::List(_) => Kind::Json,
+                    k => Kind::List(Box::new(k)),
+                }
+            }
+        })
+    }
+
+    pub fn data_type(&self) -> DataType {
+        match self {
+            Kind::Bool => DataType::Boolean,
+            Kind::I64 => DataType::Int64,
+            Kind::U64 => DataType::UInt64,
+            Kind::U16 => DataType::UInt16,
+            Kind::U32 => DataType::UInt32,
+            Kind::F32 => DataType::Float32,
+            Kind::F64 => DataType::Float64,
+            Kind::Str | Kind::Json => DataType::Utf8,
+            Kind::Binary => DataType::Binary,
+            Kind::FileTime => DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+            Kind::SystemTime => DataType::Timestamp(TimeUnit::Millisecond, None),
+            Kind::List(k) => DataType::List(Arc::new(Field::new("item", k.data_type(), true))),
+        }
+    }
+
+    fn builder(&self) -> Box<dyn ArrayBuilder> {
+        match self {
+            Kind::Bool => Box::new(BooleanBuilder::new()),
+            Kind::I64 => Box::new(Int64Builder::new()),
+            Kind::U64 => Box::new(UInt64Builder::new()),
+            Kind::U16 => Box::new(UInt16Builder::new()),
+            Kind::U32 => Box::new(UInt32Builder::new()),
+            Kind::F32 => Box::new(Float32Builder::new()),
+            Kind::F64 => Box::new(Float64Builder::new()),
+            Kind::Str | Kind::Json => Box::new(StringBuilder::new()),
+            Kind::Binary => Box::new(BinaryBuilder::new()),
+            Kind::FileTime => Box::new(TimestampNanosecondBuilder::new().with_timezone("UTC")),
+            Kind::SystemTime => Box::new(TimestampMillisecondBuilder::new()),
+            Kind::List(k) => Box::new(
+                ListBuilder::new(k.builder()).with_field(Arc::new(Field::new(
+                    "item",
+                    k.data_type(),
+                    true,
+                ))),
+            ),
+        }
+    }
+}
+
+fn down<T: 'static>(b: &mut dyn ArrayBuilder) -> &mut T {
+    b.as_any_mut()
+        .downcast_mut::<T>()
+        .expect("the builder made for this kind")
+}
+
+/// SYSTEMTIME (year, month, day-of-week, day, hour, minute, second, ms) as ms since 1970.
+fn systemtime_ms(t: &[u16; 8]) -> Option<i64> {
+    let (y, m, d) = (t[0] as i64, t[1] as i64, t[3] as i64);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || t[4] > 23 || t[5] > 59 || t[6] > 60 {
+        return None;
+    }
+    // Days from civil (proleptic Gregorian), 1970-01-01 = 0.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + t[4] as i64) * 60 + t[5] as i64) * 60_000 + t[6] as i64 * 1000 + t[7] as i64)
+}
+
+/// The text of a string-kind value (as `etwkit dump` renders it, without JSON quotes).
+fn str_of(v: &Value, out: &mut String) -> bool {
+    out.clear();
+    match v {
+        Value::String(s) | Value::Sid(s) => out.push_str(s),
+        Value::Mapped { name, .. } => out.push_str(name),
+        Value::Guid(g) => {
+            let _ = write!(out, "{g}");
+        }
+        Value::Ipv4(a) => {
+            let _ = write!(out, "{a}");
+        }
+        Value::Ipv6(a) => {
+            let _ = write!(out, "{a}");
+        }
+        Value::SocketAddress(a) => {
+            let _ = write!(out, "{a}");
+        }
+        Value::Pointer(p) => {
+            let _ = write!(out, "{p:#x}");
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// Appends `v` (which may be null) to `b`, a builder of `kind`. Returns false when a non-null value
+/// did not fit (a null was appended instead).
+fn append(kind: &Kind, b: &mut dyn ArrayBuilder, v: Option<&Value>, s: &mut String) -> bool {
+    let v = match v {
+        None | Some(Value::Null) => {
+            append_null(kind, b);
+            return true;
+        }
+        Some(v) => v,
+    };
+    let ok = match kind {
+        Kind::Bool => match v {
+            Value::Bool(x) => {
+                down::<BooleanBuilder>(b).append_value(*x);
+                true
+            }
+            _ => false,
+        },
+        Kind::I64 => match v {
+            Value::I64(x) => {
+                down::<Int64Builder>(b).append_value(*x);
+                true
+            }
+            Value::U64(_)
+            | Value::Hex(_)
+            | Value::Port(_)
+            | Value::Win32Error(_)
+            | Value::NtStatus(_)
+            | Value::HResult(_) => match v.as_u64().and_then(|x| i64::try_from(x).ok()) {
+                Some(x) => {
+                    down::<Int64Builder>(b).append_value(x);
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        },
+        Kind::U64 => match v {
+            Value::U64(_)
+            | Value::Hex(_)
+            | Value::I64(_)
+            | Value::Port(_)
+            | Value::Win32Error(_)
+            | Value::NtStatus(_)
+            | Value::HResult(_) => match v.as_u64() {
+                Some(x) => {
+                    down::<UInt64Builder>(b).append_value(x);
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        },
+        Kind::U16 => match v {
+            Value::Port(x) => {
+                down::<UInt16Builder>(b).append_value(*x);
+                true
+            }
+            _ => false,
+        },
+        Kind::U32 => match v {
+            Value::Win32Error(x) | Value::NtStatus(x) | Value::HResult(x) => {
+                down::<UInt32Builder>(b).append_value(*x);
+                true
+            }
+            _ => false,
+        },
+        Kind::F32 => match v {
+            Value::F32(x) => {
+                down::<Float32Builder>(b).append_value(*x);
+                true
+            }
+            _ => false,
+        },
+        Kind::F64 => match v.as_f64() {
+            Some(x) => {
+                down::<Float64Builder>(b).append_value(x);
+                true
+            }
+            None => false,
+        },
+        Kind::Str => {
+            if str_of(v, s) {
+                down::<StringBuilder>(b).append_value(&*s);
+                true
+            } else {
+                false
+            }
+        }
+        Kind::Json => {
+            let mut json = Vec::with_capacity(64);
+            v.write_json(&mut json);
+            down::<StringBuilder>(b).append_value(String::from_utf8_lossy(&json));
+            true
+        }
+        Kind::Binary => match v {
+            Value::Binary(x) => {
+                down::<BinaryBuilder>(b).append_value(x);
+                true
+            }
+            _ => false,
+        },
+        Kind::FileTime => match v {
+            Value::FileTime(t) => match filetime_to_unix_ns(*t) {
+                Some(ns) => {
+                    down::<TimestampNanosecondBuilder>(b).append_value(ns);
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        },
+        Kind::SystemTime => match v {
+            Value::SystemTime(t) => match systemtime_ms(t) {
+                Some(ms) => {
+                    down::<TimestampMillisecondBuilder>(b).append_value(ms);
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        },
+        Kind::List(k) => match v {
+            // All elements must fit, else the whole list is null.
+            Value::Array(a) if a.iter().all(|x| fits(k, x)) => {
+                let lb = down::<ListBuilder<Box<dyn ArrayBuilder>>>(b);
+                for x in a {
+                    append(k, lb.values().as_mut(), Some(x), s);
+                }
+                lb.append(true);
+                true
+            }
+            _ => false,
+        },
+    };
+    if !ok {
+        append_null(kind, b);
+    }
+    ok
+}
+
+/// Whether `v` (an array element) fits `kind` without loss.
+fn fits(kind: &Kind, v: &Value) -> bool {
+    match Kind::of(v) {
+        None => matches!(v, Value::Null),
+        Some(k) if &k == kind => true,
+        Some(_) => match kind {
+            Kind::I64 => v.as_i64().is_some() && !matches!(v, Value::Bool(_) | Value::FileTime(_)),
+            Kind::U64 => {
+                v.as_u64().is_some()
+                    && !matches!(
+                        v,
+                        Value::Bool(_) | Value::FileTime(_) | Value::Mapped { .. }
+                    )
+            }
+            Kind::F64 => matches!(v, Value::F32(_)),
+            Kind::Json => true,
+            _ => false,
+        },
+    }
+}
+
+fn append_null(kind: &Kind, b: &mut dyn ArrayBuilder) {
+    match kind {
+        Kind::Bool => down::<BooleanBuilder>(b).append_null(),
+        Kind::I64 => down::<Int64Builder>(b).append_null(),
+        Kind::U64 => down::<UInt64Builder>(b).append_null(),
+        Kind::U16 => down::<UInt16Builder>(b).append_null(),
+        Kind::U32 => down::<UInt32Builder>(b).append_null(),
+        Kind::F32 => down::<Float32Builder>(b).append_null(),
+        Kind::F64 => down::<Float64Builder>(b).append_null(),
+        Kind::Str | Kind::Json => down::<StringBuilder>(b).append_null(),
+        Kind::Binary => down::<BinaryBuilder>(b).append_null(),
+        Kind::FileTime => down::<TimestampNanosecondBuilder>(b).append_null(),
+        Kind::SystemTime => down::<TimestampMillisecondBuilder>(b).append_null(),
+        Kind::List(_) => down::<ListBuilder<Box<dyn ArrayBuilder>>>(b).append(false),
+    }
+}
+
+/// Rows whose values decide the property columns' types; later rows go straight into the columns.
+pub const INFER_ROWS: usize = 4096;
+
+/// One property column of a typed table.
+struct PropColumn {
+    /// The property's name in the events.
+    property: Arc<str>,
+    /// The column's name (the property's, unless that names a common column: then `prop_` + it).
+    column: String,
+    kind: Kind,
+    builder: Box<dyn ArrayBuilder>,
+}
+
+/// Rows of one event type: the common columns ([`Columns::TYPED`]) plus one typed column per
+/// property. The property columns are fixed after [`INFER_ROWS`] rows or when the first batch is
+/// built, from the values seen by then (the first non-null value of each property decides its
+/// [`Kind`]; a property that was always null is a string column).
+pub struct TypedColumns {
+    common: EventColumns,
+    /// Rows whose properties wait for the column types.
+    pending: Vec<Properties>,
+    columns: Option<Vec<PropColumn>>,
+    by_name: HashMap<Arc<str>, usize>,
+    schema: Option<SchemaRef>,
+    text: String,
+    /// Values written as null because they did not fit their column (or named a property first
+    /// seen after the columns were fixed).
+    pub unfit: u64,
+}
+
+impl Default for TypedColumns {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TypedColumns {
+    pub fn new() -> TypedColumns {
+        TypedColumns {
+            common: EventColumns::new(Columns::TYPED),
+            pending: Vec::new(),
+            columns: None,
+            by_name: HashMap::new(),
+            schema: None,
+            text: String::new(),
+            unfit: 0,
+        }
+    }
+
+    /// Rows pushed since the last batch.
+    pub fn rows(&self) -> usize {
+        self.common.rows()
+    }
+
+    /// Appends one record; takes its properties.
+    pub fn push(&mut self, file: &str, record: u64, e: &EventRecord<'_>, d: &mut DecodedEvent) {
+        self.common.push(file, record, e, d);
+        let props = std::mem::take(&mut d.properties);
+        match &mut self.columns {
+            None => {
+                self.pending.push(props);
+                if self.pending.len() >= INFER_ROWS {
+                    self.fix_columns();
+                }
+            }
+            Some(_) => self.append_props(&props),
+        }
+    }
+
+    fn append_props(&mut self, props: &Properties) {
+        let cols = self.columns.as_mut().expect("columns fixed");
+        let mut seen = 0;
+        for c in cols.iter_mut() {
+            let v = props.get(&c.property);
+            if v.is_some() {
+                seen += 1;
+            }
+            if !append(&c.kind, c.builder.as_mut(), v, &mut self.text) {
+                self.unfit += 1;
+            }
+        }
+        // Properties this table has no column for.
+        if seen < props.len() {
+            self.unfit += props
+                .iter()
+                .filter(|(n, _)| !self.by_name.contains_key(*n))
+                .count() as u64;
+        }
+    }
+
+    fn fix_columns(&mut self) {
+        let reserved = column_names(Columns::TYPED);
+        // (property, column name, kind once a value showed it, whether only empty arrays came).
+        let mut found: Vec<(Arc<str>, String, Option<Kind>, bool)> = Vec::new();
+        let mut taken: std::collections::HashSet<String> =
+            reserved.iter().map(|s| s.to_ascii_lowercase()).collect();
+        for props in &self.pending {
+            for (name, v) in &props.0 {
+                let empty_array = matches!(v, Value::Array(a) if a.is_empty());
+                if let Some(&i) = self.by_name.get(name) {
+                    if found[i].2.is_none() {
+                        found[i].2 = Kind::of(v);
+                        found[i].3 |= empty_array;
+                    }
+                    continue;
+                }
+                // Column names are compared as SQL engines do (case-insensitively).
+                let mut column = name.to_string();
+                while !taken.insert(column.to_ascii_lowercase()) {
+                    column = format!("prop_{column}");
+                }
+                self.by_name.insert(name.clone(), found.len());
+                found.push((name.clone(), column, Kind::of(v), empty_array));
+            }
+        }
+        let cols: Vec<PropColumn> = found
+            .into_iter()
+            .map(|(property, column, kind, empty_array)| {
+                // Only nulls so far: a string column; only empty arrays: a list of strings.
+                let kind = kind.unwrap_or(if empty_array {
+                    Kind::List(Box::new(Kind::Str))
+                } else {
+                    Kind::Str
+                });
+                PropColumn {
+                    property,
+                    column,
+                    builder: kind.builder(),
+                    kind,
+                }
+            })
+            .collect();
+        let mut fields: Vec<Field> = Vec::new();
+        // The common columns' fields come from an empty batch of them.
+        let common = EventColumns::new(Columns::TYPED)
+            .finish()
+            .expect("empty common columns");
+        fields.extend(common.schema().fields().iter().map(|f| f.as_ref().clone()));
+        fields.extend(
+            cols.iter()
+                .map(|c| Field::new(c.column.clone(), c.kind.data_type(), true)),
+        );
+        self.schema = Some(Arc::new(Schema::new(fields)));
+        self.columns = Some(cols);
+        for props in std::mem::take(&mut self.pending) {
+            self.append_props(&props);
+        }
+    }
+
+    /// The table's schema (once the property columns are fixed; `None` before).
+    pub fn schema(&self) -> Option<SchemaRef> {
+        self.schema.clone()
+    }
+
+    /// The rows pushed so far as a batch (the first call fixes the property columns).
+    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        if self.columns.is_none() {
+            self.fix_columns();
+        }
+        let mut arrays: Vec<ArrayRef> = self
+            .common
+            .finish_columns()
+            .into_iter()
+            .map(|(_, a)| a)
+            .collect();
+        for c in self.columns.as_mut().expect("columns fixed") {
+            arrays.push(c.builder.finish());
+        }
+        RecordBatch::try_new(self.schema.clone().expect("schema fixed"), arrays)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn systemtime_to_unix_ms() {
+        // 2021-09-09 (Thursday) 14:59:36.671 = 1631199576671 ms.
+        assert_eq!(
+            systemtime_ms(&[2021, 9, 4, 9, 14, 59, 36, 671]),
+            Some(1_631_199_576_671)
+        );
+        assert_eq!(systemtime_ms(&[1970, 1, 4, 1, 0, 0, 0, 0]), Some(0));
+        assert_eq!(
+            systemtime_ms(&[2000, 2, 2, 29, 0, 0, 0, 0]),
+            Some(951_782_400_000)
+        );
+        assert_eq!(systemtime_ms(&[2000, 13, 0, 1, 0, 0, 0, 0]), None);
+    }
+
+    #[test]
+    fn kinds_and_unfit_values() {
+        let mut t = TypedColumns::new();
+        let e = EventRecord {
+            header_type: crate::HeaderType::EventHeader64,
+            flags: 0,
+            provider: Guid::ZERO,
+            descriptor: Default::default(),
+            hook_id: None,
+            pid: 1,
+            tid: 2,
+            cpu: 0,
+            timestamp: FILETIME_UNIX_EPOCH + 10,
+            raw_timestamp: 0,
+            kernel_time: 0,
+            user_time: 0,
+            activity_id: Guid::ZERO,
+            pointer_size: 8,
+            payload: Default::default(),
+            ext: Default::default(),
+        };
+        let mut row = |props: Vec<(&str, Value)>| {
+            let mut d = DecodedEvent::default();
+            for (n, v) in props {
+                d.properties.push(n, v);
+            }
+            t.push("f", 0, &e, &mut d);
+        };
+        row(vec![
+            ("a", Value::Null),
+            ("pid", Value::U64(5)),
+            ("list", Value::Array(vec![])),
+        ]);
+        row(vec![
+            ("a", Value::I64(-3)),
+            ("pid", Value::String("x".into())),
+            ("list", Value::Array(vec![Value::U64(1), Value::Hex(2)])),
+        ]);
+        let b = t.finish().unwrap();
+        let names: Vec<_> = b
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert!(names.ends_with(&["a".into(), "prop_pid".into(), "list".into()]));
+        assert_eq!(b.column(b.num_columns() - 3).data_type(), &DataType::Int64);
+        assert_eq!(b.column(b.num_columns() - 2).data_type(), &DataType::UInt64);
+        // "x" does not fit the uint64 column.
+        assert_eq!(t.unfit, 1);
+        assert_eq!(b.column(b.num_columns() - 2).null_count(), 1);
+        assert_eq!(b.column(0).len(), 2);
+    }
+}

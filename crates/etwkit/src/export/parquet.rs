@@ -1,0 +1,523 @@
+//! Decoded events as a Parquet dataset (DuckDB, Spark, pandas, Polars read it):
+//!
+//! - `DIR/events.parquet`: one row per record, the columns of [`Columns::EVENTS`] (file, record
+//!   index, timestamp, provider GUID and name, names, descriptor, pid/tid/cpu, activity id, header
+//!   type, payload, stack, properties as JSON);
+//! - `DIR/<provider>/<event>[.v<version>].parquet`: one table per event type with decoded
+//!   properties, the common columns of [`Columns::TYPED`] and one typed column per property
+//!   ([`TypedColumns`]).
+//!
+//! zstd compression; names are dictionary-encoded (Parquet dictionary pages); row groups of at most
+//! [`ROW_GROUP_ROWS`] rows so that readers can split a file across threads and executors.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::io::BufWriter;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+use arrow_array::RecordBatch;
+use arrow_schema::{ArrowError, SchemaRef};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::errors::ParquetError;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+
+use super::arrow::{Columns, EventColumns, TypedColumns};
+use crate::decode::{DecodedEvent, Decoder};
+use crate::etl::{EtlFile, Order, ReadSummary};
+use crate::guid::Guid;
+use crate::EventRecord;
+
+/// Rows per record batch handed to the Parquet writer.
+pub const BATCH_ROWS: usize = 1 << 16;
+/// Rows per row group at most (a row group is the unit parallel readers split on).
+pub const ROW_GROUP_ROWS: usize = 1 << 17;
+
+/// Why an export stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("cannot write {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("writing {}: {source}", path.display())]
+    Parquet { path: PathBuf, source: ParquetError },
+    #[error("building the rows of {}: {source}", path.display())]
+    Arrow { path: PathBuf, source: ArrowError },
+}
+
+/// What one typed table received.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TableSummary {
+    pub rows: u64,
+    /// Values written as null because they did not fit their column's type.
+    pub unfit: u64,
+}
+
+/// What an export wrote.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ExportSummary {
+    /// Rows of `events.parquet`.
+    pub events: u64,
+    /// Records without decoded properties (in `events.parquet` only).
+    pub untyped: u64,
+    /// Typed tables by path relative to the dataset directory.
+    pub tables: BTreeMap<String, TableSummary>,
+}
+
+impl ExportSummary {
+    /// Values written as null in all typed tables together.
+    pub fn unfit(&self) -> u64 {
+        self.tables.values().map(|t| t.unfit).sum()
+    }
+}
+
+fn properties(dictionary_off: &[&str]) -> WriterProperties {
+    let mut b = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(1).expect("zstd level 1"),
+        ))
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .set_dictionary_enabled(true)
+        .set_created_by(format!("etwkit {}", env!("CARGO_PKG_VERSION")));
+    // High-cardinality columns gain nothing from a dictionary; min/max of payloads and JSON text
+    // help no reader either.
+    for c in dictionary_off {
+        b = b.set_column_dictionary_enabled(ColumnPath::new(vec![c.to_string()]), false);
+    }
+    for c in ["payload", "properties"] {
+        b = b.set_column_statistics_enabled(
+            ColumnPath::new(vec![c.to_string()]),
+            EnabledStatistics::None,
+        );
+    }
+    b.build()
+}
+
+struct Sink {
+    path: PathBuf,
+    writer: ArrowWriter<BufWriter<File>>,
+}
+
+impl Sink {
+    fn create(
+        path: PathBuf,
+        schema: SchemaRef,
+        props: WriterProperties,
+    ) -> Result<Sink, ExportError> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| ExportError::Io {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
+        let f = File::create(&path).map_err(|source| ExportError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let writer =
+            ArrowWriter::try_new(BufWriter::with_capacity(1 << 20, f), schema, Some(props))
+                .map_err(|source| ExportError::Parquet {
+                    path: path.clone(),
+                    source,
+                })?;
+        Ok(Sink { path, writer })
+    }
+
+    fn write(&mut self, b: Result<RecordBatch, ArrowError>) -> Result<(), ExportError> {
+        let b = b.map_err(|source| ExportError::Arrow {
+            path: self.path.clone(),
+            source,
+        })?;
+        self.writer
+            .write(&b)
+            .map_err(|source| ExportError::Parquet {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    fn close(self) -> Result<(), ExportError> {
+        self.writer
+            .close()
+            .map(|_| ())
+            .map_err(|source| ExportError::Parquet {
+                path: self.path,
+                source,
+            })
+    }
+}
+
+/// What the writer thread is asked to do.
+enum Job {
+    Create {
+        id: usize,
+        path: PathBuf,
+        schema: SchemaRef,
+        props: Box<WriterProperties>,
+    },
+    Write {
+        id: usize,
+        batch: RecordBatch,
+    },
+    Close {
+        id: usize,
+    },
+}
+
+/// Batches queued for the writer thread at most (bounds memory).
+const QUEUED_BATCHES: usize = 16;
+
+/// Parquet encoding and compression on their own thread, while the caller decodes and builds the
+/// next batches. Errors are kept and returned by [`Writers::finish`] (later jobs are dropped).
+struct Writers {
+    tx: Option<std::sync::mpsc::SyncSender<Job>>,
+    thread: Option<std::thread::JoinHandle<Result<(), ExportError>>>,
+    next: usize,
+}
+
+impl Writers {
+    fn start() -> Writers {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(QUEUED_BATCHES);
+        let thread = std::thread::Builder::new()
+            .name("etwkit-parquet".into())
+            .spawn(move || {
+                let mut sinks: HashMap<usize, Sink> = HashMap::new();
+                let mut result = Ok(());
+                for job in rx {
+                    if result.is_err() {
+                        continue;
+                    }
+                    result = match job {
+                        Job::Create {
+                            id,
+                            path,
+                            schema,
+                            props,
+                        } => Sink::create(path, schema, *props).map(|s| {
+                            sinks.insert(id, s);
+                        }),
+                        Job::Write { id, batch } => match sinks.get_mut(&id) {
+                            Some(s) => s.write(Ok(batch)),
+                            None => Ok(()),
+                        },
+                        Job::Close { id } => match sinks.remove(&id) {
+                            Some(s) => s.close(),
+                            None => Ok(()),
+                        },
+                    };
+                }
+                result
+            })
+            .expect("spawn the Parquet writer thread");
+        Writers {
+            tx: Some(tx),
+            thread: Some(thread),
+            next: 0,
+        }
+    }
+
+    /// Sends a job; when the thread has stopped, its error.
+    fn send(&mut self, job: Job) -> Result<(), ExportError> {
+        let sent = self.tx.as_ref().map(|tx| tx.send(job).is_ok());
+        if sent == Some(true) {
+            return Ok(());
+        }
+        self.finish()
+    }
+
+    fn create(
+        &mut self,
+        path: PathBuf,
+        schema: SchemaRef,
+        props: WriterProperties,
+    ) -> Result<usize, ExportError> {
+        let id = self.next;
+        self.next += 1;
+        self.send(Job::Create {
+            id,
+            path,
+            schema,
+            props: Box::new(props),
+        })?;
+        Ok(id)
+    }
+
+    fn write(
+        &mut self,
+        id: usize,
+        path: &Path,
+        b: Result<RecordBatch, ArrowError>,
+    ) -> Result<(), ExportError> {
+        let batch = b.map_err(|source| ExportError::Arrow {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        self.send(Job::Write { id, batch })
+    }
+
+    /// Waits for every queued job; the first error.
+    fn finish(&mut self) -> Result<(), ExportError> {
+        self.tx = None;
+        match self.thread.take() {
+            Some(t) => t.join().unwrap_or_else(|_| {
+                Err(ExportError::Io {
+                    path: PathBuf::new(),
+                    source: std::io::Error::other("the Parquet writer thread panicked"),
+                })
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Which typed table a record goes to.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct TableKey {
+    provider: Guid,
+    id: u16,
+    opcode: u8,
+    task: u16,
+    version: u8,
+    kernel: bool,
+}
+
+struct Table {
+    rel: String,
+    cols: TypedColumns,
+    /// The writer's id for the table's file, once its first batch fixed the schema.
+    sink: Option<usize>,
+    rows: u64,
+}
+
+/// Writes a dataset: push records with [`DatasetWriter::push`] (or whole files with
+/// [`DatasetWriter::add_file`]), then [`DatasetWriter::finish`].
+pub struct DatasetWriter {
+    dir: PathBuf,
+    events_cols: EventColumns,
+    writers: Writers,
+    events: usize,
+    tables: HashMap<TableKey, Table>,
+    paths: HashSet<String>,
+    summary: ExportSummary,
+}
+
+/// A file or directory name made of `[A-Za-z0-9._-]` (others become `_`), never empty or a dot name.
+fn safe_name(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.is_empty() || out.chars().all(|c| c == '.') {
+        out = format!("_{out}");
+    }
+    out
+}
+
+/// The event type's name: its event name, else `Task_Opcode`, else `Event<id>` / `Opcode<n>`.
+fn event_label(e: &EventRecord<'_>, d: &DecodedEvent) -> String {
+    if let Some(n) = d.event_name.as_deref() {
+        return n.to_string();
+    }
+    match (d.task_name.as_deref(), d.opcode_name.as_deref()) {
+        (Some(t), Some(o)) => format!("{t}_{o}"),
+        (Some(t), None) if e.header_type.is_event_header() => {
+            format!("{t}_Event{}", e.descriptor.id)
+        }
+        (Some(t), None) => format!("{t}_Opcode{}", e.descriptor.opcode),
+        (None, Some(o)) => format!("{o}_Event{}", e.descriptor.id),
+        (None, None) if e.header_type.is_event_header() => format!("Event{}", e.descriptor.id),
+        (None, None) => format!("Opcode{}", e.descriptor.opcode),
+    }
+}
+
+impl DatasetWriter {
+    /// Starts a dataset in `dir` (created if needed; files of an earlier export are overwritten).
+    pub fn create(dir: &Path) -> Result<DatasetWriter, ExportError> {
+        if dir.exists() && !dir.is_dir() {
+            return Err(ExportError::Io {
+                path: dir.to_path_buf(),
+                source: std::io::Error::other("it is a file, not a directory"),
+            });
+        }
+        std::fs::create_dir_all(dir).map_err(|source| ExportError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let mut cols = EventColumns::new(Columns::EVENTS);
+        let schema = cols
+            .finish()
+            .map_err(|source| ExportError::Arrow {
+                path: dir.join("events.parquet"),
+                source,
+            })?
+            .schema();
+        let mut writers = Writers::start();
+        let events = writers.create(
+            dir.join("events.parquet"),
+            schema,
+            properties(&["record", "timestamp", "payload", "properties"]),
+        )?;
+        Ok(DatasetWriter {
+            dir: dir.to_path_buf(),
+            events_cols: cols,
+            writers,
+            events,
+            tables: HashMap::new(),
+            paths: HashSet::new(),
+            summary: ExportSummary::default(),
+        })
+    }
+
+    /// Adds one decoded record: `file` names its input (the `file` column), `record` is its index in
+    /// that file's time order.
+    pub fn push(
+        &mut self,
+        file: &str,
+        record: u64,
+        e: &EventRecord<'_>,
+        mut d: DecodedEvent,
+    ) -> Result<(), ExportError> {
+        self.events_cols.push(file, record, e, &d);
+        self.summary.events += 1;
+        if self.events_cols.rows() >= BATCH_ROWS {
+            let b = self.events_cols.finish();
+            let path = self.dir.join("events.parquet");
+            self.writers.write(self.events, &path, b)?;
+        }
+        if d.properties.is_empty() {
+            self.summary.untyped += 1;
+            return Ok(());
+        }
+        let key = TableKey {
+            provider: e.provider,
+            id: e.descriptor.id,
+            opcode: e.descriptor.opcode,
+            task: e.descriptor.task,
+            version: e.descriptor.version,
+            kernel: !e.header_type.is_event_header(),
+        };
+        let t = match self.tables.get_mut(&key) {
+            Some(t) => t,
+            None => {
+                let rel = self.table_path(e, &d);
+                self.tables.entry(key.clone()).or_insert(Table {
+                    rel,
+                    cols: TypedColumns::new(),
+                    sink: None,
+                    rows: 0,
+                })
+            }
+        };
+        t.cols.push(file, record, e, &mut d);
+        t.rows += 1;
+        if t.cols.rows() >= BATCH_ROWS {
+            Self::flush_table(&self.dir, &mut self.writers, t)?;
+        }
+        Ok(())
+    }
+
+    /// A path for a new table, unique in this dataset.
+    fn table_path(&mut self, e: &EventRecord<'_>, d: &DecodedEvent) -> String {
+        let provider = d
+            .provider_name
+            .as_deref()
+            .or_else(|| e.traits_provider_name())
+            .map(str::to_string)
+            .unwrap_or_else(|| e.provider.to_string());
+        let mut stem = format!("{}/{}", safe_name(&provider), safe_name(&event_label(e, d)));
+        if e.descriptor.version > 0 {
+            stem.push_str(&format!(".v{}", e.descriptor.version));
+        }
+        let mut rel = format!("{stem}.parquet");
+        if !self.paths.insert(rel.to_ascii_lowercase()) {
+            // Another event type (another id, opcode or GUID) has the same name.
+            let k = &e.descriptor;
+            let base = format!("{stem}.id{}.op{}.task{}", k.id, k.opcode, k.task);
+            rel = format!("{base}.parquet");
+            let mut n = 2;
+            while !self.paths.insert(rel.to_ascii_lowercase()) {
+                rel = format!("{base}.{n}.parquet");
+                n += 1;
+            }
+        }
+        rel
+    }
+
+    fn flush_table(dir: &Path, w: &mut Writers, t: &mut Table) -> Result<(), ExportError> {
+        let b = t.cols.finish();
+        let path = dir.join(&t.rel);
+        let id = match t.sink {
+            Some(id) => id,
+            None => {
+                let schema = t.cols.schema().expect("fixed by finish");
+                let id = w.create(path.clone(), schema, properties(&["record", "timestamp"]))?;
+                t.sink = Some(id);
+                id
+            }
+        };
+        w.write(id, &path, b)
+    }
+
+    /// Adds every record of `file` in time order, decoded by `decoder`; `name` fills the `file`
+    /// column. Stops at the first write error; what the file itself could not give is in the
+    /// returned summary.
+    pub fn add_file(
+        &mut self,
+        name: &str,
+        file: &EtlFile,
+        decoder: &Decoder,
+    ) -> Result<ReadSummary, ExportError> {
+        let mut err = None;
+        let mut record = 0u64;
+        let summary = file.for_each(Order::Time, |r| {
+            let d = decoder.decode_etl(r);
+            if let Err(e) = self.push(name, record, &r.event, d) {
+                err = Some(e);
+                return ControlFlow::Break(());
+            }
+            record += 1;
+            ControlFlow::Continue(())
+        });
+        match err {
+            Some(e) => Err(e),
+            None => Ok(summary),
+        }
+    }
+
+    /// Writes the last rows and closes every file.
+    pub fn finish(mut self) -> Result<ExportSummary, ExportError> {
+        if self.events_cols.rows() > 0 {
+            let b = self.events_cols.finish();
+            let path = self.dir.join("events.parquet");
+            self.writers.write(self.events, &path, b)?;
+        }
+        self.writers.send(Job::Close { id: self.events })?;
+        for (_, mut t) in self.tables.drain() {
+            if t.cols.rows() > 0 || t.sink.is_none() {
+                Self::flush_table(&self.dir, &mut self.writers, &mut t)?;
+            }
+            if let Some(id) = t.sink.take() {
+                self.writers.send(Job::Close { id })?;
+            }
+            self.summary.tables.insert(
+                t.rel,
+                TableSummary {
+                    rows: t.rows,
+                    unfit: t.cols.unfit,
+                },
+            );
+        }
+        self.writers.finish()?;
+        Ok(self.summary)
+    }
+}

@@ -1,0 +1,268 @@
+//! A heap report as a pprof profile (`profile.proto`, gzip-compressed): what `go tool pprof`,
+//! pprof's web UI, Speedscope and Grafana Pyroscope read.
+//!
+//! Sample types, in Go's heap-profile order: `alloc_objects`/count, `alloc_space`/bytes,
+//! `inuse_objects`/count, `inuse_space`/bytes (the default). One sample per allocation stack of
+//! the report (the union of [`HeapReport::outstanding_by_stack`] and
+//! [`HeapReport::top_allocating_stacks`]; a stack in only one list has zeros in the other's
+//! values), its locations leaf first, each with a line naming its function and, when known, its
+//! source file and line. Samples carry a numeric `pid` label. The report's notes become comments.
+//! Only the stacks the report holds are in the profile: build the report with a large enough `top`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, Write};
+
+use crate::analysis::heap::{Frame, HeapReport};
+
+/// profile.proto field numbers (github.com/google/pprof/proto/profile.proto).
+mod field {
+    pub const SAMPLE_TYPE: u32 = 1;
+    pub const SAMPLE: u32 = 2;
+    pub const LOCATION: u32 = 4;
+    pub const FUNCTION: u32 = 5;
+    pub const STRING_TABLE: u32 = 6;
+    pub const PERIOD_TYPE: u32 = 11;
+    pub const PERIOD: u32 = 12;
+    pub const COMMENT: u32 = 13;
+    pub const DEFAULT_SAMPLE_TYPE: u32 = 14;
+    // ValueType
+    pub const VT_TYPE: u32 = 1;
+    pub const VT_UNIT: u32 = 2;
+    // Sample
+    pub const S_LOCATION_ID: u32 = 1;
+    pub const S_VALUE: u32 = 2;
+    pub const S_LABEL: u32 = 3;
+    // Label
+    pub const L_KEY: u32 = 1;
+    pub const L_NUM: u32 = 3;
+    // Location
+    pub const LOC_ID: u32 = 1;
+    pub const LOC_ADDRESS: u32 = 3;
+    pub const LOC_LINE: u32 = 4;
+    // Line
+    pub const LINE_FUNCTION_ID: u32 = 1;
+    pub const LINE_LINE: u32 = 2;
+    // Function
+    pub const F_ID: u32 = 1;
+    pub const F_NAME: u32 = 2;
+    pub const F_SYSTEM_NAME: u32 = 3;
+    pub const F_FILENAME: u32 = 4;
+}
+
+/// A protobuf message being written.
+#[derive(Default)]
+struct Msg(Vec<u8>);
+
+impl Msg {
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.0.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
+    }
+    fn key(&mut self, field: u32, wire: u8) {
+        self.varint(((field as u64) << 3) | wire as u64);
+    }
+    /// A varint field (int64/uint64/bool); zero is the default and is left out.
+    fn uint(&mut self, field: u32, v: u64) {
+        if v != 0 {
+            self.key(field, 0);
+            self.varint(v);
+        }
+    }
+    fn bytes(&mut self, field: u32, b: &[u8]) {
+        self.key(field, 2);
+        self.varint(b.len() as u64);
+        self.0.extend_from_slice(b);
+    }
+    fn msg(&mut self, field: u32, m: Msg) {
+        self.bytes(field, &m.0);
+    }
+    fn packed(&mut self, field: u32, vs: &[u64]) {
+        let mut m = Msg::default();
+        for &v in vs {
+            m.varint(v);
+        }
+        self.bytes(field, &m.0);
+    }
+}
+
+/// The string table (index 0 is the empty string, as the format requires).
+struct Strings {
+    table: Vec<String>,
+    index: HashMap<String, u64>,
+}
+
+impl Strings {
+    fn new() -> Strings {
+        Strings {
+            table: vec![String::new()],
+            index: HashMap::from([(String::new(), 0)]),
+        }
+    }
+    fn id(&mut self, s: &str) -> u64 {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.table.len() as u64;
+        self.table.push(s.to_string());
+        self.index.insert(s.to_string(), i);
+        i
+    }
+}
+
+/// The name pprof shows for a frame: its function, else `module!0xADDR`, else `0xADDR`.
+pub fn frame_function(f: &Frame) -> String {
+    match (&f.function, &f.module) {
+        (Some(n), _) => n.clone(),
+        (None, Some(m)) => format!("{m}!{:#x}", f.address),
+        (None, None) => format!("{:#x}", f.address),
+    }
+}
+
+/// Per-stack values: alloc count, alloc bytes, in-use count, in-use bytes.
+type Values = [u64; 4];
+
+/// The uncompressed profile.proto bytes of `report`.
+pub fn profile_bytes(report: &HeapReport) -> Vec<u8> {
+    let mut strings = Strings::new();
+    // Samples by (pid, frames), in the report's order (in-use first).
+    let mut order: Vec<(Option<u32>, &[Frame])> = Vec::new();
+    let mut values: BTreeMap<(Option<u32>, &[Frame]), Values> = BTreeMap::new();
+    let groups = report
+        .outstanding_by_stack
+        .iter()
+        .map(|g| (g, true))
+        .chain(report.top_allocating_stacks.iter().map(|g| (g, false)));
+    for (g, inuse) in groups {
+        let k = (g.pid, g.frames.as_slice());
+        let v = values.entry(k).or_insert_with(|| {
+            order.push(k);
+            [0; 4]
+        });
+        let at = if inuse { 2 } else { 0 };
+        v[at] += g.count;
+        v[at + 1] += g.bytes;
+    }
+
+    let mut out = Msg::default();
+    for (t, u) in [
+        ("alloc_objects", "count"),
+        ("alloc_space", "bytes"),
+        ("inuse_objects", "count"),
+        ("inuse_space", "bytes"),
+    ] {
+        let mut vt = Msg::default();
+        vt.uint(field::VT_TYPE, strings.id(t));
+        vt.uint(field::VT_UNIT, strings.id(u));
+        out.msg(field::SAMPLE_TYPE, vt);
+    }
+
+    // Functions by (name, file); locations by (pid, address, function, line).
+    let mut functions: HashMap<(String, String), u64> = HashMap::new();
+    let mut function_msgs: Vec<Msg> = Vec::new();
+    let mut locations: HashMap<(Option<u32>, u64, u64, u32), u64> = HashMap::new();
+    let mut location_msgs: Vec<Msg> = Vec::new();
+    let no_stack = [Frame {
+        function: Some("[no stack]".into()),
+        ..Default::default()
+    }];
+    let pid_key = strings.id("pid");
+    for k in &order {
+        let v = values[k];
+        let (pid, frames) = *k;
+        let frames: &[Frame] = if frames.is_empty() { &no_stack } else { frames };
+        let mut ids = Vec::with_capacity(frames.len());
+        for f in frames {
+            let name = frame_function(f);
+            let file = f.file.clone().unwrap_or_default();
+            let next_fn = functions.len() as u64 + 1;
+            let fid = *functions
+                .entry((name.clone(), file.clone()))
+                .or_insert_with(|| {
+                    let mut m = Msg::default();
+                    m.uint(field::F_ID, next_fn);
+                    let n = strings.id(&name);
+                    m.uint(field::F_NAME, n);
+                    m.uint(field::F_SYSTEM_NAME, n);
+                    m.uint(field::F_FILENAME, strings.id(&file));
+                    function_msgs.push(m);
+                    next_fn
+                });
+            let line = f.line.unwrap_or(0);
+            let next_loc = locations.len() as u64 + 1;
+            let lid = *locations
+                .entry((pid, f.address, fid, line))
+                .or_insert_with(|| {
+                    let mut m = Msg::default();
+                    m.uint(field::LOC_ID, next_loc);
+                    m.uint(field::LOC_ADDRESS, f.address);
+                    let mut l = Msg::default();
+                    l.uint(field::LINE_FUNCTION_ID, fid);
+                    l.uint(field::LINE_LINE, line as u64);
+                    m.msg(field::LOC_LINE, l);
+                    location_msgs.push(m);
+                    next_loc
+                });
+            ids.push(lid);
+        }
+        let mut s = Msg::default();
+        s.packed(field::S_LOCATION_ID, &ids);
+        s.packed(field::S_VALUE, &v);
+        if let Some(p) = pid {
+            let mut l = Msg::default();
+            l.uint(field::L_KEY, pid_key);
+            l.uint(field::L_NUM, p as u64);
+            s.msg(field::S_LABEL, l);
+        }
+        out.msg(field::SAMPLE, s);
+    }
+    for m in location_msgs {
+        out.msg(field::LOCATION, m);
+    }
+    for m in function_msgs {
+        out.msg(field::FUNCTION, m);
+    }
+    // Every allocation is one event: period 1 of space/bytes.
+    let mut pt = Msg::default();
+    pt.uint(field::VT_TYPE, strings.id("space"));
+    pt.uint(field::VT_UNIT, strings.id("bytes"));
+    let comments: Vec<u64> = report.notes.iter().map(|n| strings.id(n)).collect();
+    let default_type = strings.id("inuse_space");
+    for s in &strings.table {
+        out.bytes(field::STRING_TABLE, s.as_bytes());
+    }
+    out.msg(field::PERIOD_TYPE, pt);
+    out.uint(field::PERIOD, 1);
+    for c in comments {
+        out.key(field::COMMENT, 0);
+        out.varint(c);
+    }
+    out.uint(field::DEFAULT_SAMPLE_TYPE, default_type);
+    out.0
+}
+
+/// Writes `report` as a gzip-compressed pprof profile (the `.pb.gz` pprof tools expect).
+pub fn write_pprof<W: Write>(report: &HeapReport, out: W) -> io::Result<()> {
+    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+    gz.write_all(&profile_bytes(report))?;
+    gz.finish()?.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_and_fields() {
+        let mut m = Msg::default();
+        m.varint(300);
+        assert_eq!(m.0, [0xAC, 0x02]);
+        let mut m = Msg::default();
+        m.uint(2, 150);
+        assert_eq!(m.0, [0x10, 0x96, 0x01]);
+        m.uint(3, 0);
+        assert_eq!(m.0.len(), 3, "zero fields are left out");
+    }
+}
