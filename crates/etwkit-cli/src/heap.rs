@@ -43,6 +43,13 @@ pub struct Args {
     /// Frames shown per stack.
     #[arg(long, default_value_t = 8)]
     frames: usize,
+    /// Also write the report as a pprof profile (profile.proto, gzipped: inuse/alloc space and
+    /// objects by stack; `go tool pprof FILE`). Holds every stack, whatever --top says.
+    #[arg(long, value_name = "FILE")]
+    pprof: Option<PathBuf>,
+    /// Also draw outstanding bytes by stack as a flame graph (SVG). Every stack, whatever --top says.
+    #[arg(long, value_name = "FILE")]
+    flamegraph: Option<PathBuf>,
     /// Where the traced command's stdout goes (default: etwkit's stderr, so that etwkit's stdout
     /// carries only the report).
     #[arg(long, value_name = "FILE")]
@@ -60,8 +67,13 @@ struct LiveOutcome {
     mode: String,
 }
 
-pub fn run(a: Args) -> anyhow::Result<()> {
-    let outcome = if let Some(file) = &a.report {
+pub fn run(mut a: Args) -> anyhow::Result<()> {
+    // Profiles hold every stack: the report is built whole, and cut to --top for printing.
+    let shown = a.top;
+    if a.pprof.is_some() || a.flamegraph.is_some() {
+        a.top = usize::MAX;
+    }
+    let mut outcome = if let Some(file) = &a.report {
         if !a.pids.is_empty() || !a.command.is_empty() {
             bail!("--report reads a saved trace; it takes no --pid or command");
         }
@@ -76,6 +88,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         live(&a)?
     };
+    write_profiles(&a, &outcome.report)?;
+    outcome.report.outstanding_by_stack.truncate(shown);
+    outcome.report.top_allocating_stacks.truncate(shown);
     {
         use std::io::Write;
         let mut out = std::io::stdout().lock();
@@ -96,6 +111,27 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // The traced command's status is ours (a shell sees the program's failure).
     if let Some(c) = code.filter(|&c| c != 0) {
         std::process::exit(c);
+    }
+    Ok(())
+}
+
+/// `--pprof FILE`, `--flamegraph FILE`.
+fn write_profiles(a: &Args, report: &HeapReport) -> anyhow::Result<()> {
+    let create = |p: &PathBuf| {
+        std::fs::File::create(p)
+            .map(std::io::BufWriter::new)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", p.display()))
+    };
+    if let Some(p) = &a.pprof {
+        etwkit::export::pprof::write_pprof(report, create(p)?)
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", p.display()))?;
+        eprintln!("etwkit heap: wrote the pprof profile {}", p.display());
+    }
+    if let Some(p) = &a.flamegraph {
+        let title = "Outstanding bytes by allocation stack (etwkit heap)";
+        etwkit::export::flamegraph::write_flamegraph(report, Some(title), create(p)?)
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", p.display()))?;
+        eprintln!("etwkit heap: wrote the flame graph {}", p.display());
     }
     Ok(())
 }

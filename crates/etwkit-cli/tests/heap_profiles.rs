@@ -195,3 +195,88 @@ fn leak_in_pprof_read_by_go_pprof_and_in_flamegraph() {
         "no title with {leak_bytes} bytes for leaky_allocation_site"
     );
 }
+
+/// `etwkit heap --pprof --flamegraph -- PROGRAM`: the CLI writes both (every stack, though --top 1
+/// cuts the printed report), live in shim mode and again from the `-o` file with `--report`.
+#[test]
+fn heap_command_writes_pprof_and_flamegraph() {
+    let test = "heap_command_writes_pprof_and_flamegraph";
+    let Some(go) = go(test) else {
+        return;
+    };
+    if !common::require_root(test) {
+        return;
+    }
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let src =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../etwkit/tests/heap_progs/pattern.c");
+    let bin = tmp.join("pattern_cli_profiles");
+    let st = Command::new("cc")
+        .args(["-g", "-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("cc");
+    assert!(st.success());
+    let (pb, svg, etl) = (
+        tmp.join("cli.pb.gz"),
+        tmp.join("cli.svg"),
+        tmp.join("cli_profiles.etl"),
+    );
+    let (ok, _, err) = common::etwkit(&[
+        "heap",
+        "--top",
+        "1",
+        "-o",
+        etl.to_str().unwrap(),
+        "--pprof",
+        pb.to_str().unwrap(),
+        "--flamegraph",
+        svg.to_str().unwrap(),
+        "--",
+        bin.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let check = |pb: &PathBuf, svg: &PathBuf| {
+        let top = pprof(
+            &go,
+            &[
+                "-top",
+                "-nodecount=1000",
+                "-unit=byte",
+                "-sample_index=inuse_space",
+            ],
+            pb,
+        );
+        assert_eq!(
+            flat_of(&top, "leaky_allocation_site"),
+            Some(leaked_bytes()),
+            "{top}"
+        );
+        let s = std::fs::read_to_string(svg).unwrap();
+        assert!(s.contains("<svg") && s.contains("leaky_allocation_site"));
+    };
+    check(&pb, &svg);
+    let (pb2, svg2) = (tmp.join("cli_report.pb.gz"), tmp.join("cli_report.svg"));
+    let (ok, out, err) = common::etwkit(&[
+        "heap",
+        "--report",
+        etl.to_str().unwrap(),
+        "--format",
+        "json",
+        "--top",
+        "1",
+        "--pprof",
+        pb2.to_str().unwrap(),
+        "--flamegraph",
+        svg2.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        r["outstanding_by_stack"].as_array().unwrap().len(),
+        1,
+        "--top 1"
+    );
+    check(&pb2, &svg2);
+}

