@@ -47,32 +47,11 @@ impl<'w> Printer<'w> {
         self.emit(ev, d)
     }
 
-    /// A record read from an ETL file (WPP records get their raw header items too).
-    pub fn record(&mut self, r: &Record<'_>) -> ControlFlow<()> {
-        let d = self.decoder.as_ref().map(|d| d.decode_etl(r));
-        self.emit(&r.event, d)
-    }
-
     fn emit(&mut self, ev: &EventRecord<'_>, d: Option<DecodedEvent>) -> ControlFlow<()> {
-        let mut v = EventView::bare(ev);
-        self.props.clear();
-        if let Some(d) = &d {
-            v.provider_name = d.provider_name.as_deref();
-            v.event_name = d.event_name.as_deref();
-            v.task_name = d.task_name.as_deref();
-            v.opcode_name = d.opcode_name.as_deref();
-            v.stack = d.stack.as_ref();
-            if d.is_decoded() {
-                self.decoded += 1;
-            }
-            if !d.properties.is_empty() {
-                d.properties.write_json(&mut self.props);
-                v.properties_json = std::str::from_utf8(&self.props).ok();
-            }
+        if d.as_ref().is_some_and(|d| d.is_decoded()) {
+            self.decoded += 1;
         }
-        if v.provider_name.is_none() {
-            v.provider_name = ev.traits_provider_name();
-        }
+        let v = view(ev, d.as_ref(), &mut self.props);
         self.count += 1;
         match self.sink.event(&v) {
             Ok(()) => ControlFlow::Continue(()),
@@ -86,4 +65,44 @@ impl<'w> Printer<'w> {
     pub fn finish(&mut self) -> std::io::Result<()> {
         self.sink.finish()
     }
+}
+
+/// What the sinks print for an event and its decoding; `props` holds the properties' JSON text.
+pub fn view<'a, 'r>(
+    ev: &'a EventRecord<'r>,
+    d: Option<&'a DecodedEvent>,
+    props: &'a mut Vec<u8>,
+) -> EventView<'a, 'r> {
+    let mut v = EventView::bare(ev);
+    props.clear();
+    if let Some(d) = d {
+        v.provider_name = d.provider_name.as_deref();
+        v.event_name = d.event_name.as_deref();
+        v.task_name = d.task_name.as_deref();
+        v.opcode_name = d.opcode_name.as_deref();
+        v.stack = d.stack.as_ref();
+        if !d.properties.is_empty() {
+            d.properties.write_json(props);
+        }
+    }
+    if !props.is_empty() {
+        v.properties_json = std::str::from_utf8(props).ok();
+    }
+    if v.provider_name.is_none() {
+        v.provider_name = ev.traits_provider_name();
+    }
+    v
+}
+
+/// Renders one ETL record as `dump` prints it (the per-thread work of a parallel dump).
+pub fn render_record(
+    decoder: Option<&Decoder>,
+    renderer: &mut dyn etwkit::sink::Render,
+    props: &mut Vec<u8>,
+    r: &Record<'_>,
+    out: &mut Vec<u8>,
+) {
+    let d = decoder.map(|d| d.decode_etl(r));
+    let v = view(&r.event, d.as_ref(), props);
+    renderer.render(&v, out);
 }

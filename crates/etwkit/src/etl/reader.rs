@@ -101,7 +101,7 @@ pub struct ReadSummary {
 pub const MAX_ISSUES: usize = 1000;
 
 impl ReadSummary {
-    fn issue(&mut self, i: ReadIssue) {
+    pub(super) fn issue(&mut self, i: ReadIssue) {
         if self.issues.len() < MAX_ISSUES {
             self.issues.push(i);
         } else {
@@ -109,7 +109,7 @@ impl ReadSummary {
         }
     }
 
-    fn merge(mut self, o: ReadSummary) -> ReadSummary {
+    pub(super) fn merge(mut self, o: ReadSummary) -> ReadSummary {
         self.records += o.records;
         self.buffers += o.buffers;
         self.compressed_buffers += o.compressed_buffers;
@@ -487,7 +487,7 @@ impl EtlFile {
 
     /// [`EtlFile::buffer_data`], counting the buffer (read, compressed, truncated) in `summary`; an
     /// unusable buffer is counted bad, described in `summary`, and gives `None`.
-    fn load_buffer(&self, b: &BufferInfo, summary: &mut ReadSummary) -> Option<Cow<'_, [u8]>> {
+    pub(super) fn load_buffer(&self, b: &BufferInfo, summary: &mut ReadSummary) -> Option<Cow<'_, [u8]>> {
         summary.buffers += 1;
         if b.header.is_compressed() {
             summary.compressed_buffers += 1;
@@ -555,13 +555,13 @@ impl EtlFile {
     }
 
     /// Drops the pages of a buffer we are done with from this process's resident set (mapped files).
-    fn release(&self, b: &BufferInfo) {
+    pub(super) fn release(&self, b: &BufferInfo) {
         if let Data::Map(m) = &self.data {
             super::mmap::release(m, b.file_offset as usize, b.header.buffer_size as usize);
         }
     }
 
-    fn start_summary(&self) -> ReadSummary {
+    pub(super) fn start_summary(&self) -> ReadSummary {
         let mut s = ReadSummary {
             bad_buffers: self.chain_bad_buffers,
             ..Default::default()
@@ -690,14 +690,9 @@ impl EtlFile {
         record::raw_timestamp_at(&prefix, BUFFER_HEADER_SIZE)
     }
 
-    fn merge_by_time(
-        &self,
-        summary: &mut ReadSummary,
-        progress: &mut dyn FnMut(u64),
-        f: &mut dyn FnMut(&Record<'_>) -> ControlFlow<()>,
-    ) {
-        // Buffers sorted by their first timestamp; a buffer joins the merge once the merge reaches
-        // that time, so only overlapping buffers (about one per CPU) are held at once.
+    /// Buffers as the time merge admits them: (raw timestamp of the first record, buffer index),
+    /// sorted.
+    pub(super) fn time_order(&self) -> Vec<(i64, usize)> {
         let mut order: Vec<(i64, usize)> = self
             .buffers
             .par_iter()
@@ -707,6 +702,18 @@ impl EtlFile {
         if let Data::Map(m) = &self.data {
             super::mmap::release(m, 0, m.len());
         }
+        order
+    }
+
+    fn merge_by_time(
+        &self,
+        summary: &mut ReadSummary,
+        progress: &mut dyn FnMut(u64),
+        f: &mut dyn FnMut(&Record<'_>) -> ControlFlow<()>,
+    ) {
+        // Buffers sorted by their first timestamp; a buffer joins the merge once the merge reaches
+        // that time, so only overlapping buffers (about one per CPU) are held at once.
+        let order = self.time_order();
         struct Cursor<'f> {
             info: &'f BufferInfo,
             data: Cow<'f, [u8]>,

@@ -48,6 +48,13 @@ pub trait Sink {
     fn finish(&mut self) -> io::Result<()>;
 }
 
+/// Turns one event into its line of text (newline included), appended to `out`. Renderers keep
+/// only caches, so a line does not depend on the events rendered before it: lines rendered by
+/// several renderers (one per thread) and concatenated equal the lines of one renderer.
+pub trait Render: Send {
+    fn render(&mut self, v: &EventView<'_, '_>, out: &mut Vec<u8>);
+}
+
 /// Output formats by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -56,13 +63,86 @@ pub enum Format {
     Csv,
 }
 
+impl Format {
+    /// The header line written before the first event (CSV's column names, the table's titles).
+    pub fn header(self) -> Option<String> {
+        match self {
+            Format::Json => None,
+            Format::Csv => Some(format!("{}\n", csv::COLUMNS)),
+            Format::Table => Some(table::header()),
+        }
+    }
+    /// Whether the header is written even when no event is (CSV: a file of columns, no rows).
+    fn header_when_empty(self) -> bool {
+        self == Format::Csv
+    }
+}
+
+/// A renderer of the given format.
+pub fn renderer(format: Format) -> Box<dyn Render> {
+    match format {
+        Format::Json => Box::new(json::JsonRender::default()),
+        Format::Csv => Box::new(csv::CsvRender::default()),
+        Format::Table => Box::new(table::TableRender),
+    }
+}
+
+/// A [`Sink`] writing rendered lines (its own, or lines rendered elsewhere through
+/// [`Lines::write_rendered`]) with the format's header first.
+pub struct Lines<'w> {
+    out: Box<dyn Write + 'w>,
+    format: Format,
+    header_written: bool,
+    r: Box<dyn Render>,
+    buf: Vec<u8>,
+}
+
+impl<'w> Lines<'w> {
+    pub fn new(format: Format, out: Box<dyn Write + 'w>) -> Self {
+        Lines {
+            out,
+            format,
+            header_written: false,
+            r: renderer(format),
+            buf: Vec::with_capacity(4096),
+        }
+    }
+
+    fn header(&mut self) -> io::Result<()> {
+        if !self.header_written {
+            self.header_written = true;
+            if let Some(h) = self.format.header() {
+                self.out.write_all(h.as_bytes())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes lines rendered by a [`Render`] of this format (one or more events).
+    pub fn write_rendered(&mut self, lines: &[u8]) -> io::Result<()> {
+        self.header()?;
+        self.out.write_all(lines)
+    }
+}
+
+impl Sink for Lines<'_> {
+    fn event(&mut self, v: &EventView<'_, '_>) -> io::Result<()> {
+        self.buf.clear();
+        self.r.render(v, &mut self.buf);
+        self.header()?;
+        self.out.write_all(&self.buf)
+    }
+    fn finish(&mut self) -> io::Result<()> {
+        if self.format.header_when_empty() {
+            self.header()?;
+        }
+        self.out.flush()
+    }
+}
+
 /// Makes a sink of the given format writing to `out`.
 pub fn make_sink<'w>(format: Format, out: Box<dyn Write + 'w>) -> Box<dyn Sink + 'w> {
-    match format {
-        Format::Json => Box::new(json::JsonLines::new(out)),
-        Format::Csv => Box::new(csv::Csv::new(out)),
-        Format::Table => Box::new(table::Table::new(out)),
-    }
+    Box::new(Lines::new(format, out))
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
