@@ -81,6 +81,8 @@ pub fn view<'a, 'r>(
         v.task_name = d.task_name.as_deref();
         v.opcode_name = d.opcode_name.as_deref();
         v.stack = d.stack.as_ref();
+        v.decode_issue = d.decode_issue.as_deref();
+        v.layout_pointer_size = d.layout_pointer_size;
         if !d.properties.is_empty() {
             d.properties.write_json(props);
         }

@@ -1,6 +1,6 @@
 //! `etwkit stats FILE`: counts, as text or one JSON object.
 
-use etwkit::etl::{stats::file_stats_with, EtlFile};
+use etwkit::etl::{stats::file_stats, EtlFile};
 
 use crate::info::TextOrJson;
 
@@ -20,12 +20,12 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let f = EtlFile::open(&a.file)?;
-    let decoder = if a.raw {
-        None
+    let s = if a.raw {
+        file_stats(&f)
     } else {
-        Some(etwkit::decode::Decoder::for_file(crate::dump::registry(&a.manifest)?, &f).0)
+        let decoder = etwkit::decode::Decoder::for_file(crate::dump::registry(&a.manifest)?, &f).0;
+        etwkit::decode::file_stats(&f, &decoder)
     };
-    let s = file_stats_with(&f, decoder.as_ref());
     if a.format == TextOrJson::Json {
         println!("{}", serde_json::to_string(&s)?);
         return Ok(());
@@ -53,6 +53,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     if let Some(d) = s.decoded {
         println!("decoded: {d} of {} records", s.records);
+    }
+    if let (Some(i), Some(p)) = (s.decode_issues, s.pointer_size_fallbacks) {
+        if i + p > 0 {
+            println!(
+                "layout misfits: {i} records leave payload bytes unread or run short (dump shows decode_issue); {p} decoded with the other pointer size"
+            );
+        }
     }
     println!("header types:");
     for (k, v) in &s.header_types {

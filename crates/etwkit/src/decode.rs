@@ -323,6 +323,8 @@ struct PlanField {
     length: Length,
     map: Option<Arc<ValueMap>>,
     members: Option<Vec<PlanField>>,
+    /// Another field of this level takes its count or length from this one.
+    referenced: bool,
 }
 
 /// A compiled [`EventSchema`].
@@ -371,7 +373,7 @@ impl Plan {
             ptr: if pointer_size == 4 { 4 } else { 8 },
         };
         let mut out = Properties(Vec::with_capacity(self.fields.len()));
-        match decode_level(&self.fields, &mut cur, &mut out) {
+        match decode_level(&self.fields, &mut cur, Some(&mut out)) {
             Ok(()) => Ok((out, cur.pos)),
             Err(f) => Err(DecodeError {
                 property: f.path,
@@ -383,8 +385,29 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// How many payload bytes the properties take, without building values (no allocation): what
+    /// `etwkit stats` needs to count records whose layout leaves bytes unread or runs short.
+    pub fn measure(&self, payload: &[u8], pointer_size: u8) -> Result<usize, DecodeError> {
+        let mut cur = Cursor {
+            d: payload,
+            pos: 0,
+            ptr: if pointer_size == 4 { 4 } else { 8 },
+        };
+        match decode_level(&self.fields, &mut cur, None) {
+            Ok(()) => Ok(cur.pos),
+            Err(f) => Err(DecodeError {
+                property: f.path,
+                offset: f.offset,
+                reason: f.reason,
+                partial: Properties::default(),
+            }),
+        }
+    }
+}
+
 fn compile(props: &[Property]) -> Vec<PlanField> {
-    props
+    let mut fields: Vec<PlanField> = props
         .iter()
         .map(|p| {
             let (in_type, out_type, members) = match &p.kind {
@@ -399,9 +422,30 @@ fn compile(props: &[Property]) -> Vec<PlanField> {
                 length: p.length.clone(),
                 map: p.map.clone(),
                 members,
+                referenced: false,
             }
         })
-        .collect()
+        .collect();
+    for p in props {
+        for j in [
+            match p.count {
+                Count::FromProperty(j) => Some(j),
+                _ => None,
+            },
+            match p.length {
+                Length::FromProperty(j) => Some(j),
+                _ => None,
+            },
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let Some(f) = fields.get_mut(j) {
+                f.referenced = true;
+            }
+        }
+    }
+    fields
 }
 
 /// Decodes `payload` against `schema` (pointer size per record: 4 or 8). On failure the error names
@@ -448,9 +492,6 @@ impl<'a> Cursor<'a> {
         self.pos = self.d.len();
         s
     }
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take(1)?[0])
-    }
     fn u16(&mut self) -> Result<u16, String> {
         Ok(u16::from_le_bytes(
             self.take(2)?.try_into().unwrap_or_default(),
@@ -461,28 +502,25 @@ impl<'a> Cursor<'a> {
             self.take(4)?.try_into().unwrap_or_default(),
         ))
     }
-    fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().unwrap_or_default(),
-        ))
-    }
-    fn ptr(&mut self) -> Result<u64, String> {
-        if self.ptr == 4 {
-            self.u32().map(|v| v as u64)
-        } else {
-            self.u64()
-        }
-    }
 }
 
+/// Walks one level of fields. With `out`, values are built and pushed to it; without, the walk only
+/// measures (no allocation): the same code moves the cursor either way, so both agree on every byte.
 fn decode_level(
     fields: &[PlanField],
     cur: &mut Cursor<'_>,
-    out: &mut Properties,
+    mut out: Option<&mut Properties>,
 ) -> Result<(), Fail> {
     // Integer values of this level's properties, for count=/length= references.
-    let mut nums: Vec<Option<u64>> = Vec::with_capacity(fields.len());
-    for f in fields {
+    let mut small = [None::<u64>; 32];
+    let mut big;
+    let nums: &mut [Option<u64>] = if fields.len() <= small.len() {
+        &mut small[..fields.len()]
+    } else {
+        big = vec![None; fields.len()];
+        &mut big
+    };
+    for (idx, f) in fields.iter().enumerate() {
         let start = cur.pos;
         let fail = |reason: String, at: usize| Fail {
             path: f.name.to_string(),
@@ -511,11 +549,14 @@ fn decode_level(
                     .map_err(|r| fail(format!("array count: {r}"), start))? as u64,
             ),
         };
+        let build = out.is_some() || f.referenced;
         match n {
-            None => match one(f, cur, len) {
+            None => match one(f, cur, len, build) {
                 Ok(v) => {
-                    nums.push(v.as_u64());
-                    out.0.push((f.name.clone(), v));
+                    nums[idx] = v.as_u64();
+                    if let Some(o) = out.as_deref_mut() {
+                        o.0.push((f.name.clone(), v));
+                    }
                 }
                 Err(mut e) => {
                     if e.path.is_empty() {
@@ -538,44 +579,64 @@ fn decode_level(
                         start,
                     ));
                 }
-                let mut arr = Vec::with_capacity(n.min(remaining + 1) as usize);
+                let build = out.is_some();
+                let mut arr = Vec::with_capacity(if build {
+                    n.min(remaining + 1) as usize
+                } else {
+                    0
+                });
                 for i in 0..n {
-                    match one(f, cur, len) {
-                        Ok(v) => arr.push(v),
+                    match one(f, cur, len, build) {
+                        Ok(v) => {
+                            if build {
+                                arr.push(v)
+                            }
+                        }
                         Err(mut e) => {
                             e.path = if e.path.is_empty() {
                                 format!("{}[{i}]", f.name)
                             } else {
                                 format!("{}[{i}].{}", f.name, e.path)
                             };
-                            out.0.push((f.name.clone(), Value::Array(arr)));
+                            if let Some(o) = out.as_deref_mut() {
+                                o.0.push((f.name.clone(), Value::Array(arr)));
+                            }
                             return Err(e);
                         }
                     }
                 }
-                nums.push(None);
-                out.0.push((f.name.clone(), Value::Array(arr)));
+                if let Some(o) = out.as_deref_mut() {
+                    o.0.push((f.name.clone(), Value::Array(arr)));
+                }
             }
         }
     }
     Ok(())
 }
 
-/// One element of a field. A returned `Fail` has an empty path when it is about `f` itself.
-fn one(f: &PlanField, cur: &mut Cursor<'_>, len: Option<u64>) -> Result<Value, Fail> {
+/// One element of a field (`Null` when not `build`ing). A returned `Fail` has an empty path when it
+/// is about `f` itself.
+fn one(f: &PlanField, cur: &mut Cursor<'_>, len: Option<u64>, build: bool) -> Result<Value, Fail> {
     let at = cur.pos;
     if let Some(members) = &f.members {
+        if !build {
+            return decode_level(members, cur, None).map(|()| Value::Null);
+        }
         let mut p = Properties(Vec::with_capacity(members.len()));
-        return match decode_level(members, cur, &mut p) {
+        return match decode_level(members, cur, Some(&mut p)) {
             Ok(()) => Ok(Value::Struct(p)),
             Err(e) => Err(e),
         };
     }
-    scalar(f.in_type, f.out_type, f.map.as_deref(), cur, len).map_err(|reason| Fail {
-        path: String::new(),
-        offset: at,
-        reason,
-    })
+    match span(f.in_type, f.out_type, cur, len) {
+        Ok(b) if build => Ok(build_value(f.in_type, f.out_type, f.map.as_deref(), b, len)),
+        Ok(_) => Ok(Value::Null),
+        Err(reason) => Err(Fail {
+            path: String::new(),
+            offset: at,
+            reason,
+        }),
+    }
 }
 
 fn utf16(b: &[u8]) -> String {
@@ -645,16 +706,14 @@ fn sid_string(b: &[u8]) -> String {
     s
 }
 
-fn read_sid(cur: &mut Cursor<'_>) -> Result<Value, String> {
+fn sid_span<'a>(cur: &mut Cursor<'a>) -> Result<&'a [u8], String> {
     let head = cur
         .d
         .get(cur.pos..cur.pos + 8)
         .ok_or_else(|| "SID header needs 8 bytes".to_string())?;
     let n = head[1] as usize;
-    let b = cur
-        .take(8 + 4 * n)
-        .map_err(|r| format!("SID with {n} sub-authorities: {r}"))?;
-    Ok(Value::Sid(sid_string(b)))
+    cur.take(8 + 4 * n)
+        .map_err(|r| format!("SID with {n} sub-authorities: {r}"))
 }
 
 fn socket_address(b: &[u8]) -> Option<SocketAddr> {
@@ -773,169 +832,186 @@ fn int_value(
     }
 }
 
-fn scalar(
+/// The bytes of one scalar — its content, without count prefix or terminator — with the cursor
+/// moved past it. The one place that knows how many bytes each in-type takes: decoding and the
+/// allocation-free measuring walk both go through it.
+fn span<'a>(
     in_t: InType,
     out: OutType,
-    map: Option<&ValueMap>,
-    cur: &mut Cursor<'_>,
+    cur: &mut Cursor<'a>,
     len: Option<u64>,
-) -> Result<Value, String> {
+) -> Result<&'a [u8], String> {
     let len_bytes = |n: u64, unit: u64| -> Result<usize, String> {
         n.checked_mul(unit)
             .and_then(|v| usize::try_from(v).ok())
             .ok_or_else(|| format!("length {n} is too large"))
     };
     Ok(match in_t {
-        it::NULL => Value::Null,
+        it::NULL => &[],
         it::UNICODESTRING => match len {
-            None => Value::String(utf16(cstr16(cur))),
-            Some(n) => Value::String(utf16(trim_nuls_utf16(cur.take(len_bytes(n, 2)?)?))),
+            None => cstr16(cur),
+            Some(n) => cur.take(len_bytes(n, 2)?)?,
         },
-        it::ANSISTRING => {
-            let b = match len {
-                None => cstr8(cur),
-                Some(n) => trim_nuls(cur.take(len_bytes(n, 1)?)?),
-            };
-            Value::String(ansi(b))
-        }
-        it::INT8 => {
-            let v = cur.u8()?;
-            int_value(v as u64, Some(v as i8 as i64), 1, out, map)
-        }
-        it::UINT8 => int_value(cur.u8()? as u64, None, 1, out, map),
-        it::INT16 => {
-            let v = cur.u16()?;
-            int_value(v as u64, Some(v as i16 as i64), 2, out, map)
-        }
-        it::UINT16 => int_value(cur.u16()? as u64, None, 2, out, map),
-        it::INT32 => {
-            let v = cur.u32()?;
-            int_value(v as u64, Some(v as i32 as i64), 4, out, map)
-        }
-        it::UINT32 => int_value(cur.u32()? as u64, None, 4, out, map),
-        it::INT64 => {
-            let v = cur.u64()?;
-            int_value(v, Some(v as i64), 8, out, map)
-        }
-        it::UINT64 => int_value(cur.u64()?, None, 8, out, map),
-        it::FLOAT => Value::F32(f32::from_bits(cur.u32()?)),
-        it::DOUBLE => Value::F64(f64::from_bits(cur.u64()?)),
-        it::BOOLEAN => {
-            let v = cur.u32()?;
-            match map.and_then(|m| map_name(m, v as u64)) {
-                Some(name) => Value::Mapped {
-                    value: v as u64,
-                    name,
-                },
-                None => Value::Bool(v != 0),
-            }
-        }
-        it::BINARY => {
-            let b = match len {
-                Some(n) => cur.take(len_bytes(n, 1)?)?,
-                None if out == ot::IPV6 => cur.take(16)?,
-                None => cur.rest(),
-            };
-            binary_value(b, out)
-        }
-        it::GUID => Value::Guid(Guid::from_le_bytes(cur.take(16)?).unwrap_or_default()),
-        it::POINTER => {
-            let v = cur.ptr()?;
-            match out {
-                ot::UNSIGNEDLONG | ot::UNSIGNEDINT | ot::LONG => Value::U64(v),
-                _ => Value::Pointer(v),
-            }
-        }
-        it::SIZET => {
-            let v = cur.ptr()?;
-            match out {
-                ot::HEXINT64 | ot::HEXINT32 => Value::Hex(v),
-                _ => Value::U64(v),
-            }
-        }
-        it::FILETIME => Value::FileTime(cur.u64()? as i64),
-        it::SYSTEMTIME => {
-            let b = cur.take(16)?;
-            let mut t = [0u16; 8];
-            for (i, c) in b.chunks_exact(2).enumerate() {
-                t[i] = u16::from_le_bytes([c[0], c[1]]);
-            }
-            Value::SystemTime(t)
-        }
-        it::SID => read_sid(cur)?,
-        it::HEXINT32 => {
-            let v = cur.u32()? as u64;
-            match map.and_then(|m| map_name(m, v)) {
-                Some(name) => Value::Mapped { value: v, name },
-                None => Value::Hex(v),
-            }
-        }
-        it::HEXINT64 => {
-            let v = cur.u64()?;
-            match map.and_then(|m| map_name(m, v)) {
-                Some(name) => Value::Mapped { value: v, name },
-                None => Value::Hex(v),
-            }
-        }
-        it::MANIFEST_COUNTEDSTRING | it::COUNTEDSTRING => {
+        it::ANSISTRING => match len {
+            None => cstr8(cur),
+            Some(n) => cur.take(len_bytes(n, 1)?)?,
+        },
+        it::INT8 | it::UINT8 | it::ANSICHAR => cur.take(1)?,
+        it::INT16 | it::UINT16 | it::UNICODECHAR => cur.take(2)?,
+        it::INT32 | it::UINT32 | it::FLOAT | it::BOOLEAN | it::HEXINT32 => cur.take(4)?,
+        it::INT64 | it::UINT64 | it::DOUBLE | it::FILETIME | it::HEXINT64 => cur.take(8)?,
+        it::BINARY => match len {
+            Some(n) => cur.take(len_bytes(n, 1)?)?,
+            None if out == ot::IPV6 => cur.take(16)?,
+            None => cur.rest(),
+        },
+        it::GUID | it::SYSTEMTIME => cur.take(16)?,
+        it::POINTER | it::SIZET => cur.take(if cur.ptr == 4 { 4 } else { 8 })?,
+        it::SID => sid_span(cur)?,
+        it::MANIFEST_COUNTEDSTRING
+        | it::COUNTEDSTRING
+        | it::MANIFEST_COUNTEDANSISTRING
+        | it::COUNTEDANSISTRING
+        | it::MANIFEST_COUNTEDBINARY => {
             let n = cur.u16()? as usize;
-            Value::String(utf16(trim_nuls_utf16(cur.take(n)?)))
+            cur.take(n)?
         }
-        it::MANIFEST_COUNTEDANSISTRING | it::COUNTEDANSISTRING => {
-            let n = cur.u16()? as usize;
-            let b = trim_nuls(cur.take(n)?);
-            Value::String(ansi(b))
-        }
-        it::MANIFEST_COUNTEDBINARY => {
-            let n = cur.u16()? as usize;
-            binary_value(cur.take(n)?, out)
-        }
-        it::REVERSEDCOUNTEDSTRING => {
+        it::REVERSEDCOUNTEDSTRING | it::REVERSEDCOUNTEDANSISTRING => {
             let n = cur.u16()?.swap_bytes() as usize;
-            Value::String(utf16(trim_nuls_utf16(cur.take(n)?)))
+            cur.take(n)?
         }
-        it::REVERSEDCOUNTEDANSISTRING => {
-            let n = cur.u16()?.swap_bytes() as usize;
-            Value::String(ansi(trim_nuls(cur.take(n)?)))
-        }
-        it::NONNULLTERMINATEDSTRING => {
-            let b = match len {
-                Some(n) => cur.take(len_bytes(n, 2)?)?,
-                None => cur.rest(),
-            };
-            Value::String(utf16(b))
-        }
-        it::NONNULLTERMINATEDANSISTRING => {
-            let b = match len {
-                Some(n) => cur.take(len_bytes(n, 1)?)?,
-                None => cur.rest(),
-            };
-            Value::String(ansi(b))
-        }
-        it::UNICODECHAR => Value::String(utf16(cur.take(2)?)),
-        it::ANSICHAR => Value::String((cur.u8()? as char).to_string()),
+        it::NONNULLTERMINATEDSTRING => match len {
+            Some(n) => cur.take(len_bytes(n, 2)?)?,
+            None => cur.rest(),
+        },
+        it::NONNULLTERMINATEDANSISTRING => match len {
+            Some(n) => cur.take(len_bytes(n, 1)?)?,
+            None => cur.rest(),
+        },
         it::HEXDUMP => {
             let n = cur.u32()? as usize;
-            Value::Binary(cur.take(n)?.to_vec())
+            cur.take(n)?
         }
         it::WBEMSID => {
             // TOKEN_USER: {PSID Sid, DWORD Attributes} padded to two pointers, then the SID itself.
-            // A first u32 of 0 means "no SID" and takes 4 bytes.
+            // A first u32 of 0 means "no SID" and takes 4 bytes (an empty span).
             let first = cur
                 .d
                 .get(cur.pos..cur.pos + 4)
                 .ok_or_else(|| "WBEMSID needs at least 4 bytes".to_string())?;
             if first == [0, 0, 0, 0] {
                 cur.take(4)?;
-                Value::Null
+                &[]
             } else {
                 cur.take(2 * cur.ptr as usize)
                     .map_err(|r| format!("WBEMSID TOKEN_USER header: {r}"))?;
-                read_sid(cur)?
+                sid_span(cur)?
             }
         }
         other => return Err(format!("in-type {other} is not supported")),
     })
+}
+
+/// Little-endian unsigned integer of up to 8 bytes.
+#[inline]
+fn le(b: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    let n = b.len().min(8);
+    w[..n].copy_from_slice(&b[..n]);
+    u64::from_le_bytes(w)
+}
+
+/// The value of a scalar from its [`span`]; `len` says whether the length was given (fixed or from
+/// a property) or natural (terminated).
+fn build_value(
+    in_t: InType,
+    out: OutType,
+    map: Option<&ValueMap>,
+    b: &[u8],
+    len: Option<u64>,
+) -> Value {
+    match in_t {
+        it::NULL => Value::Null,
+        it::UNICODESTRING => match len {
+            None => Value::String(utf16(b)),
+            Some(_) => Value::String(utf16(trim_nuls_utf16(b))),
+        },
+        it::ANSISTRING => Value::String(ansi(trim_nuls(b))),
+        it::INT8 => {
+            let v = b[0];
+            int_value(v as u64, Some(v as i8 as i64), 1, out, map)
+        }
+        it::UINT8 => int_value(b[0] as u64, None, 1, out, map),
+        it::INT16 => {
+            let v = le(b) as u16;
+            int_value(v as u64, Some(v as i16 as i64), 2, out, map)
+        }
+        it::UINT16 => int_value(le(b), None, 2, out, map),
+        it::INT32 => {
+            let v = le(b) as u32;
+            int_value(v as u64, Some(v as i32 as i64), 4, out, map)
+        }
+        it::UINT32 => int_value(le(b), None, 4, out, map),
+        it::INT64 => {
+            let v = le(b);
+            int_value(v, Some(v as i64), 8, out, map)
+        }
+        it::UINT64 => int_value(le(b), None, 8, out, map),
+        it::FLOAT => Value::F32(f32::from_bits(le(b) as u32)),
+        it::DOUBLE => Value::F64(f64::from_bits(le(b))),
+        it::BOOLEAN => {
+            let v = le(b);
+            match map.and_then(|m| map_name(m, v)) {
+                Some(name) => Value::Mapped { value: v, name },
+                None => Value::Bool(v != 0),
+            }
+        }
+        it::BINARY | it::MANIFEST_COUNTEDBINARY => binary_value(b, out),
+        it::GUID => Value::Guid(Guid::from_le_bytes(b).unwrap_or_default()),
+        it::POINTER => {
+            let v = le(b);
+            match out {
+                ot::UNSIGNEDLONG | ot::UNSIGNEDINT | ot::LONG => Value::U64(v),
+                _ => Value::Pointer(v),
+            }
+        }
+        it::SIZET => {
+            let v = le(b);
+            match out {
+                ot::HEXINT64 | ot::HEXINT32 => Value::Hex(v),
+                _ => Value::U64(v),
+            }
+        }
+        it::FILETIME => Value::FileTime(le(b) as i64),
+        it::SYSTEMTIME => {
+            let mut t = [0u16; 8];
+            for (i, c) in b.chunks_exact(2).enumerate() {
+                t[i] = u16::from_le_bytes([c[0], c[1]]);
+            }
+            Value::SystemTime(t)
+        }
+        it::SID => Value::Sid(sid_string(b)),
+        it::HEXINT32 | it::HEXINT64 => {
+            let v = le(b);
+            match map.and_then(|m| map_name(m, v)) {
+                Some(name) => Value::Mapped { value: v, name },
+                None => Value::Hex(v),
+            }
+        }
+        it::MANIFEST_COUNTEDSTRING | it::COUNTEDSTRING | it::REVERSEDCOUNTEDSTRING => {
+            Value::String(utf16(trim_nuls_utf16(b)))
+        }
+        it::MANIFEST_COUNTEDANSISTRING | it::COUNTEDANSISTRING | it::REVERSEDCOUNTEDANSISTRING => {
+            Value::String(ansi(trim_nuls(b)))
+        }
+        it::NONNULLTERMINATEDSTRING | it::UNICODECHAR => Value::String(utf16(b)),
+        it::NONNULLTERMINATEDANSISTRING => Value::String(ansi(b)),
+        it::ANSICHAR => Value::String((b[0] as char).to_string()),
+        it::HEXDUMP => Value::Binary(b.to_vec()),
+        it::WBEMSID if b.is_empty() => Value::Null,
+        it::WBEMSID => Value::Sid(sid_string(b)),
+        _ => Value::Null,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -958,6 +1034,14 @@ pub struct DecodedEvent {
     /// TDH ignores them too; they are reported so that nothing is lost silently.
     #[serde(skip_serializing_if = "is_zero")]
     pub unread_bytes: usize,
+    /// The layout does not fit the payload: bytes left unread, or a property running past the end
+    /// (then `undecoded` says the same). `None` when the payload was consumed exactly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_issue: Option<String>,
+    /// Set when the layout fitted only with the other pointer size than the record header's (then
+    /// the properties were decoded with it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layout_pointer_size: Option<u8>,
     /// The record's stack: its EVENT_HEADER stack item, with kernel StackWalk frames appended when
     /// the decoder has a [`stacks::StackIndex`].
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1158,18 +1242,97 @@ impl Decoder {
         ev.task_name = plan.names.task.clone();
         ev.opcode_name = plan.names.opcode.clone();
         ev.source = Some(schema.source);
-        match plan.decode_counted(&rec.payload, rec.pointer_size) {
+        let first = plan.decode_counted(&rec.payload, rec.pointer_size);
+        if !matches!(first, Ok((_, used)) if used == rec.payload.len()) {
+            if let Some(other) = other_pointer_size(&plan, rec) {
+                if let Ok((p, _)) = plan.decode_counted(&rec.payload, other) {
+                    ev.properties = p;
+                    ev.layout_pointer_size = Some(other);
+                    return ev;
+                }
+            }
+        }
+        match first {
             Ok((p, used)) => {
                 ev.properties = p;
                 ev.unread_bytes = rec.payload.len() - used;
+                if ev.unread_bytes > 0 {
+                    ev.decode_issue = Some(unread_issue(ev.unread_bytes, rec.payload.len()));
+                }
             }
             Err(e) => {
                 ev.undecoded = Some(e.to_string());
+                ev.decode_issue = ev.undecoded.clone();
                 ev.properties = e.partial;
             }
         }
         ev
     }
+
+    /// What `etwkit stats` needs of a record, without building its values (no allocation on the
+    /// common path): whether a layout applies, and whether it fits the payload.
+    pub fn check(&self, rec: &EventRecord<'_>) -> Check {
+        let decoded = |d: bool| Check {
+            decoded: d,
+            ..Default::default()
+        };
+        if rec.header_type == HeaderType::Message {
+            return decoded(false);
+        }
+        if rec.header_type.is_event_header() && rec.flags & flags::STRING_ONLY != 0 {
+            return decoded(true);
+        }
+        if is_eventsource_manifest(rec) {
+            return decoded(rec.payload.len() >= 8);
+        }
+        if rec.header_type.is_classic() && rec.provider == crate::schema::tdh::METADATA_CLASS {
+            return decoded(self.decode(rec).is_decoded());
+        }
+        let Ok(Some(schema)) = self.registry.try_lookup(rec) else {
+            return decoded(false);
+        };
+        let plan = self.plan(&schema);
+        let len = rec.payload.len();
+        match plan.measure(&rec.payload, rec.pointer_size) {
+            Ok(used) if used == len => decoded(true),
+            _ if other_pointer_size(&plan, rec).is_some() => Check {
+                decoded: true,
+                issue: false,
+                pointer_size_fallback: true,
+            },
+            _ => Check {
+                decoded: true,
+                issue: true,
+                pointer_size_fallback: false,
+            },
+        }
+    }
+}
+
+/// What [`Decoder::check`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Check {
+    /// A layout applies (as [`DecodedEvent::is_decoded`]).
+    pub decoded: bool,
+    /// The layout leaves payload bytes unread or runs past the payload (a `decode_issue`).
+    pub issue: bool,
+    /// The layout fits only with the other pointer size.
+    pub pointer_size_fallback: bool,
+}
+
+/// For a classic or kernel (MOF) record whose layout does not fit its payload with the header's
+/// pointer size: the other pointer size, when the layout then consumes the payload exactly (a
+/// 32-bit logger carrying 64-bit kernel payloads, or the reverse).
+fn other_pointer_size(plan: &Plan, rec: &EventRecord<'_>) -> Option<u8> {
+    if !(rec.header_type.is_kernel() || rec.header_type.is_classic()) {
+        return None;
+    }
+    let other = if rec.pointer_size == 4 { 8 } else { 4 };
+    (plan.measure(&rec.payload, other).ok()? == rec.payload.len()).then_some(other)
+}
+
+fn unread_issue(unread: usize, len: usize) -> String {
+    format!("the layout leaves {unread} of the {len} payload bytes unread")
 }
 
 impl Decoder {
@@ -1268,11 +1431,17 @@ pub struct DecodeStats {
     pub records: u64,
     pub decoded: u64,
     pub undecoded_by_provider: std::collections::BTreeMap<String, u64>,
+    /// Records whose layout leaves bytes unread or runs short.
+    pub decode_issues: u64,
+    /// Records decoded with the other pointer size than their header's.
+    pub pointer_size_fallbacks: u64,
 }
 
 impl DecodeStats {
     pub fn add(&mut self, rec: &EventRecord<'_>, d: &DecodedEvent) {
         self.records += 1;
+        self.decode_issues += d.decode_issue.is_some() as u64;
+        self.pointer_size_fallbacks += d.layout_pointer_size.is_some() as u64;
         if d.is_decoded() {
             self.decoded += 1;
         } else {
@@ -1287,10 +1456,56 @@ impl DecodeStats {
     pub fn merge(&mut self, o: DecodeStats) {
         self.records += o.records;
         self.decoded += o.decoded;
+        self.decode_issues += o.decode_issues;
+        self.pointer_size_fallbacks += o.pointer_size_fallbacks;
         for (k, v) in o.undecoded_by_provider {
             *self.undecoded_by_provider.entry(k).or_default() += v;
         }
     }
+}
+
+/// `etwkit stats` with the decoding counts: which records `decoder` decodes (in the same parallel
+/// pass as the container counts, checking layouts without building values).
+pub fn file_stats(file: &crate::etl::EtlFile, decoder: &Decoder) -> crate::etl::stats::FileStats {
+    #[derive(Default)]
+    struct Acc {
+        decoded: u64,
+        issues: u64,
+        fallbacks: u64,
+        undecoded: std::collections::BTreeMap<Guid, u64>,
+    }
+    let (mut s, a) = crate::etl::stats::file_stats_and(
+        file,
+        Acc::default,
+        |a: &mut Acc, r| {
+            let c = decoder.check(&r.event);
+            if c.decoded {
+                a.decoded += 1;
+            } else {
+                *a.undecoded.entry(r.provider).or_default() += 1;
+            }
+            a.issues += c.issue as u64;
+            a.fallbacks += c.pointer_size_fallback as u64;
+        },
+        |mut a, b| {
+            a.decoded += b.decoded;
+            a.issues += b.issues;
+            a.fallbacks += b.fallbacks;
+            for (k, v) in b.undecoded {
+                *a.undecoded.entry(k).or_default() += v;
+            }
+            a
+        },
+    );
+    s.decoded = Some(a.decoded);
+    s.decode_issues = Some(a.issues);
+    s.pointer_size_fallbacks = Some(a.fallbacks);
+    s.undecoded_by_provider = a
+        .undecoded
+        .into_iter()
+        .map(|(g, n)| (g.to_string(), n))
+        .collect();
+    s
 }
 
 /// A WPP MESSAGE record's raw fields (no TMF: the argument blob cannot be formatted).

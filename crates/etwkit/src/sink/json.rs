@@ -170,6 +170,11 @@ impl JsonRender {
         }
         l.extend_from_slice(b",\"properties\":");
         l.extend_from_slice(v.properties_json.unwrap_or("null").as_bytes());
+        opt_str(l, "decode_issue", v.decode_issue);
+        if let Some(p) = v.layout_pointer_size {
+            l.extend_from_slice(b",\"layout_pointer_size\":");
+            l.extend_from_slice(n.format(p).as_bytes());
+        }
         l.push(b'}');
     }
 }

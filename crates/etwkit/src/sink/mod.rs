@@ -5,7 +5,10 @@
 //! `provider`, `provider_name`, `event_name`, `task_name`, `opcode_name`, `id`, `version`, `level`,
 //! `opcode`, `task`, `keywords` (hex string), `channel`, `pid`, `tid` (null when the record carries none),
 //! `cpu`, `header_type`, `pointer_size`, `activity_id`, `payload` (hex), `stack` (hex addresses or null),
-//! `properties` (object, or null when the layout is unknown).
+//! `properties` (object, or null when the layout is unknown); then, only when they apply,
+//! `decode_issue` (why the layout does not fit the payload: bytes left unread, or a property
+//! running past its end) and `layout_pointer_size` (the pointer size a classic/kernel layout was
+//! decoded with when only the other size than the header's fits the payload exactly).
 
 use std::io::{self, Write};
 
@@ -26,6 +29,11 @@ pub struct EventView<'a, 'r> {
     pub properties_json: Option<&'a str>,
     /// Stack to show: the record's own stack item, or one attached by the decoder.
     pub stack: Option<&'a Stack>,
+    /// Why the layout does not fit the payload (JSON `decode_issue`, present only when set).
+    pub decode_issue: Option<&'a str>,
+    /// The pointer size the layout was decoded with when it is not the header's (JSON
+    /// `layout_pointer_size`, present only when set).
+    pub layout_pointer_size: Option<u8>,
 }
 
 impl<'a, 'r> EventView<'a, 'r> {
@@ -38,6 +46,8 @@ impl<'a, 'r> EventView<'a, 'r> {
             opcode_name: None,
             properties_json: None,
             stack: None,
+            decode_issue: None,
+            layout_pointer_size: None,
         }
     }
 }
