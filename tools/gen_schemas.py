@@ -109,10 +109,12 @@ def json_field(f, names_so_far, where):
     if "count" in f and isinstance(f["count"], int):
         count = ("fixed", f["count"])
     elif "count" in f:
-        # "(EventDataLength - 16) / PointerSize": frames to the end of the payload (StackWalk) — see header
+        # "(EventDataLength - 16) / PointerSize": frames to the end of the payload (StackWalk).
         if "EventDataLength" not in f["count"]:
             sys.exit(f"{where}: field {f['name']} has a count expression {f['count']!r}")
-        return None
+        count = ("toend",)
+        name = "Stack" if f["name"].startswith("Stack1..") else f["name"].removesuffix("[]")
+        return field(name, in_type, out_type, count=count, length=length, map_name=f.get("map"))
     return field(f["name"], in_type, out_type, count=count, length=length, map_name=f.get("map"))
 
 
@@ -161,7 +163,8 @@ class Emitter:
     def fields_src(self, fields):
         out = []
         for f in fields:
-            count = {"one": "CountDef::One", "fixed": "CountDef::Fixed({})", "field": "CountDef::Field({})"}[
+            count = {"one": "CountDef::One", "fixed": "CountDef::Fixed({})", "field": "CountDef::Field({})",
+                     "toend": "CountDef::ToEnd"}[
                 f["count"][0]].format(*f["count"][1:])
             length = {"natural": "LengthDef::Natural", "fixed": "LengthDef::Fixed({})",
                       "field": "LengthDef::Field({})"}[f["length"][0]].format(*f["length"][1:])
@@ -470,8 +473,8 @@ def gen_kernel(shared):
     src = header(["../shared/schemas/kernel-mof.json", "tools/kernel-mof-extra.json"],
                  "// Kernel MOF classes keyed (group/class GUID, event type, header version), plus KernelTraceControl's\n"
                  "// classic ImageID/DbgID/FileVersion and SysConfig events. StackWalk frame arrays (Stack1..StackN,\n"
-                 "// KeyCreate frames) run to the end of the payload and are not expressible as a property here; the\n"
-                 "// tables carry their fixed head (EventTimeStamp, StackProcess, StackThread / StackKey).\n")
+                 "// KeyCreate frames) run to the end of the payload: one array property (`Stack`, `StackFrame`)\n"
+                 "// counted to the end (CountDef::ToEnd).\n")
     src += "/// Kernel trace group (high byte of a HookId) -> (class GUID, group name).\n"
     src += "pub const GROUPS: &[(u8, Guid, &str)] = &[\n"
     for n, g, name in groups:

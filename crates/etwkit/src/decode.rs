@@ -548,6 +548,23 @@ fn decode_level(
                 cur.u16()
                     .map_err(|r| fail(format!("array count: {r}"), start))? as u64,
             ),
+            Count::ToEnd => {
+                // Whole elements of a fixed-size in-type up to the end of the payload.
+                let size = match f.in_type {
+                    it::POINTER | it::SIZET => cur.ptr as u64,
+                    it::INT8 | it::UINT8 => 1,
+                    it::INT16 | it::UINT16 => 2,
+                    it::INT32 | it::UINT32 | it::HEXINT32 => 4,
+                    it::INT64 | it::UINT64 | it::HEXINT64 => 8,
+                    other => {
+                        return Err(fail(
+                            format!("in-type {other} cannot fill the rest of the payload"),
+                            start,
+                        ))
+                    }
+                };
+                Some(cur.d.len().saturating_sub(cur.pos) as u64 / size)
+            }
         };
         let build = out.is_some() || f.referenced;
         match n {

@@ -3,8 +3,8 @@
 // (facts gathered in ../shared/schemas; re-run the script after they change).
 // Kernel MOF classes keyed (group/class GUID, event type, header version), plus KernelTraceControl's
 // classic ImageID/DbgID/FileVersion and SysConfig events. StackWalk frame arrays (Stack1..StackN,
-// KeyCreate frames) run to the end of the payload and are not expressible as a property here; the
-// tables carry their fixed head (EventTimeStamp, StackProcess, StackThread / StackKey).
+// KeyCreate frames) run to the end of the payload: one array property (`Stack`, `StackFrame`)
+// counted to the end (CountDef::ToEnd).
 
 #![allow(clippy::all)]
 
@@ -3135,7 +3135,7 @@ const TFA63F975: &[FieldDef] = &[
         members: &[],
     },
 ];
-const TB24D61E5: &[FieldDef] = &[
+const T2C7B4119: &[FieldDef] = &[
     FieldDef {
         name: "EventTimeStamp",
         in_type: 10,
@@ -3163,16 +3163,36 @@ const TB24D61E5: &[FieldDef] = &[
         map: None,
         members: &[],
     },
+    FieldDef {
+        name: "Stack",
+        in_type: 16,
+        out_type: 0,
+        count: CountDef::ToEnd,
+        length: LengthDef::Natural,
+        map: None,
+        members: &[],
+    },
 ];
-const T44C12F42: &[FieldDef] = &[FieldDef {
-    name: "StackKey",
-    in_type: 16,
-    out_type: 0,
-    count: CountDef::One,
-    length: LengthDef::Natural,
-    map: None,
-    members: &[],
-}];
+const T7D3492F2: &[FieldDef] = &[
+    FieldDef {
+        name: "StackKey",
+        in_type: 16,
+        out_type: 0,
+        count: CountDef::One,
+        length: LengthDef::Natural,
+        map: None,
+        members: &[],
+    },
+    FieldDef {
+        name: "StackFrame",
+        in_type: 16,
+        out_type: 0,
+        count: CountDef::ToEnd,
+        length: LengthDef::Natural,
+        map: None,
+        members: &[],
+    },
+];
 const T4C0731C2: &[FieldDef] = &[
     FieldDef {
         name: "EventTimeStamp",
@@ -7258,7 +7278,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("StackWalk"),
         opcode_name: Some("Stack"),
         keywords_name: None,
-        fields: TB24D61E5,
+        fields: T2C7B4119,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7272,7 +7292,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("StackWalk"),
         opcode_name: Some("KeyCreate"),
         keywords_name: None,
-        fields: T44C12F42,
+        fields: T7D3492F2,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7286,7 +7306,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("StackWalk"),
         opcode_name: Some("KeyDelete"),
         keywords_name: None,
-        fields: T44C12F42,
+        fields: T7D3492F2,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7300,7 +7320,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("StackWalk"),
         opcode_name: Some("KeyRundown"),
         keywords_name: None,
-        fields: T44C12F42,
+        fields: T7D3492F2,
     },
     EventDef {
         key: SchemaKey::Mof {

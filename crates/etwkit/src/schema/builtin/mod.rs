@@ -36,6 +36,8 @@ pub(crate) enum CountDef {
     Fixed(u16),
     /// Index of an earlier field at the same level holding the count.
     Field(usize),
+    /// To the end of the payload.
+    ToEnd,
 }
 
 /// Length of a table field's single value (see [`Length`]).
@@ -125,6 +127,7 @@ impl Converter {
                 CountDef::One => Count::One,
                 CountDef::Fixed(n) => Count::Fixed(n),
                 CountDef::Field(i) => Count::FromProperty(i),
+                CountDef::ToEnd => Count::ToEnd,
             },
             length: match f.length {
                 LengthDef::Natural => Length::Natural,
