@@ -51,7 +51,7 @@ impl<'w> Printer<'w> {
         if d.as_ref().is_some_and(|d| d.is_decoded()) {
             self.decoded += 1;
         }
-        let v = view(ev, d.as_ref(), &mut self.props);
+        let v = EventView::decoded(ev, d.as_ref(), &mut self.props);
         self.count += 1;
         match self.sink.event(&v) {
             Ok(()) => ControlFlow::Continue(()),
@@ -67,35 +67,6 @@ impl<'w> Printer<'w> {
     }
 }
 
-/// What the sinks print for an event and its decoding; `props` holds the properties' JSON text.
-pub fn view<'a, 'r>(
-    ev: &'a EventRecord<'r>,
-    d: Option<&'a DecodedEvent>,
-    props: &'a mut Vec<u8>,
-) -> EventView<'a, 'r> {
-    let mut v = EventView::bare(ev);
-    props.clear();
-    if let Some(d) = d {
-        v.provider_name = d.provider_name.as_deref();
-        v.event_name = d.event_name.as_deref();
-        v.task_name = d.task_name.as_deref();
-        v.opcode_name = d.opcode_name.as_deref();
-        v.stack = d.stack.as_ref();
-        v.decode_issue = d.decode_issue.as_deref();
-        v.layout_pointer_size = d.layout_pointer_size;
-        if !d.properties.is_empty() {
-            d.properties.write_json(props);
-        }
-    }
-    if !props.is_empty() {
-        v.properties_json = std::str::from_utf8(props).ok();
-    }
-    if v.provider_name.is_none() {
-        v.provider_name = ev.traits_provider_name();
-    }
-    v
-}
-
 /// Renders one ETL record as `dump` prints it (the per-thread work of a parallel dump).
 pub fn render_record(
     decoder: Option<&Decoder>,
@@ -105,6 +76,6 @@ pub fn render_record(
     out: &mut Vec<u8>,
 ) {
     let d = decoder.map(|d| d.decode_etl(r));
-    let v = view(&r.event, d.as_ref(), props);
+    let v = EventView::decoded(&r.event, d.as_ref(), props);
     renderer.render(&v, out);
 }

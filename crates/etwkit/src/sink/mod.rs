@@ -37,6 +37,36 @@ pub struct EventView<'a, 'r> {
 }
 
 impl<'a, 'r> EventView<'a, 'r> {
+    /// What the sinks print for a record and its decoding; `props` receives the properties' JSON
+    /// text (cleared first).
+    pub fn decoded(
+        event: &'a EventRecord<'r>,
+        d: Option<&'a crate::decode::DecodedEvent>,
+        props: &'a mut Vec<u8>,
+    ) -> Self {
+        let mut v = EventView::bare(event);
+        props.clear();
+        if let Some(d) = d {
+            v.provider_name = d.provider_name.as_deref();
+            v.event_name = d.event_name.as_deref();
+            v.task_name = d.task_name.as_deref();
+            v.opcode_name = d.opcode_name.as_deref();
+            v.stack = d.stack.as_ref();
+            v.decode_issue = d.decode_issue.as_deref();
+            v.layout_pointer_size = d.layout_pointer_size;
+            if !d.properties.is_empty() {
+                d.properties.write_json(props);
+            }
+        }
+        if !props.is_empty() {
+            v.properties_json = std::str::from_utf8(props).ok();
+        }
+        if v.provider_name.is_none() {
+            v.provider_name = event.traits_provider_name();
+        }
+        v
+    }
+
     pub fn bare(event: &'a EventRecord<'r>) -> Self {
         EventView {
             event,
