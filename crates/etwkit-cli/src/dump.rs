@@ -90,12 +90,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let rendered = f.par_render(
         order,
         a.threads.unwrap_or_else(etwkit::etl::parallel::default_threads),
-        || (etwkit::sink::renderer(format), Vec::with_capacity(1024)),
-        |(renderer, props), r, out| {
+        || (etwkit::sink::renderer(format), crate::print::Scratch::default()),
+        |(renderer, scratch), r, out| {
             if !filter.matches(r) {
                 return false;
             }
-            crate::print::render_record(decoder, renderer.as_mut(), props, r, out);
+            crate::print::render_record(decoder, renderer.as_mut(), scratch, r, out);
             true
         },
         &mut |done| {

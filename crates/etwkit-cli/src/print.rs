@@ -67,15 +67,26 @@ impl<'w> Printer<'w> {
     }
 }
 
+/// Per-thread scratch space of a parallel dump.
+#[derive(Default)]
+pub struct Scratch {
+    props: Vec<u8>,
+    text: String,
+}
+
 /// Renders one ETL record as `dump` prints it (the per-thread work of a parallel dump).
 pub fn render_record(
     decoder: Option<&Decoder>,
     renderer: &mut dyn etwkit::sink::Render,
-    props: &mut Vec<u8>,
+    scratch: &mut Scratch,
     r: &Record<'_>,
     out: &mut Vec<u8>,
 ) {
-    let d = decoder.map(|d| d.decode_etl(r));
-    let v = EventView::decoded(&r.event, d.as_ref(), props);
-    renderer.render(&v, out);
+    match decoder {
+        Some(d) => {
+            let dec = d.decode_etl_json(r, &mut scratch.props, &mut scratch.text);
+            renderer.render(&EventView::decoded_json(&r.event, &dec, &scratch.props), out);
+        }
+        None => renderer.render(&EventView::decoded(&r.event, None, &mut scratch.props), out),
+    }
 }

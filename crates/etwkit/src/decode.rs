@@ -325,6 +325,8 @@ struct PlanField {
     members: Option<Vec<PlanField>>,
     /// Another field of this level takes its count or length from this one.
     referenced: bool,
+    /// `"name":` as JSON.
+    json_key: Box<[u8]>,
 }
 
 /// A compiled [`EventSchema`].
@@ -373,7 +375,7 @@ impl Plan {
             ptr: if pointer_size == 4 { 4 } else { 8 },
         };
         let mut out = Properties(Vec::with_capacity(self.fields.len()));
-        match decode_level(&self.fields, &mut cur, Some(&mut out)) {
+        match decode_level(&self.fields, &mut cur, &mut Dest::Props(&mut out)) {
             Ok(()) => Ok((out, cur.pos)),
             Err(f) => Err(DecodeError {
                 property: f.path,
@@ -386,6 +388,27 @@ impl Plan {
 }
 
 impl Plan {
+    /// Appends the properties' JSON object (exactly what [`Properties::write_json`] writes for
+    /// [`Plan::decode`]'s result) straight from the payload, and returns the bytes consumed. On
+    /// error `out` holds a partial object: callers truncate it and take the value path.
+    fn write_json(
+        &self,
+        payload: &[u8],
+        pointer_size: u8,
+        out: &mut Vec<u8>,
+        scratch: &mut String,
+    ) -> Result<usize, ()> {
+        let mut cur = Cursor {
+            d: payload,
+            pos: 0,
+            ptr: if pointer_size == 4 { 4 } else { 8 },
+        };
+        out.push(b'{');
+        decode_level(&self.fields, &mut cur, &mut Dest::Json(out, scratch)).map_err(|_| ())?;
+        out.push(b'}');
+        Ok(cur.pos)
+    }
+
     /// How many payload bytes the properties take, without building values (no allocation): what
     /// `etwkit stats` needs to count records whose layout leaves bytes unread or runs short.
     pub fn measure(&self, payload: &[u8], pointer_size: u8) -> Result<usize, DecodeError> {
@@ -394,7 +417,7 @@ impl Plan {
             pos: 0,
             ptr: if pointer_size == 4 { 4 } else { 8 },
         };
-        match decode_level(&self.fields, &mut cur, None) {
+        match decode_level(&self.fields, &mut cur, &mut Dest::Measure) {
             Ok(()) => Ok(cur.pos),
             Err(f) => Err(DecodeError {
                 property: f.path,
@@ -423,6 +446,12 @@ fn compile(props: &[Property]) -> Vec<PlanField> {
                 map: p.map.clone(),
                 members,
                 referenced: false,
+                json_key: {
+                    let mut k = Vec::with_capacity(p.name.len() + 3);
+                    crate::sink::json::escape(&mut k, &p.name);
+                    k.push(b':');
+                    k.into_boxed_slice()
+                },
             }
         })
         .collect();
@@ -504,13 +533,30 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// Walks one level of fields. With `out`, values are built and pushed to it; without, the walk only
-/// measures (no allocation): the same code moves the cursor either way, so both agree on every byte.
-fn decode_level(
-    fields: &[PlanField],
-    cur: &mut Cursor<'_>,
-    mut out: Option<&mut Properties>,
-) -> Result<(), Fail> {
+/// Where a walk puts what it reads.
+enum Dest<'o> {
+    /// Nowhere: the walk only measures (no allocation).
+    Measure,
+    /// Values, pushed to a property list.
+    Props(&'o mut Properties),
+    /// JSON text (exactly [`Properties::write_json`]'s), appended to a buffer; `scratch` is reused
+    /// for UTF-16 strings.
+    Json(&'o mut Vec<u8>, &'o mut String),
+}
+
+impl Dest<'_> {
+    fn reborrow(&mut self) -> Dest<'_> {
+        match self {
+            Dest::Measure => Dest::Measure,
+            Dest::Props(p) => Dest::Props(p),
+            Dest::Json(b, s) => Dest::Json(b, s),
+        }
+    }
+}
+
+/// Walks one level of fields into `out`. Decoding, measuring and JSON writing all go through this
+/// walk, so they agree on every byte.
+fn decode_level(fields: &[PlanField], cur: &mut Cursor<'_>, out: &mut Dest<'_>) -> Result<(), Fail> {
     // Integer values of this level's properties, for count=/length= references.
     let mut small = [None::<u64>; 32];
     let mut big;
@@ -566,13 +612,18 @@ fn decode_level(
                 Some(cur.d.len().saturating_sub(cur.pos) as u64 / size)
             }
         };
-        let build = out.is_some() || f.referenced;
+        if let Dest::Json(buf, _) = out {
+            if idx > 0 {
+                buf.push(b',');
+            }
+            buf.extend_from_slice(&f.json_key);
+        }
         match n {
-            None => match one(f, cur, len, build) {
+            None => match one(f, cur, len, out, f.referenced) {
                 Ok(v) => {
-                    nums[idx] = v.as_u64();
-                    if let Some(o) = out.as_deref_mut() {
-                        o.0.push((f.name.clone(), v));
+                    nums[idx] = v.as_ref().and_then(Value::as_u64);
+                    if let Dest::Props(o) = out {
+                        o.0.push((f.name.clone(), v.unwrap_or(Value::Null)));
                     }
                 }
                 Err(mut e) => {
@@ -596,16 +647,24 @@ fn decode_level(
                         start,
                     ));
                 }
-                let build = out.is_some();
-                let mut arr = Vec::with_capacity(if build {
+                let building = matches!(out, Dest::Props(_));
+                let mut arr = Vec::with_capacity(if building {
                     n.min(remaining + 1) as usize
                 } else {
                     0
                 });
+                if let Dest::Json(buf, _) = out {
+                    buf.push(b'[');
+                }
                 for i in 0..n {
-                    match one(f, cur, len, build) {
+                    if i > 0 {
+                        if let Dest::Json(buf, _) = out {
+                            buf.push(b',');
+                        }
+                    }
+                    match one(f, cur, len, out, false) {
                         Ok(v) => {
-                            if build {
+                            if let Some(v) = v.filter(|_| building) {
                                 arr.push(v)
                             }
                         }
@@ -615,15 +674,17 @@ fn decode_level(
                             } else {
                                 format!("{}[{i}].{}", f.name, e.path)
                             };
-                            if let Some(o) = out.as_deref_mut() {
+                            if let Dest::Props(o) = out {
                                 o.0.push((f.name.clone(), Value::Array(arr)));
                             }
                             return Err(e);
                         }
                     }
                 }
-                if let Some(o) = out.as_deref_mut() {
-                    o.0.push((f.name.clone(), Value::Array(arr)));
+                match out {
+                    Dest::Props(o) => o.0.push((f.name.clone(), Value::Array(arr))),
+                    Dest::Json(buf, _) => buf.push(b']'),
+                    Dest::Measure => {}
                 }
             }
         }
@@ -631,28 +692,117 @@ fn decode_level(
     Ok(())
 }
 
-/// One element of a field (`Null` when not `build`ing). A returned `Fail` has an empty path when it
-/// is about `f` itself.
-fn one(f: &PlanField, cur: &mut Cursor<'_>, len: Option<u64>, build: bool) -> Result<Value, Fail> {
+/// One element of a field, into `out`. Returns the value when `out` collects values, or when
+/// `want` asks for it (a count or length other fields refer to). A returned `Fail` has an empty
+/// path when it is about `f` itself.
+fn one(
+    f: &PlanField,
+    cur: &mut Cursor<'_>,
+    len: Option<u64>,
+    out: &mut Dest<'_>,
+    want: bool,
+) -> Result<Option<Value>, Fail> {
     let at = cur.pos;
     if let Some(members) = &f.members {
-        if !build {
-            return decode_level(members, cur, None).map(|()| Value::Null);
-        }
-        let mut p = Properties(Vec::with_capacity(members.len()));
-        return match decode_level(members, cur, Some(&mut p)) {
-            Ok(()) => Ok(Value::Struct(p)),
-            Err(e) => Err(e),
+        return match out {
+            Dest::Props(_) => {
+                let mut p = Properties(Vec::with_capacity(members.len()));
+                decode_level(members, cur, &mut Dest::Props(&mut p))?;
+                Ok(Some(Value::Struct(p)))
+            }
+            Dest::Json(buf, _) => {
+                buf.push(b'{');
+                decode_level(members, cur, &mut out.reborrow())?;
+                if let Dest::Json(buf, _) = out {
+                    buf.push(b'}');
+                }
+                Ok(None)
+            }
+            Dest::Measure => decode_level(members, cur, &mut Dest::Measure).map(|()| None),
         };
     }
-    match span(f.in_type, f.out_type, cur, len) {
-        Ok(b) if build => Ok(build_value(f.in_type, f.out_type, f.map.as_deref(), b, len)),
-        Ok(_) => Ok(Value::Null),
-        Err(reason) => Err(Fail {
-            path: String::new(),
-            offset: at,
-            reason,
-        }),
+    let b = span(f.in_type, f.out_type, cur, len).map_err(|reason| Fail {
+        path: String::new(),
+        offset: at,
+        reason,
+    })?;
+    let map = f.map.as_deref();
+    match out {
+        Dest::Props(_) => Ok(Some(build_value(f.in_type, f.out_type, map, b, len))),
+        Dest::Json(buf, scratch) => {
+            if want {
+                let v = build_value(f.in_type, f.out_type, map, b, len);
+                v.write_json(buf);
+                Ok(Some(v))
+            } else {
+                write_scalar_json(f.in_type, f.out_type, map, b, len, buf, scratch);
+                Ok(None)
+            }
+        }
+        Dest::Measure if want => Ok(Some(build_value(f.in_type, f.out_type, map, b, len))),
+        Dest::Measure => Ok(None),
+    }
+}
+
+/// Appends a scalar's JSON as `build_value(..).write_json(..)` would, without building strings and
+/// byte vectors.
+fn write_scalar_json(
+    in_t: InType,
+    out: OutType,
+    map: Option<&ValueMap>,
+    b: &[u8],
+    len: Option<u64>,
+    buf: &mut Vec<u8>,
+    scratch: &mut String,
+) {
+    let utf16_json = |buf: &mut Vec<u8>, scratch: &mut String, b: &[u8]| {
+        scratch.clear();
+        let units = b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
+        scratch.extend(char::decode_utf16(units).map(|r| r.unwrap_or('\u{FFFD}')));
+        crate::sink::json::escape(buf, scratch);
+    };
+    match in_t {
+        it::UNICODESTRING if len.is_none() => utf16_json(buf, scratch, b),
+        it::UNICODESTRING
+        | it::MANIFEST_COUNTEDSTRING
+        | it::COUNTEDSTRING
+        | it::REVERSEDCOUNTEDSTRING => utf16_json(buf, scratch, trim_nuls_utf16(b)),
+        it::NONNULLTERMINATEDSTRING | it::UNICODECHAR => utf16_json(buf, scratch, b),
+        it::ANSISTRING
+        | it::MANIFEST_COUNTEDANSISTRING
+        | it::COUNTEDANSISTRING
+        | it::REVERSEDCOUNTEDANSISTRING
+        | it::NONNULLTERMINATEDANSISTRING => {
+            let t = if in_t == it::NONNULLTERMINATEDANSISTRING {
+                b
+            } else {
+                trim_nuls(b)
+            };
+            match std::str::from_utf8(t) {
+                Ok(s) => crate::sink::json::escape(buf, s),
+                Err(_) => {
+                    scratch.clear();
+                    scratch.extend(t.iter().map(|&c| c as char));
+                    crate::sink::json::escape(buf, scratch);
+                }
+            }
+        }
+        it::BINARY | it::MANIFEST_COUNTEDBINARY
+            if !matches!(
+                out,
+                ot::IPV6 | ot::IPV4 | ot::SOCKETADDRESS | ot::STRING | ot::UTF8
+            ) =>
+        {
+            buf.extend_from_slice(b"\"0x");
+            crate::sink::push_hex(buf, b);
+            buf.push(b'"');
+        }
+        it::HEXDUMP => {
+            buf.extend_from_slice(b"\"0x");
+            crate::sink::push_hex(buf, b);
+            buf.push(b'"');
+        }
+        _ => build_value(in_t, out, map, b, len).write_json(buf),
     }
 }
 
@@ -1353,6 +1503,61 @@ fn unread_issue(unread: usize, len: usize) -> String {
 }
 
 impl Decoder {
+    /// The plan of a record decoded through its registry layout — the route [`Decoder::decode`]
+    /// takes for every record but WPP, STRING_ONLY, EventSource manifest and metadata records.
+    fn layout_route(&self, rec: &EventRecord<'_>) -> Option<(Arc<EventSchema>, Arc<Plan>)> {
+        if rec.header_type == HeaderType::Message
+            || (rec.header_type.is_event_header() && rec.flags & flags::STRING_ONLY != 0)
+            || is_eventsource_manifest(rec)
+            || (rec.header_type.is_classic() && rec.provider == crate::schema::tdh::METADATA_CLASS)
+        {
+            return None;
+        }
+        let schema = self.registry.try_lookup(rec).ok()??;
+        let plan = self.plan(&schema);
+        Some((schema, plan))
+    }
+
+    /// As [`Decoder::decode_etl`], but the properties go to `json` as their JSON object text
+    /// (cleared first; left empty when there are none) and the result's `properties` stays empty.
+    /// Records whose layout fits their payload are written straight from the payload, without
+    /// building values; the rest take the value path. `scratch` is reused between calls.
+    pub fn decode_etl_json(
+        &self,
+        r: &crate::etl::Record<'_>,
+        json: &mut Vec<u8>,
+        scratch: &mut String,
+    ) -> DecodedEvent {
+        json.clear();
+        let rec = &r.event;
+        if let Some((schema, plan)) = self.layout_route(rec) {
+            if !plan.fields.is_empty()
+                && plan.write_json(&rec.payload, rec.pointer_size, json, scratch)
+                    == Ok(rec.payload.len())
+            {
+                return DecodedEvent {
+                    provider_name: self
+                        .registry
+                        .provider_name(rec)
+                        .or_else(|| plan.names.provider.clone()),
+                    event_name: plan.names.event.clone(),
+                    task_name: plan.names.task.clone(),
+                    opcode_name: plan.names.opcode.clone(),
+                    source: Some(schema.source),
+                    stack: record_stack(rec, self.stacks.as_ref()),
+                    ..Default::default()
+                };
+            }
+            json.clear();
+        }
+        let mut ev = self.decode_etl(r);
+        if !ev.properties.is_empty() {
+            ev.properties.write_json(json);
+            ev.properties = Properties::default();
+        }
+        ev
+    }
+
     /// As [`Decoder::decode`], for a record read from an ETL file: WPP MESSAGE records also get the
     /// optional header items the [`EventRecord`] does not carry (sequence number, component id,
     /// option flags), read from the raw record.

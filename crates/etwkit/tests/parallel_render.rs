@@ -132,3 +132,51 @@ fn time_order_output_is_time_sorted_where_buffers_are() {
         prev = t;
     }
 }
+
+#[test]
+fn json_written_straight_from_the_payload_equals_the_value_path() {
+    let Some(files) = common::all_samples("json_written_straight_from_the_payload") else {
+        return;
+    };
+    let (mut json, mut scratch, mut want) = (Vec::new(), String::new(), Vec::new());
+    let mut direct = 0u64;
+    for path in &files {
+        let f = EtlFile::open(path).unwrap();
+        let (d, _) = Decoder::for_file(Registry::with_builtins(), &f);
+        f.for_each(Order::File, |r| {
+            let slow = d.decode_etl(r);
+            let fast = d.decode_etl_json(r, &mut json, &mut scratch);
+            want.clear();
+            if !slow.properties.is_empty() {
+                slow.properties.write_json(&mut want);
+            }
+            assert!(
+                json == want,
+                "{} record at buffer {} offset {}:\n{}\n{}",
+                path.display(),
+                r.buffer_index,
+                r.offset,
+                String::from_utf8_lossy(&json),
+                String::from_utf8_lossy(&want)
+            );
+            let names = |e: &etwkit::decode::DecodedEvent| {
+                (
+                    e.provider_name.clone(),
+                    e.event_name.clone(),
+                    e.task_name.clone(),
+                    e.opcode_name.clone(),
+                    e.source,
+                    e.undecoded.clone(),
+                    e.decode_issue.clone(),
+                    e.layout_pointer_size,
+                    e.stack.clone(),
+                )
+            };
+            assert_eq!(names(&fast), names(&slow), "{}", path.display());
+            assert!(fast.properties.is_empty());
+            direct += (slow.is_decoded() && slow.decode_issue.is_none()) as u64;
+            ControlFlow::Continue(())
+        });
+    }
+    assert!(direct > 300_000, "{direct}");
+}

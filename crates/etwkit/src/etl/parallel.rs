@@ -108,6 +108,8 @@ impl EtlFile {
                             ..Default::default()
                         };
                         if let Some(data) = self.load_buffer(b, &mut r.summary) {
+                            // Rendered text is a few times the binary (hex payloads, names).
+                            r.bytes.reserve(data.len() * 4);
                             let Rendered {
                                 bytes,
                                 recs,

@@ -67,6 +67,30 @@ impl<'a, 'r> EventView<'a, 'r> {
         v
     }
 
+    /// As [`EventView::decoded`], for [`crate::decode::Decoder::decode_etl_json`]'s result and
+    /// the properties' JSON text it wrote (empty: none).
+    pub fn decoded_json(
+        event: &'a EventRecord<'r>,
+        d: &'a crate::decode::DecodedEvent,
+        props_json: &'a [u8],
+    ) -> Self {
+        let mut v = EventView::bare(event);
+        v.provider_name = d.provider_name.as_deref();
+        v.event_name = d.event_name.as_deref();
+        v.task_name = d.task_name.as_deref();
+        v.opcode_name = d.opcode_name.as_deref();
+        v.stack = d.stack.as_ref();
+        v.decode_issue = d.decode_issue.as_deref();
+        v.layout_pointer_size = d.layout_pointer_size;
+        if !props_json.is_empty() {
+            v.properties_json = std::str::from_utf8(props_json).ok();
+        }
+        if v.provider_name.is_none() {
+            v.provider_name = event.traits_provider_name();
+        }
+        v
+    }
+
     pub fn bare(event: &'a EventRecord<'r>) -> Self {
         EventView {
             event,
