@@ -1082,10 +1082,18 @@ fn span<'a>(
 /// Little-endian unsigned integer of up to 8 bytes.
 #[inline]
 fn le(b: &[u8]) -> u64 {
-    let mut w = [0u8; 8];
-    let n = b.len().min(8);
-    w[..n].copy_from_slice(&b[..n]);
-    u64::from_le_bytes(w)
+    match *b {
+        [a] => a as u64,
+        [a, b] => u16::from_le_bytes([a, b]) as u64,
+        [a, b, c, d] => u32::from_le_bytes([a, b, c, d]) as u64,
+        [a, b, c, d, e, f, g, h] => u64::from_le_bytes([a, b, c, d, e, f, g, h]),
+        _ => {
+            let mut w = [0u8; 8];
+            let n = b.len().min(8);
+            w[..n].copy_from_slice(&b[..n]);
+            u64::from_le_bytes(w)
+        }
+    }
 }
 
 /// The value of a scalar from its [`span`]; `len` says whether the length was given (fixed or from

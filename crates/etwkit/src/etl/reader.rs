@@ -152,6 +152,8 @@ pub struct EtlFile {
     chain_issues: Vec<ReadIssue>,
     /// Buffers the chain walk had to skip over (corrupt headers).
     chain_bad_buffers: u64,
+    /// Whole buffers the logger wrote (BuffersWritten) that the file does not hold.
+    missing_buffers: usize,
 }
 
 impl std::fmt::Debug for EtlFile {
@@ -349,8 +351,22 @@ impl EtlFile {
             buffers,
             chain_issues,
             chain_bad_buffers,
+            missing_buffers: 0,
         };
         f.read_logfile_header();
+        // A file cut exactly at a buffer boundary: every buffer present is whole, but the logger
+        // wrote more (a copy stopped early, a disk that filled up).
+        let held = f.buffers.len();
+        let written = f.header.buffers_written as usize;
+        if f.header_error.is_none() && written > held && !f.buffers.iter().any(|b| b.truncated) {
+            f.missing_buffers = written - held;
+            f.chain_issues.push(ReadIssue {
+                file_offset: f.data.len() as u64,
+                buffer_index: None,
+                record_offset: None,
+                reason: format!("file holds {held} of the {written} buffers the logger wrote"),
+            });
+        }
         // Touching each buffer header faulted whole regions in (fault-around); give them back so a
         // walk keeps only the buffers in flight resident.
         if let Data::Map(m) = &f.data {
@@ -434,6 +450,20 @@ impl EtlFile {
 
     pub fn buffers(&self) -> &[BufferInfo] {
         &self.buffers
+    }
+
+    /// Whether the file is whole and its logger stopped cleanly: the logfile header is readable and
+    /// has its EndTime, no buffer is cut short and none the logger wrote is missing.
+    pub fn closed_cleanly(&self) -> bool {
+        self.header_error.is_none()
+            && self.header.closed_cleanly()
+            && self.missing_buffers == 0
+            && !self.buffers.iter().any(|b| b.truncated)
+    }
+
+    /// Buffers the logger wrote (the header's BuffersWritten) that are not in the file.
+    pub fn missing_buffers(&self) -> usize {
+        self.missing_buffers
     }
 
     /// Issues found while walking the buffer chain (corrupt headers, truncation).

@@ -158,7 +158,7 @@ where
         end_time: (header_ok && h.end_time != 0).then(|| format_rfc3339(h.end_time)),
         first_event: (acc.first != i64::MAX).then(|| format_rfc3339(acc.first)),
         last_event: (acc.last != i64::MIN).then(|| format_rfc3339(acc.last)),
-        closed_cleanly: header_ok && h.closed_cleanly(),
+        closed_cleanly: file.closed_cleanly(),
         issues: summary.issues,
         issues_dropped: summary.issues_dropped,
         decoded: None,
