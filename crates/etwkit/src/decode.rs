@@ -373,6 +373,7 @@ impl Plan {
             d: payload,
             pos: 0,
             ptr: if pointer_size == 4 { 4 } else { 8 },
+            unterminated: false,
         };
         let mut out = Properties(Vec::with_capacity(self.fields.len()));
         match decode_level(&self.fields, &mut cur, &mut Dest::Props(&mut out)) {
@@ -402,11 +403,25 @@ impl Plan {
             d: payload,
             pos: 0,
             ptr: if pointer_size == 4 { 4 } else { 8 },
+            unterminated: false,
         };
         out.push(b'{');
         decode_level(&self.fields, &mut cur, &mut Dest::Json(out, scratch)).map_err(|_| ())?;
         out.push(b'}');
         Ok(cur.pos)
+    }
+
+    /// As [`Plan::measure`], but `None` unless every terminated string has its terminator: a
+    /// string running to the end of the payload would make any layout "fit".
+    fn measure_strict(&self, payload: &[u8], pointer_size: u8) -> Option<usize> {
+        let mut cur = Cursor {
+            d: payload,
+            pos: 0,
+            ptr: if pointer_size == 4 { 4 } else { 8 },
+            unterminated: false,
+        };
+        decode_level(&self.fields, &mut cur, &mut Dest::Measure).ok()?;
+        (!cur.unterminated).then_some(cur.pos)
     }
 
     /// How many payload bytes the properties take, without building values (no allocation): what
@@ -416,6 +431,7 @@ impl Plan {
             d: payload,
             pos: 0,
             ptr: if pointer_size == 4 { 4 } else { 8 },
+            unterminated: false,
         };
         match decode_level(&self.fields, &mut cur, &mut Dest::Measure) {
             Ok(()) => Ok(cur.pos),
@@ -492,6 +508,8 @@ struct Cursor<'a> {
     d: &'a [u8],
     pos: usize,
     ptr: u8,
+    /// A terminated string ran to the end of the payload without its terminator.
+    unterminated: bool,
 }
 
 struct Fail {
@@ -846,6 +864,7 @@ fn cstr16<'a>(cur: &mut Cursor<'a>) -> &'a [u8] {
         i += 2;
     }
     cur.pos = cur.d.len();
+    cur.unterminated = true;
     rest
 }
 
@@ -858,6 +877,7 @@ fn cstr8<'a>(cur: &mut Cursor<'a>) -> &'a [u8] {
         }
         None => {
             cur.pos = cur.d.len();
+            cur.unterminated = true;
             rest
         }
     }
@@ -1360,6 +1380,7 @@ impl Decoder {
                 d: &rec.payload,
                 pos: 0,
                 ptr: rec.pointer_size,
+                unterminated: false,
             };
             ev.properties
                 .push("String", Value::String(utf16(cstr16(&mut cur))));
@@ -1496,14 +1517,14 @@ pub struct Check {
 }
 
 /// For a classic or kernel (MOF) record whose layout does not fit its payload with the header's
-/// pointer size: the other pointer size, when the layout then consumes the payload exactly (a
-/// 32-bit logger carrying 64-bit kernel payloads, or the reverse).
+/// pointer size: the other pointer size, when the layout then consumes the payload exactly, every
+/// string with its terminator (a 32-bit logger carrying 64-bit kernel payloads, or the reverse).
 fn other_pointer_size(plan: &Plan, rec: &EventRecord<'_>) -> Option<u8> {
     if !(rec.header_type.is_kernel() || rec.header_type.is_classic()) {
         return None;
     }
     let other = if rec.pointer_size == 4 { 8 } else { 4 };
-    (plan.measure(&rec.payload, other).ok()? == rec.payload.len()).then_some(other)
+    (plan.measure_strict(&rec.payload, other)? == rec.payload.len()).then_some(other)
 }
 
 fn unread_issue(unread: usize, len: usize) -> String {
