@@ -467,6 +467,25 @@ def gen_kernel(shared):
             dup["key"] = ("mof", proc, 10, ev["key"][3])
             events.append(dup)
 
+    # Kernel bit fields named as TraceEvent names them (kernel-mof-extra.json "maps"/"fieldMaps").
+    for name, m in extra.get("maps", {}).items():
+        maps[name] = (True, map_entries(m))
+    field_maps = {(fm["task"], fm["field"]): fm["map"] for fm in extra.get("fieldMaps", [])}
+    used = set()
+    for ev in events:
+        if any((ev["task_name"], f["name"]) in field_maps for f in ev["fields"]):
+            fields = []
+            for f in ev["fields"]:
+                k = (ev["task_name"], f["name"])
+                if k in field_maps:
+                    f = dict(f, map=field_maps[k])
+                    used.add(k)
+                fields.append(f)
+            ev["fields"] = fields
+    for k in field_maps:
+        if k not in used:
+            sys.exit(f"kernel-mof-extra.json fieldMaps: no field {k[1]} in any {k[0]} event")
+
     check_unique(events, "kernel")
     em = Emitter()
     body = emit_events(em, events, "EVENTS")

@@ -184,6 +184,82 @@ static MAP_PROCESSFLAGS: MapDef = MapDef {
     is_bitmap: true,
     entries: &[(1, "PackageFullName"), (2, "Wow64"), (4, "Protected")],
 };
+static MAP_IRPFLAGS: MapDef = MapDef {
+    name: "IrpFlags",
+    is_bitmap: true,
+    entries: &[
+        (0, "None"),
+        (1, "Nocache"),
+        (2, "MountCompletion"),
+        (4, "SynchronousApi"),
+        (8, "AssociatedIrp"),
+        (16, "BufferedIO"),
+        (32, "DeallocateBuffer"),
+        (64, "InputOperation"),
+        (128, "Create"),
+        (256, "Read"),
+        (512, "Write"),
+        (1024, "Close"),
+        (2048, "DeferIOCompletion"),
+        (4096, "ObQueryName"),
+        (8192, "HoldDeviceQueue"),
+    ],
+};
+static MAP_SHAREACCESS: MapDef = MapDef {
+    name: "ShareAccess",
+    is_bitmap: true,
+    entries: &[(0, "None"), (1, "Read"), (2, "Write"), (4, "Delete")],
+};
+static MAP_CREATEOPTIONS: MapDef = MapDef {
+    name: "CreateOptions",
+    is_bitmap: true,
+    entries: &[
+        (1, "DirectoryFile"),
+        (2, "WriteThrough"),
+        (4, "SequentialOnly"),
+        (8, "NoIntermediateBuffering"),
+        (16, "SynchronousIoAlert"),
+        (32, "SynchronousIoNonAlert"),
+        (64, "NonDirectoryFile"),
+        (128, "CreateTreeConnection"),
+        (256, "CompleteIfOplocked"),
+        (512, "NoEaKnowledge"),
+        (1024, "OpenRemoteInstance"),
+        (2048, "RandomAccess"),
+        (4096, "DeleteOnClose"),
+        (8192, "OpenByFileId"),
+        (16384, "OpenForBackupIntent"),
+        (32768, "NoCompression"),
+        (65536, "OpenRequiringOplock"),
+        (1048576, "ReserveOpfilter"),
+        (2097152, "OpenReparsePoint"),
+        (4194304, "OpenNoRecall"),
+        (8388608, "OpenForFreeSpaceQuery"),
+    ],
+};
+static MAP_FILEATTRIBUTES: MapDef = MapDef {
+    name: "FileAttributes",
+    is_bitmap: true,
+    entries: &[
+        (1, "FILE_ATTRIBUTE_READONLY"),
+        (2, "FILE_ATTRIBUTE_HIDDEN"),
+        (4, "FILE_ATTRIBUTE_SYSTEM"),
+        (16, "FILE_ATTRIBUTE_DIRECTORY"),
+        (32, "FILE_ATTRIBUTE_ARCHIVE"),
+        (64, "FILE_ATTRIBUTE_DEVICE"),
+        (128, "FILE_ATTRIBUTE_NORMAL"),
+        (256, "FILE_ATTRIBUTE_TEMPORARY"),
+        (512, "FILE_ATTRIBUTE_SPARSE_FILE"),
+        (1024, "FILE_ATTRIBUTE_REPARSE_POINT"),
+        (2048, "FILE_ATTRIBUTE_COMPRESSED"),
+        (4096, "FILE_ATTRIBUTE_OFFLINE"),
+        (8192, "FILE_ATTRIBUTE_NOT_CONTENT_INDEXED"),
+        (16384, "FILE_ATTRIBUTE_ENCRYPTED"),
+        (32768, "FILE_ATTRIBUTE_INTEGRITY_STREAM"),
+        (65536, "FILE_ATTRIBUTE_VIRTUAL"),
+        (131072, "FILE_ATTRIBUTE_NO_SCRUB_DATA"),
+    ],
+};
 
 const T41904AED: &[FieldDef] = &[
     FieldDef {
@@ -3231,7 +3307,7 @@ const T4C0731C2: &[FieldDef] = &[
         members: &[],
     },
 ];
-const T0F5EAD35: &[FieldDef] = &[
+const T86901586: &[FieldDef] = &[
     FieldDef {
         name: "DiskNumber",
         in_type: 8,
@@ -3247,7 +3323,7 @@ const T0F5EAD35: &[FieldDef] = &[
         out_type: 18,
         count: CountDef::One,
         length: LengthDef::Natural,
-        map: None,
+        map: Some(&MAP_IRPFLAGS),
         members: &[],
     },
     FieldDef {
@@ -3305,7 +3381,7 @@ const T0F5EAD35: &[FieldDef] = &[
         members: &[],
     },
 ];
-const T50E3F14D: &[FieldDef] = &[
+const TC28280D6: &[FieldDef] = &[
     FieldDef {
         name: "DiskNumber",
         in_type: 8,
@@ -3321,7 +3397,7 @@ const T50E3F14D: &[FieldDef] = &[
         out_type: 18,
         count: CountDef::One,
         length: LengthDef::Natural,
-        map: None,
+        map: Some(&MAP_IRPFLAGS),
         members: &[],
     },
     FieldDef {
@@ -3417,7 +3493,7 @@ const T4CE0F01E: &[FieldDef] = &[
         members: &[],
     },
 ];
-const T699ACC2A: &[FieldDef] = &[
+const TC0EB0335: &[FieldDef] = &[
     FieldDef {
         name: "DiskNumber",
         in_type: 8,
@@ -3433,7 +3509,7 @@ const T699ACC2A: &[FieldDef] = &[
         out_type: 18,
         count: CountDef::One,
         length: LengthDef::Natural,
-        map: None,
+        map: Some(&MAP_IRPFLAGS),
         members: &[],
     },
     FieldDef {
@@ -3455,7 +3531,7 @@ const T699ACC2A: &[FieldDef] = &[
         members: &[],
     },
 ];
-const TBF829A68: &[FieldDef] = &[
+const TFFBBB844: &[FieldDef] = &[
     FieldDef {
         name: "DiskNumber",
         in_type: 8,
@@ -3471,7 +3547,7 @@ const TBF829A68: &[FieldDef] = &[
         out_type: 18,
         count: CountDef::One,
         length: LengthDef::Natural,
-        map: None,
+        map: Some(&MAP_IRPFLAGS),
         members: &[],
     },
     FieldDef {
@@ -3598,7 +3674,7 @@ const T64319708: &[FieldDef] = &[
         members: &[],
     },
 ];
-const T97BD21E8: &[FieldDef] = &[
+const T053AB6F9: &[FieldDef] = &[
     FieldDef {
         name: "IrpPtr",
         in_type: 16,
@@ -3632,7 +3708,7 @@ const T97BD21E8: &[FieldDef] = &[
         out_type: 18,
         count: CountDef::One,
         length: LengthDef::Natural,
-        map: None,
+        map: Some(&MAP_CREATEOPTIONS),
         members: &[],
     },
     FieldDef {
@@ -3641,7 +3717,7 @@ const T97BD21E8: &[FieldDef] = &[
         out_type: 18,
         count: CountDef::One,
         length: LengthDef::Natural,
-        map: None,
+        map: Some(&MAP_FILEATTRIBUTES),
         members: &[],
     },
     FieldDef {
@@ -3650,7 +3726,7 @@ const T97BD21E8: &[FieldDef] = &[
         out_type: 18,
         count: CountDef::One,
         length: LengthDef::Natural,
-        map: None,
+        map: Some(&MAP_SHAREACCESS),
         members: &[],
     },
     FieldDef {
@@ -7362,7 +7438,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("DiskIo"),
         opcode_name: Some("Read"),
         keywords_name: None,
-        fields: T0F5EAD35,
+        fields: T86901586,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7376,7 +7452,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("DiskIo"),
         opcode_name: Some("Write"),
         keywords_name: None,
-        fields: T0F5EAD35,
+        fields: T86901586,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7390,7 +7466,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("DiskIo"),
         opcode_name: Some("Read"),
         keywords_name: None,
-        fields: T50E3F14D,
+        fields: TC28280D6,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7404,7 +7480,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("DiskIo"),
         opcode_name: Some("Write"),
         keywords_name: None,
-        fields: T50E3F14D,
+        fields: TC28280D6,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7502,7 +7578,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("DiskIo"),
         opcode_name: Some("FlushBuffers"),
         keywords_name: None,
-        fields: T699ACC2A,
+        fields: TC0EB0335,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7516,7 +7592,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("DiskIo"),
         opcode_name: Some("FlushBuffers"),
         keywords_name: None,
-        fields: TBF829A68,
+        fields: TFFBBB844,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7684,7 +7760,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("FileIo"),
         opcode_name: Some("Create"),
         keywords_name: None,
-        fields: T97BD21E8,
+        fields: T053AB6F9,
     },
     EventDef {
         key: SchemaKey::Mof {
