@@ -89,8 +89,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut error = None;
     let rendered = f.par_render(
         order,
-        a.threads.unwrap_or_else(etwkit::etl::parallel::default_threads),
-        || (etwkit::sink::renderer(format), crate::print::Scratch::default()),
+        a.threads
+            .unwrap_or_else(etwkit::etl::parallel::default_threads),
+        || {
+            (
+                etwkit::sink::renderer(format),
+                crate::print::Scratch::default(),
+            )
+        },
         |(renderer, scratch), r, out| {
             if !filter.matches(r) {
                 return false;

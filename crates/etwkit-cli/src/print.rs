@@ -85,7 +85,10 @@ pub fn render_record(
     match decoder {
         Some(d) => {
             let dec = d.decode_etl_json(r, &mut scratch.props, &mut scratch.text);
-            renderer.render(&EventView::decoded_json(&r.event, &dec, &scratch.props), out);
+            renderer.render(
+                &EventView::decoded_json(&r.event, &dec, &scratch.props),
+                out,
+            );
         }
         None => renderer.render(&EventView::decoded(&r.event, None, &mut scratch.props), out),
     }

@@ -574,7 +574,11 @@ impl Dest<'_> {
 
 /// Walks one level of fields into `out`. Decoding, measuring and JSON writing all go through this
 /// walk, so they agree on every byte.
-fn decode_level(fields: &[PlanField], cur: &mut Cursor<'_>, out: &mut Dest<'_>) -> Result<(), Fail> {
+fn decode_level(
+    fields: &[PlanField],
+    cur: &mut Cursor<'_>,
+    out: &mut Dest<'_>,
+) -> Result<(), Fail> {
     // Integer values of this level's properties, for count=/length= references.
     let mut small = [None::<u64>; 32];
     let mut big;

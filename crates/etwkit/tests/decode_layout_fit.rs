@@ -151,7 +151,10 @@ fn a_payload_that_runs_short_carries_a_decode_issue() {
     });
     assert_eq!(issues.len(), 1);
     let i = issues[0].as_deref().unwrap();
-    assert!(i.contains("ProcessId") && i.contains("only 2 remain"), "{i}");
+    assert!(
+        i.contains("ProcessId") && i.contains("only 2 remain"),
+        "{i}"
+    );
     assert_eq!(file_stats(&f, &d).decode_issues, Some(1));
 }
 
@@ -173,7 +176,11 @@ fn sawbuck_sample_of_64_bit_image_payloads_from_a_32_bit_logger() {
     f.for_each(Order::File, |r| {
         let e = d.decode_etl(r);
         if e.layout_pointer_size == Some(8) {
-            let n = e.properties.get("FileName").and_then(Value::as_str).unwrap();
+            let n = e
+                .properties
+                .get("FileName")
+                .and_then(Value::as_str)
+                .unwrap();
             names.push(n.to_string());
         }
         ControlFlow::Continue(())
@@ -181,9 +188,10 @@ fn sawbuck_sample_of_64_bit_image_payloads_from_a_32_bit_logger() {
     assert_eq!(names.len(), 26);
     // Real module paths, not pointer bytes read as text.
     assert!(
-        names
-            .iter()
-            .all(|n| n.starts_with("C:\\") && [".dll", ".exe"].iter().any(|e| n.to_ascii_lowercase().ends_with(e))),
+        names.iter().all(|n| n.starts_with("C:\\")
+            && [".dll", ".exe"]
+                .iter()
+                .any(|e| n.to_ascii_lowercase().ends_with(e))),
         "{names:?}"
     );
 }

@@ -83,7 +83,11 @@ fn parallel_output_is_byte_identical_on_every_sample() {
         let (d, _) = Decoder::for_file(Registry::with_builtins(), &f);
         // Every thread count on the smaller samples; two threads (the machine's cores) on the two
         // big traces, which keeps the suite's time in check.
-        let threads_list: &[usize] = if f.len() < 4_000_000 { &[1, 2, 3] } else { &[2] };
+        let threads_list: &[usize] = if f.len() < 4_000_000 {
+            &[1, 2, 3]
+        } else {
+            &[2]
+        };
         for format in [Format::Json, Format::Csv] {
             for order in [Order::File, Order::Time] {
                 for filtered in [false, true] {
@@ -116,8 +120,10 @@ fn parallel_output_is_byte_identical_on_every_sample() {
 #[test]
 fn time_order_output_is_time_sorted_where_buffers_are() {
     // A real multi-CPU trace: the time merge across per-CPU buffers gives non-decreasing timestamps.
-    let Some(p) = common::sample("perfview_net.4.5.x86.etl", "time_order_output_is_time_sorted")
-    else {
+    let Some(p) = common::sample(
+        "perfview_net.4.5.x86.etl",
+        "time_order_output_is_time_sorted",
+    ) else {
         return;
     };
     let f = EtlFile::open(&p).unwrap();

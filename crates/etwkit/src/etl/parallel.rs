@@ -201,11 +201,7 @@ fn merge(
     let mut next = 0usize;
     let mut done_bytes = 0u64;
     loop {
-        while next < seq.len()
-            && heap
-                .peek()
-                .is_none_or(|Reverse((t, ..))| seq[next].0 <= *t)
-        {
+        while next < seq.len() && heap.peek().is_none_or(|Reverse((t, ..))| seq[next].0 <= *t) {
             let mut r = take(next);
             total.read = std::mem::take(&mut total.read).merge(std::mem::take(&mut r.summary));
             total.emitted += r.emitted;

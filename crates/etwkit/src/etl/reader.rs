@@ -517,7 +517,11 @@ impl EtlFile {
 
     /// [`EtlFile::buffer_data`], counting the buffer (read, compressed, truncated) in `summary`; an
     /// unusable buffer is counted bad, described in `summary`, and gives `None`.
-    pub(super) fn load_buffer(&self, b: &BufferInfo, summary: &mut ReadSummary) -> Option<Cow<'_, [u8]>> {
+    pub(super) fn load_buffer(
+        &self,
+        b: &BufferInfo,
+        summary: &mut ReadSummary,
+    ) -> Option<Cow<'_, [u8]>> {
         summary.buffers += 1;
         if b.header.is_compressed() {
             summary.compressed_buffers += 1;
