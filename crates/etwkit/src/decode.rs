@@ -25,6 +25,7 @@
 //! ANSI strings are read as UTF-8 when valid, otherwise as Latin-1.
 
 pub mod stacks;
+pub mod threads;
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -327,6 +328,9 @@ struct PlanField {
     referenced: bool,
     /// `"name":` as JSON.
     json_key: Box<[u8]>,
+    /// A top-level field naming the record's process (1) or thread (2): kernel records whose
+    /// header carries no pid/tid take them from here.
+    ids: u8,
 }
 
 /// A compiled [`EventSchema`].
@@ -348,8 +352,18 @@ struct PlanNames {
 impl Plan {
     pub fn new(schema: &EventSchema) -> Plan {
         let arc = |s: &Option<String>| s.as_deref().map(Arc::<str>::from);
+        let mut fields = compile(&schema.properties);
+        for f in &mut fields {
+            if f.members.is_none() && f.count == Count::One {
+                f.ids = match &*f.name {
+                    "ProcessId" | "PID" | "StackProcess" => 1,
+                    "TThreadId" | "ThreadId" | "IssuingThreadId" | "TTID" | "StackThread" => 2,
+                    _ => 0,
+                };
+            }
+        }
         Plan {
-            fields: compile(&schema.properties),
+            fields,
             names: PlanNames {
                 provider: arc(&schema.provider_name),
                 event: arc(&schema.event_name),
@@ -369,14 +383,25 @@ impl Plan {
         payload: &[u8],
         pointer_size: u8,
     ) -> Result<(Properties, usize), DecodeError> {
+        self.decode_ids(payload, pointer_size).0
+    }
+
+    /// As [`Plan::decode_counted`], also giving the process and thread ids the payload names.
+    fn decode_ids(
+        &self,
+        payload: &[u8],
+        pointer_size: u8,
+    ) -> (Result<(Properties, usize), DecodeError>, PayloadIds) {
         let mut cur = Cursor {
             d: payload,
             pos: 0,
             ptr: if pointer_size == 4 { 4 } else { 8 },
             unterminated: false,
+            pid: None,
+            tid: None,
         };
         let mut out = Properties(Vec::with_capacity(self.fields.len()));
-        match decode_level(&self.fields, &mut cur, &mut Dest::Props(&mut out)) {
+        let r = match decode_level(&self.fields, &mut cur, &mut Dest::Props(&mut out)) {
             Ok(()) => Ok((out, cur.pos)),
             Err(f) => Err(DecodeError {
                 property: f.path,
@@ -384,9 +409,27 @@ impl Plan {
                 reason: f.reason,
                 partial: out,
             }),
-        }
+        };
+        (r, (cur.pid, cur.tid))
+    }
+
+    /// The process and thread ids the payload names (measuring walk, no values built).
+    fn payload_ids(&self, payload: &[u8], pointer_size: u8) -> PayloadIds {
+        let mut cur = Cursor {
+            d: payload,
+            pos: 0,
+            ptr: if pointer_size == 4 { 4 } else { 8 },
+            unterminated: false,
+            pid: None,
+            tid: None,
+        };
+        let _ = decode_level(&self.fields, &mut cur, &mut Dest::Measure);
+        (cur.pid, cur.tid)
     }
 }
+
+/// The process and thread ids a payload names (top-level ProcessId/ThreadId-like fields).
+type PayloadIds = (Option<u64>, Option<u64>);
 
 impl Plan {
     /// Appends the properties' JSON object (exactly what [`Properties::write_json`] writes for
@@ -398,17 +441,19 @@ impl Plan {
         pointer_size: u8,
         out: &mut Vec<u8>,
         scratch: &mut String,
-    ) -> Result<usize, ()> {
+    ) -> Result<(usize, PayloadIds), ()> {
         let mut cur = Cursor {
             d: payload,
             pos: 0,
             ptr: if pointer_size == 4 { 4 } else { 8 },
             unterminated: false,
+            pid: None,
+            tid: None,
         };
         out.push(b'{');
         decode_level(&self.fields, &mut cur, &mut Dest::Json(out, scratch)).map_err(|_| ())?;
         out.push(b'}');
-        Ok(cur.pos)
+        Ok((cur.pos, (cur.pid, cur.tid)))
     }
 
     /// As [`Plan::measure`], but `None` unless every terminated string has its terminator: a
@@ -419,6 +464,8 @@ impl Plan {
             pos: 0,
             ptr: if pointer_size == 4 { 4 } else { 8 },
             unterminated: false,
+            pid: None,
+            tid: None,
         };
         decode_level(&self.fields, &mut cur, &mut Dest::Measure).ok()?;
         (!cur.unterminated).then_some(cur.pos)
@@ -432,6 +479,8 @@ impl Plan {
             pos: 0,
             ptr: if pointer_size == 4 { 4 } else { 8 },
             unterminated: false,
+            pid: None,
+            tid: None,
         };
         match decode_level(&self.fields, &mut cur, &mut Dest::Measure) {
             Ok(()) => Ok(cur.pos),
@@ -462,6 +511,7 @@ fn compile(props: &[Property]) -> Vec<PlanField> {
                 map: p.map.clone(),
                 members,
                 referenced: false,
+                ids: 0,
                 json_key: {
                     let mut k = Vec::with_capacity(p.name.len() + 3);
                     crate::sink::json::escape(&mut k, &p.name);
@@ -510,6 +560,9 @@ struct Cursor<'a> {
     ptr: u8,
     /// A terminated string ran to the end of the payload without its terminator.
     unterminated: bool,
+    /// Values of the top-level fields naming the record's process and thread (see `PlanField::ids`).
+    pid: Option<u64>,
+    tid: Option<u64>,
 }
 
 struct Fail {
@@ -641,9 +694,14 @@ fn decode_level(
             buf.extend_from_slice(&f.json_key);
         }
         match n {
-            None => match one(f, cur, len, out, f.referenced) {
+            None => match one(f, cur, len, out, f.referenced || f.ids != 0) {
                 Ok(v) => {
                     nums[idx] = v.as_ref().and_then(Value::as_u64);
+                    match f.ids {
+                        1 => cur.pid = nums[idx],
+                        2 => cur.tid = nums[idx],
+                        _ => {}
+                    }
                     if let Dest::Props(o) = out {
                         o.0.push((f.name.clone(), v.unwrap_or(Value::Null)));
                     }
@@ -1241,10 +1299,44 @@ pub struct DecodedEvent {
     /// the properties were decoded with it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layout_pointer_size: Option<u8>,
+    /// For a kernel record whose header carries no process or thread id: the ids filled in, and
+    /// where they came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ids: Option<Ids>,
     /// The record's stack: its EVENT_HEADER stack item, with kernel StackWalk frames appended when
     /// the decoder has a [`stacks::StackIndex`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stack: Option<Stack>,
+}
+
+/// Process and thread ids attributed to a record (`u32::MAX`: still unknown).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Ids {
+    pub pid: u32,
+    pub tid: u32,
+    /// Where `pid` came from; `None`: the record header.
+    pub pid_source: Option<IdSource>,
+    /// Where `tid` came from; `None`: the record header.
+    pub tid_source: Option<IdSource>,
+}
+
+/// Where an attributed id came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdSource {
+    /// A field of the payload (ProcessId, ThreadId, TTID, StackProcess...).
+    Payload,
+    /// The trace's thread table (kernel Thread events), from the thread id.
+    ThreadTable,
+}
+
+impl IdSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            IdSource::Payload => "payload",
+            IdSource::ThreadTable => "thread_table",
+        }
+    }
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -1267,6 +1359,7 @@ pub struct Decoder {
     registry: Registry,
     plans: RwLock<PlanCache>,
     stacks: Option<stacks::StackIndex>,
+    threads: Option<threads::ThreadTable>,
     live: crate::schema::registry::Learner,
 }
 
@@ -1294,6 +1387,7 @@ impl Decoder {
             registry,
             plans: RwLock::new(PlanCache::default()),
             stacks: None,
+            threads: None,
             live: Default::default(),
         }
     }
@@ -1320,15 +1414,17 @@ impl Decoder {
     }
 
     /// A decoder for one file: a single pre-scan pass feeds `registry` the file's embedded metadata
-    /// (EventInfo/EventMapInfo, EventSource manifests) and indexes its kernel StackWalk events.
+    /// (EventInfo/EventMapInfo, EventSource manifests), indexes its kernel StackWalk events and
+    /// builds its thread table (kernel Thread events).
     pub fn for_file(
         mut registry: Registry,
         file: &crate::etl::EtlFile,
     ) -> (Decoder, crate::schema::registry::LearnSummary) {
         let mut learner = crate::schema::registry::Learner::default();
         let mut index = stacks::StackIndex::new();
+        let mut threads = threads::ThreadTable::new();
         file.for_each(crate::etl::Order::File, |r| {
-            if !index.observe(&r.event) {
+            if !index.observe(&r.event) && !threads.observe(&r.event) {
                 learner.observe(&r.event);
             }
             std::ops::ControlFlow::Continue(())
@@ -1337,6 +1433,10 @@ impl Decoder {
         let mut d = Decoder::new(registry);
         if index.stackwalk_events() > 0 {
             d.stacks = Some(index);
+        }
+        threads.finish();
+        if !threads.is_empty() {
+            d.threads = Some(threads);
         }
         (d, summary)
     }
@@ -1385,6 +1485,8 @@ impl Decoder {
                 pos: 0,
                 ptr: rec.pointer_size,
                 unterminated: false,
+                pid: None,
+                tid: None,
             };
             ev.properties
                 .push("String", Value::String(utf16(cstr16(&mut cur))));
@@ -1442,16 +1544,18 @@ impl Decoder {
         ev.task_name = plan.names.task.clone();
         ev.opcode_name = plan.names.opcode.clone();
         ev.source = Some(schema.source);
-        let first = plan.decode_counted(&rec.payload, rec.pointer_size);
+        let (first, ids) = plan.decode_ids(&rec.payload, rec.pointer_size);
         if !matches!(first, Ok((_, used)) if used == rec.payload.len()) {
             if let Some(other) = other_pointer_size(&plan, rec) {
-                if let Ok((p, _)) = plan.decode_counted(&rec.payload, other) {
+                if let (Ok((p, _)), ids) = plan.decode_ids(&rec.payload, other) {
                     ev.properties = p;
                     ev.layout_pointer_size = Some(other);
+                    ev.ids = self.attribute(rec, ids);
                     return ev;
                 }
             }
         }
+        ev.ids = self.attribute(rec, ids);
         match first {
             Ok((p, used)) => {
                 ev.properties = p;
@@ -1536,6 +1640,68 @@ fn unread_issue(unread: usize, len: usize) -> String {
 }
 
 impl Decoder {
+    /// Process and thread ids for a kernel record whose header carries none (compact and PERFINFO
+    /// headers): from the payload's own ProcessId/ThreadId-like fields, else (for the process) from
+    /// the trace's thread table. `None` when nothing was filled in.
+    fn attribute(&self, rec: &EventRecord<'_>, payload: PayloadIds) -> Option<Ids> {
+        if !rec.header_type.is_kernel() || (rec.pid != u32::MAX && rec.tid != u32::MAX) {
+            return None;
+        }
+        let small = |v: Option<u64>| {
+            v.and_then(|v| u32::try_from(v).ok())
+                .filter(|&v| v != u32::MAX)
+        };
+        let mut ids = Ids {
+            pid: rec.pid,
+            tid: rec.tid,
+            pid_source: None,
+            tid_source: None,
+        };
+        if ids.tid == u32::MAX {
+            if let Some(t) = small(payload.1) {
+                ids.tid = t;
+                ids.tid_source = Some(IdSource::Payload);
+            }
+        }
+        if ids.pid == u32::MAX {
+            if let Some(p) = small(payload.0) {
+                ids.pid = p;
+                ids.pid_source = Some(IdSource::Payload);
+            } else if let Some(p) = (ids.tid != u32::MAX)
+                .then(|| self.threads.as_ref()?.pid_of(ids.tid, rec.timestamp))
+                .flatten()
+            {
+                ids.pid = p;
+                ids.pid_source = Some(IdSource::ThreadTable);
+            }
+        }
+        (ids.pid_source.is_some() || ids.tid_source.is_some()).then_some(ids)
+    }
+
+    /// The process and thread ids [`Decoder::decode`] would attribute to `rec` (see
+    /// [`DecodedEvent::ids`]), without decoding it: for filters (`--pid`) that run before decoding.
+    pub fn ids(&self, rec: &EventRecord<'_>) -> Option<Ids> {
+        if !rec.header_type.is_kernel() || (rec.pid != u32::MAX && rec.tid != u32::MAX) {
+            return None;
+        }
+        let payload = match self.layout_route(rec) {
+            Some((_, plan)) => {
+                let ids = plan.payload_ids(&rec.payload, rec.pointer_size);
+                match other_pointer_size(&plan, rec) {
+                    Some(other)
+                        if plan.measure(&rec.payload, rec.pointer_size).ok()
+                            != Some(rec.payload.len()) =>
+                    {
+                        plan.payload_ids(&rec.payload, other)
+                    }
+                    _ => ids,
+                }
+            }
+            None => (None, None),
+        };
+        self.attribute(rec, payload)
+    }
+
     /// The plan of a record decoded through its registry layout — the route [`Decoder::decode`]
     /// takes for every record but WPP, STRING_ONLY, EventSource manifest and metadata records.
     fn layout_route(&self, rec: &EventRecord<'_>) -> Option<(Arc<EventSchema>, Arc<Plan>)> {
@@ -1564,11 +1730,16 @@ impl Decoder {
         json.clear();
         let rec = &r.event;
         if let Some((schema, plan)) = self.layout_route(rec) {
-            if !plan.fields.is_empty()
-                && plan.write_json(&rec.payload, rec.pointer_size, json, scratch)
-                    == Ok(rec.payload.len())
-            {
+            let written = if plan.fields.is_empty() {
+                None
+            } else {
+                plan.write_json(&rec.payload, rec.pointer_size, json, scratch)
+                    .ok()
+                    .filter(|&(used, _)| used == rec.payload.len())
+            };
+            if let Some((_, ids)) = written {
                 return DecodedEvent {
+                    ids: self.attribute(rec, ids),
                     provider_name: self
                         .registry
                         .provider_name(rec)

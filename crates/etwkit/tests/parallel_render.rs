@@ -175,6 +175,7 @@ fn json_written_straight_from_the_payload_equals_the_value_path() {
                     e.undecoded.clone(),
                     e.decode_issue.clone(),
                     e.layout_pointer_size,
+                    e.ids,
                     e.stack.clone(),
                 )
             };

@@ -68,9 +68,9 @@ impl Render for CsvRender {
         l.push(b',');
         num(l, d.channel);
         l.push(b',');
-        id(l, e.pid);
+        id(l, v.pid());
         l.push(b',');
-        id(l, e.tid);
+        id(l, v.tid());
         l.push(b',');
         num(l, e.cpu);
         l.push(b',');

@@ -129,8 +129,8 @@ impl JsonRender {
         push_hex_u64(l, d.keywords);
         l.extend_from_slice(b"\",\"channel\":");
         l.extend_from_slice(n.format(d.channel).as_bytes());
-        num_or_null(l, b",\"pid\":", e.pid);
-        num_or_null(l, b",\"tid\":", e.tid);
+        num_or_null(l, b",\"pid\":", v.pid());
+        num_or_null(l, b",\"tid\":", v.tid());
         l.extend_from_slice(b",\"cpu\":");
         l.extend_from_slice(n.format(e.cpu).as_bytes());
         l.extend_from_slice(b",\"header_type\":\"");
@@ -174,6 +174,10 @@ impl JsonRender {
         if let Some(p) = v.layout_pointer_size {
             l.extend_from_slice(b",\"layout_pointer_size\":");
             l.extend_from_slice(n.format(p).as_bytes());
+        }
+        if let Some(ids) = v.ids {
+            opt_str(l, "pid_source", ids.pid_source.map(|s| s.name()));
+            opt_str(l, "tid_source", ids.tid_source.map(|s| s.name()));
         }
         l.push(b'}');
     }

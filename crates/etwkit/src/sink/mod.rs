@@ -8,7 +8,9 @@
 //! `properties` (object, or null when the layout is unknown); then, only when they apply,
 //! `decode_issue` (why the layout does not fit the payload: bytes left unread, or a property
 //! running past its end) and `layout_pointer_size` (the pointer size a classic/kernel layout was
-//! decoded with when only the other size than the header's fits the payload exactly).
+//! decoded with when only the other size than the header's fits the payload exactly), `pid_source`
+//! and `tid_source` (`"payload"` or `"thread_table"`: a kernel record whose header carries no
+//! process or thread id got the `pid`/`tid` shown from its payload or the trace's thread table).
 
 use std::io::{self, Write};
 
@@ -34,6 +36,9 @@ pub struct EventView<'a, 'r> {
     /// The pointer size the layout was decoded with when it is not the header's (JSON
     /// `layout_pointer_size`, present only when set).
     pub layout_pointer_size: Option<u8>,
+    /// Process/thread ids filled in for a kernel record whose header carries none (JSON `pid`/`tid`
+    /// show them; `pid_source`/`tid_source` say where they came from).
+    pub ids: Option<crate::decode::Ids>,
 }
 
 impl<'a, 'r> EventView<'a, 'r> {
@@ -54,6 +59,7 @@ impl<'a, 'r> EventView<'a, 'r> {
             v.stack = d.stack.as_ref();
             v.decode_issue = d.decode_issue.as_deref();
             v.layout_pointer_size = d.layout_pointer_size;
+            v.ids = d.ids;
             if !d.properties.is_empty() {
                 d.properties.write_json(props);
             }
@@ -82,6 +88,7 @@ impl<'a, 'r> EventView<'a, 'r> {
         v.stack = d.stack.as_ref();
         v.decode_issue = d.decode_issue.as_deref();
         v.layout_pointer_size = d.layout_pointer_size;
+        v.ids = d.ids;
         if !props_json.is_empty() {
             v.properties_json = std::str::from_utf8(props_json).ok();
         }
@@ -89,6 +96,16 @@ impl<'a, 'r> EventView<'a, 'r> {
             v.provider_name = event.traits_provider_name();
         }
         v
+    }
+
+    /// The process id to show: attributed, else the header's (`u32::MAX`: none).
+    pub fn pid(&self) -> u32 {
+        self.ids.map_or(self.event.pid, |i| i.pid)
+    }
+
+    /// The thread id to show: attributed, else the header's (`u32::MAX`: none).
+    pub fn tid(&self) -> u32 {
+        self.ids.map_or(self.event.tid, |i| i.tid)
     }
 
     pub fn bare(event: &'a EventRecord<'r>) -> Self {
@@ -102,6 +119,7 @@ impl<'a, 'r> EventView<'a, 'r> {
             stack: None,
             decode_issue: None,
             layout_pointer_size: None,
+            ids: None,
         }
     }
 }

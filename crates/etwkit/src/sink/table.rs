@@ -24,15 +24,15 @@ impl Render for TableRender {
             (Some(p), None) => p.to_string(),
             _ => e.provider.to_string(),
         };
-        let pid = if e.pid == u32::MAX {
+        let pid = if v.pid() == u32::MAX {
             "-".to_string()
         } else {
-            e.pid.to_string()
+            v.pid().to_string()
         };
-        let tid = if e.tid == u32::MAX {
+        let tid = if v.tid() == u32::MAX {
             "-".to_string()
         } else {
-            e.tid.to_string()
+            v.tid().to_string()
         };
         let details = match v.properties_json {
             Some(p) => p.to_string(),
