@@ -200,6 +200,7 @@ fn merge(
     let mut heap: BinaryHeap<Reverse<(i64, usize, usize, usize)>> = BinaryHeap::new();
     let mut next = 0usize;
     let mut done_bytes = 0u64;
+    let mut run: Option<(usize, usize)> = None;
     loop {
         while next < seq.len() && heap.peek().is_none_or(|Reverse((t, ..))| seq[next].0 <= *t) {
             let mut r = take(next);
@@ -216,16 +217,28 @@ fn merge(
         let Some(Reverse((_, s, _, slot))) = heap.pop() else {
             break;
         };
-        let c = cursors[slot].as_mut().expect("cursor in heap");
-        let end = c.r.recs[c.i].1;
-        if end > c.start && out(&c.r.bytes[c.start..end]).is_break() {
-            return;
+        // Consecutive records of one buffer are handed on as one run (one write, not one per
+        // record): `run` is the slot and start of the bytes not yet passed on.
+        if run.is_some_and(|(r, _)| r != slot) {
+            let (r, from) = run.take().expect("checked");
+            let c = cursors[r].as_ref().expect("run's cursor");
+            if c.start > from && out(&c.r.bytes[from..c.start]).is_break() {
+                return;
+            }
         }
-        c.start = end;
+        let c = cursors[slot].as_mut().expect("cursor in heap");
+        if run.is_none() {
+            run = Some((slot, c.start));
+        }
+        c.start = c.r.recs[c.i].1;
         c.i += 1;
         match c.r.recs.get(c.i) {
             Some(&(t, _)) => heap.push(Reverse((t, s, c.i, slot))),
             None => {
+                let (_, from) = run.take().expect("run of this slot");
+                if c.start > from && out(&c.r.bytes[from..c.start]).is_break() {
+                    return;
+                }
                 done_bytes += c.r.size;
                 progress(done_bytes);
                 cursors[slot] = None;
