@@ -36,7 +36,8 @@ pub fn run() -> anyhow::Result<()> {
     stop_on_ctrl_c(&stop);
     let exe = std::env::current_exe()?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.arg("__demo-workload");
+    cmd.arg("__demo-workload")
+        .stdout(crate::child::stdout_target(None)?);
     let mut child = trace.spawn(&mut cmd)?;
     let s = stop.clone();
     let waiter = std::thread::spawn(move || {

@@ -28,6 +28,19 @@ pub struct Args {
     threads: Option<usize>,
 }
 
+/// The registry that names a file's providers without decoding it: built-in layouts, the user's
+/// manifests, and the metadata the file embeds (EventInfo records, EventSource manifests).
+pub fn naming_registry(
+    manifests: &[std::path::PathBuf],
+    files: &[EtlFile],
+) -> anyhow::Result<etwkit::schema::Registry> {
+    let mut reg = registry(manifests)?;
+    for f in files {
+        reg.learn_from_file(f);
+    }
+    Ok(reg)
+}
+
 /// The registry for decoding a file: built-in layouts plus the user's manifests.
 pub fn registry(manifests: &[std::path::PathBuf]) -> anyhow::Result<etwkit::schema::Registry> {
     let mut reg = etwkit::schema::Registry::with_builtins();
@@ -65,15 +78,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let f = EtlFile::open(&a.file)?;
     // Decoding also learns the file's embedded provider names, which --provider NAME may use.
     let (decoder, registry) = if a.raw {
-        (None, registry(&a.manifest)?)
+        let names = if a.filter.provider.is_empty() {
+            registry(&a.manifest)?
+        } else {
+            naming_registry(&a.manifest, std::slice::from_ref(&f))?
+        };
+        (None, names)
     } else {
         let d = etwkit::decode::Decoder::for_file(registry(&a.manifest)?, &f).0;
         (Some(d), etwkit::schema::Registry::new())
     };
     let registry = decoder.as_ref().map(|d| d.registry()).unwrap_or(&registry);
-    let filter = a.filter.to_filter(f.header().start_time, |name| {
-        registry.provider_guids_named(name)
-    })?;
+    let filter = a.filter.to_filter(f.header().start_time, registry)?;
+    let unknown = a.filter.unknown_providers(registry);
     let format: Format = a.format.into();
     let stdout = std::io::stdout().lock();
     let mut lines = etwkit::sink::Lines::new(
@@ -125,12 +142,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         return Err(e.into());
     }
     lines.finish()?;
+    a.filter.warn_if_nothing_kept(rendered.emitted, &unknown);
     std::io::stderr().flush().ok();
     for i in &summary.issues {
-        eprintln!(
-            "etwkit: warning: file offset {} (buffer {:?}, record {:?}): {}",
-            i.file_offset, i.buffer_index, i.record_offset, i.reason
-        );
+        eprintln!("etwkit: warning: {i}");
     }
     if summary.bad_buffers + summary.bad_records > 0 {
         eprintln!(

@@ -1,12 +1,11 @@
 //! The event filter options `dump` and `relog` share.
 
 use etwkit::filter::{EventFilter, TimeBound};
-use etwkit::Guid;
+use etwkit::schema::Registry;
 
 #[derive(clap::Args)]
 pub struct FilterArgs {
-    /// Keep events at or after this time: RFC 3339, or seconds from the trace start (the earliest
-    /// one when there are several inputs).
+    /// Keep events at or after this time: RFC 3339, or seconds from the trace start.
     #[arg(long)]
     pub begin: Option<String>,
     /// Keep events at or before this time: RFC 3339, or seconds from the trace start.
@@ -25,13 +24,11 @@ pub struct FilterArgs {
 }
 
 impl FilterArgs {
-    /// The shared event filter: times resolved against `trace_start` (UTC FILETIME), provider names
-    /// resolved with `known` (e.g. a schema registry's names) and the name-derived GUID.
-    pub fn to_filter(
-        &self,
-        trace_start: i64,
-        known: impl Fn(&str) -> Vec<Guid>,
-    ) -> anyhow::Result<EventFilter> {
+    /// The shared event filter: times resolved against `trace_start` (UTC FILETIME); a provider
+    /// name selects every GUID `registry` knows by that name (built-in, the user's manifests, what
+    /// the input files embed), plus the GUID ETW derives from the name (TraceLogging, EventSource).
+    /// Every command that filters resolves names here, so one name selects the same events in each.
+    pub fn to_filter(&self, trace_start: i64, registry: &Registry) -> anyhow::Result<EventFilter> {
         let bound = |s: Option<&str>| -> anyhow::Result<Option<i64>> {
             s.map(|s| {
                 TimeBound::parse(s)
@@ -48,8 +45,48 @@ impl FilterArgs {
             ..Default::default()
         };
         for p in &self.provider {
-            f.add_provider(p, &known);
+            f.add_provider(p, |name| registry.provider_guids_named(name));
         }
         Ok(f)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.begin.is_none()
+            && self.end.is_none()
+            && self.provider.is_empty()
+            && self.id.is_empty()
+            && self.pid.is_empty()
+    }
+
+    /// The `--provider` names `registry` does not know (built-in, --manifest, or named in the file):
+    /// only a TraceLogging or EventSource provider of that name can match them.
+    pub fn unknown_providers(&self, registry: &Registry) -> Vec<String> {
+        self.provider
+            .iter()
+            .filter(|p| {
+                p.parse::<etwkit::Guid>().is_err() && registry.provider_guids_named(p).is_empty()
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Says on stderr, in one sentence, that a filter kept nothing (a misspelt provider name
+    /// otherwise looks like an empty trace); `unknown` is [`FilterArgs::unknown_providers`].
+    pub fn warn_if_nothing_kept(&self, kept: u64, unknown: &[String]) {
+        if kept > 0 || self.is_empty() {
+            return;
+        }
+        if unknown.is_empty() {
+            eprintln!("etwkit: warning: no event matched the filter");
+        } else {
+            eprintln!(
+                "etwkit: warning: no event matched the filter; no provider named {} is known (built-in, --manifest, or named in the file)",
+                unknown
+                    .iter()
+                    .map(|n| format!("{n:?}"))
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            );
+        }
     }
 }

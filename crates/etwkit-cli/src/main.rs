@@ -2,11 +2,13 @@
 
 use clap::{Parser, Subcommand};
 
+mod child;
 mod demo;
 mod dump;
 mod filter_args;
 mod heap;
 mod info;
+mod pcap;
 mod print;
 mod progress;
 mod relog;
@@ -33,8 +35,11 @@ enum Command {
     Stats(stats::Args),
     /// Print the events of an ETL file, one per line.
     Dump(dump::Args),
-    /// Copy matching records of ETL files, merged in time order, into a new ETL file.
+    /// Copy matching records of ETL files, merged in time order, into a new ETL file (--begin/--end
+    /// in seconds count from the earliest input's start).
     Relog(relog::Args),
+    /// Write the packets of a PktMon trace as a pcapng capture (Wireshark, tshark).
+    Pcap(pcap::Args),
     /// Trace live: tracepoint systems and the Winsock provider (Linux: tracefs, needs root).
     Trace(trace::Args),
     /// List live sessions (Linux: tracefs instances; etwkit's are etwkit-<pid>-<name>).
@@ -55,6 +60,7 @@ fn main() {
         Some(Command::Stats(a)) => stats::run(a),
         Some(Command::Dump(a)) => dump::run(a),
         Some(Command::Relog(a)) => relog::run(a),
+        Some(Command::Pcap(a)) => pcap::run(a),
         Some(Command::Trace(a)) => trace::run(a),
         Some(Command::Heap(a)) => heap::run(a),
         Some(Command::Sessions(a)) => sessions::sessions(a),
@@ -69,7 +75,21 @@ fn main() {
         {
             std::process::exit(0);
         }
-        eprintln!("etwkit: {e:#}");
+        eprintln!("etwkit: {}", message(&e));
         std::process::exit(1);
     }
+}
+
+/// One line for an error and its causes, each fact once: a cause whose text the message already
+/// holds (library errors name their source in their own text) is not repeated.
+fn message(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg.push_str(": ");
+            msg.push_str(&c);
+        }
+    }
+    msg
 }

@@ -17,6 +17,9 @@ pub struct Args {
     output: PathBuf,
     #[command(flatten)]
     filter: crate::filter_args::FilterArgs,
+    /// An instrumentation manifest (.man XML) naming providers for --provider (repeatable).
+    #[arg(long)]
+    manifest: Vec<PathBuf>,
     /// Output buffer size in KiB.
     #[arg(long, default_value_t = 64)]
     buffer_kib: u32,
@@ -52,8 +55,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .filter(|&t| t > 0)
         .min()
         .unwrap_or(0);
-    // Names match TraceLogging/EventSource providers (name-derived GUID, traits name).
-    let mut events = a.filter.to_filter(start, |_| Vec::new())?;
+    let names = if a.filter.provider.is_empty() {
+        etwkit::schema::Registry::new()
+    } else {
+        crate::dump::naming_registry(&a.manifest, &files)?
+    };
+    let unknown = a.filter.unknown_providers(&names);
+    let mut events = a.filter.to_filter(start, &names)?;
     let names = std::mem::take(&mut events.provider_names);
     let filter = RelogFilter::new(events, names);
     let mut opts = relog_options(&files);
@@ -65,14 +73,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .with_context(|| format!("relog to {}", a.output.display()))?;
     for i in &s.inputs {
         for issue in &i.read.issues {
-            eprintln!(
-                "etwkit: warning: {}: file offset {} (buffer {:?}, record {:?}): {}",
-                i.path.display(),
-                issue.file_offset,
-                issue.buffer_index,
-                issue.record_offset,
-                issue.reason
-            );
+            eprintln!("etwkit: warning: {}: {issue}", i.path.display());
         }
         if i.read.bad_buffers + i.read.bad_records > 0 {
             eprintln!(
@@ -83,6 +84,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             );
         }
     }
+    a.filter
+        .warn_if_nothing_kept(s.inputs.iter().map(|i| i.kept).sum(), &unknown);
     println!("{}", serde_json::to_string(&s)?);
     Ok(())
 }

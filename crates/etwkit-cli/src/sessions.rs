@@ -42,7 +42,13 @@ pub fn sessions(a: Args) -> anyhow::Result<()> {
             s.instance,
             owner,
             if s.etwkit { "yes" } else { "no" },
-            if s.tracing_on { "on" } else { "off" },
+            if s.orphan {
+                "orphan"
+            } else if s.tracing_on {
+                "on"
+            } else {
+                "off"
+            },
             s.enabled_events,
             s.buffer_size_kb
         )?;

@@ -20,11 +20,14 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let f = EtlFile::open(&a.file)?;
-    let s = if a.raw {
-        file_stats(&f)
+    let decoder = if a.raw {
+        None
     } else {
-        let decoder = etwkit::decode::Decoder::for_file(crate::dump::registry(&a.manifest)?, &f).0;
-        etwkit::decode::file_stats(&f, &decoder)
+        Some(etwkit::decode::Decoder::for_file(crate::dump::registry(&a.manifest)?, &f).0)
+    };
+    let s = match &decoder {
+        None => file_stats(&f),
+        Some(d) => etwkit::decode::file_stats(&f, d),
     };
     if a.format == TextOrJson::Json {
         println!("{}", serde_json::to_string(&s)?);
@@ -66,10 +69,30 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         println!("  {v:>10}  {k}");
     }
     println!("providers:");
+    // Names: the decoder's registry (built-in, --manifest, embedded metadata); --raw: built-in and
+    // --manifest only.
+    let raw_names;
+    let names = match &decoder {
+        Some(d) => d.registry(),
+        None => {
+            raw_names = crate::dump::registry(&a.manifest)?;
+            &raw_names
+        }
+    };
+    let name = |k: &str| {
+        let Ok(g) = k.parse::<etwkit::Guid>() else {
+            return String::new();
+        };
+        let n = names.name_of_provider(&g).unwrap_or("");
+        match etwkit::schema::builtin::kernel_class_name(&g) {
+            Some(class) => format!("{n} ({class})"),
+            None => n.to_string(),
+        }
+    };
     let mut p: Vec<_> = s.providers.iter().collect();
     p.sort_by(|a, b| b.1.cmp(a.1));
     for (k, v) in p {
-        println!("  {v:>10}  {k}");
+        println!("  {v:>10}  {k}  {}", name(k));
     }
     if !s.ext_types.is_empty() {
         println!("extended data:");
@@ -82,14 +105,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let mut u: Vec<_> = s.undecoded_by_provider.iter().collect();
         u.sort_by(|a, b| b.1.cmp(a.1));
         for (k, v) in u {
-            println!("  {v:>10}  {k}");
+            println!("  {v:>10}  {k}  {}", name(k));
         }
     }
     for i in &s.issues {
-        println!(
-            "issue at file offset {} (buffer {:?}, record {:?}): {}",
-            i.file_offset, i.buffer_index, i.record_offset, i.reason
-        );
+        println!("issue at {i}");
     }
     if s.issues_dropped > 0 {
         println!("... and {} more issues", s.issues_dropped);

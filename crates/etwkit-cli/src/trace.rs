@@ -34,7 +34,11 @@ pub struct Args {
     /// Per-CPU ring size in KiB.
     #[arg(long, default_value_t = 8192)]
     buffer_kb: u64,
-    /// A command to start suspended, trace, and stop with.
+    /// Where the traced command's stdout goes (default: etwkit's stderr, so that etwkit's stdout
+    /// carries only events).
+    #[arg(long, value_name = "FILE")]
+    command_stdout: Option<PathBuf>,
+    /// A command to start suspended, trace, and stop with; etwkit exits with its status.
     #[arg(last = true)]
     command: Vec<String>,
 }
@@ -123,8 +127,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         trace.start()?;
         None
     } else {
-        let mut cmd = std::process::Command::new(&a.command[0]);
-        cmd.args(&a.command[1..]);
+        let mut cmd = crate::child::command(&a.command, a.command_stdout.as_deref())?;
         let mut child = trace.spawn(&mut cmd)?;
         let s = stop.clone();
         Some(std::thread::spawn(move || {
@@ -169,10 +172,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         child_status = w.join().ok().flatten();
     }
     report(&sum, format, &mut std::io::stdout().lock())?;
-    if let Some(p) = &a.output {
-        eprintln!("etwkit: wrote {}", p.display());
+    if let (Some(p), Some(w)) = (&a.output, &sum.logfile) {
+        eprintln!(
+            "etwkit: wrote {} ({} events in {} buffers, {} bytes)",
+            p.display(),
+            w.records,
+            w.buffers,
+            w.bytes
+        );
     }
-    if let Some(code) = child_status.and_then(|s| s.code()) {
+    if let Some(code) = child_status.map(crate::child::exit_code) {
         if code != 0 {
             std::process::exit(code);
         }

@@ -86,7 +86,9 @@ fn dump_json_contract_and_filters() {
         .all(|v| v["provider_name"] == "AmsiTrace" && v["properties"].is_object()));
     // CSV: header + one row per event.
     let (_, csv, _) = etwkit(&["dump", amsi.to_str().unwrap(), "--format", "csv"]);
-    assert!(csv.starts_with("timestamp,provider,provider_name,event_name,id,"));
+    assert!(
+        csv.starts_with("timestamp,provider,provider_name,event_name,task_name,opcode_name,id,")
+    );
     assert_eq!(csv.lines().count(), 1 + 21);
 }
 

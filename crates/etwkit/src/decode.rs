@@ -3,6 +3,30 @@
 //! [`decode_properties`] walks a payload against an [`EventSchema`]; [`Decoder`] adds the registry
 //! lookup, per-schema plans cached by schema, names, STRING_ONLY and WPP records, and stacks.
 //!
+//! ```
+//! use etwkit::decode::{Decoder, Value};
+//! use etwkit::schema::Registry;
+//! use etwkit::tlg::{event_record, InType, OutType, TlInstance, TlPayload, TlSchemaBuilder};
+//!
+//! // One decoder serves files and live sessions: here a record as a live session delivers it.
+//! let schema = TlSchemaBuilder::new("Contoso-Net", "Connect")
+//!     .field("Port", InType::U16, OutType::Port)
+//!     .field("Status", InType::U32, OutType::Win32Error)
+//!     .build()
+//!     .unwrap();
+//! let mut p = TlPayload::new();
+//! p.push_u16(443u16.to_be()).push_u32(10061);
+//! let rec = event_record(&schema, &TlInstance::default(), p.as_bytes());
+//!
+//! let d = Decoder::new(Registry::with_builtins()).decode(&rec);
+//! assert_eq!(d.event_name.as_deref(), Some("Connect"));
+//! assert_eq!(d.properties.get("Port"), Some(&Value::Port(443)));
+//! assert_eq!(d.properties.get("Status"), Some(&Value::Win32Error(10061)));
+//! let mut json = Vec::new();
+//! d.properties.write_json(&mut json);
+//! assert_eq!(String::from_utf8(json).unwrap(), r#"{"Port":443,"Status":10061}"#);
+//! ```
+//!
 //! # JSON
 //! [`Value`] and [`Properties`] implement `serde::Serialize`; properties keep schema order. The
 //! rendering is fixed:

@@ -6,12 +6,13 @@
 //!
 //! The data path is the module path:
 //! `etl` (container) → [`event`] (the model) → `schema` (who knows the layout) → `decode` (values) →
-//! `sink` / `analysis`.
+//! `sink` / `analysis` / `export`.
 
 pub mod analysis;
 pub mod decode;
 pub mod etl;
 pub mod event;
+pub mod export;
 pub mod filter;
 pub mod guid;
 pub mod live;
@@ -22,3 +23,8 @@ pub mod tlg;
 
 pub use event::{EventDescriptor, EventRecord, HeaderType};
 pub use guid::Guid;
+
+// The README's examples are compiled and run as doc-tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;

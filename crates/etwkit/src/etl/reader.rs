@@ -24,6 +24,8 @@ pub const MAX_BUFFER_SIZE: u32 = 64 << 20;
 /// Errors that stop a file from being read at all. Everything else is counted in [`ReadSummary`].
 #[derive(Debug, thiserror::Error)]
 pub enum EtlError {
+    #[error("{path} is a directory, not an ETL file")]
+    IsDirectory { path: PathBuf },
     #[error("cannot open {path}: {source}")]
     Io {
         path: PathBuf,
@@ -54,6 +56,20 @@ pub struct ReadIssue {
     /// Offset of the record inside the buffer's (uncompressed) data, header included.
     pub record_offset: Option<usize>,
     pub reason: String,
+}
+
+impl std::fmt::Display for ReadIssue {
+    /// `file offset 4096 (buffer 1, record at 0x48): reason`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "file offset {}", self.file_offset)?;
+        match (self.buffer_index, self.record_offset) {
+            (Some(b), Some(r)) => write!(f, " (buffer {b}, record at 0x{r:x})")?,
+            (Some(b), None) => write!(f, " (buffer {b})")?,
+            (None, Some(r)) => write!(f, " (record at 0x{r:x})")?,
+            (None, None) => {}
+        }
+        write!(f, ": {}", self.reason)
+    }
 }
 
 /// Where a buffer is and what its header says.
@@ -218,13 +234,14 @@ impl EtlFile {
             path: path.clone(),
             source,
         })?;
-        let len = file
-            .metadata()
-            .map_err(|source| EtlError::Io {
-                path: path.clone(),
-                source,
-            })?
-            .len();
+        let meta = file.metadata().map_err(|source| EtlError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        if meta.is_dir() {
+            return Err(EtlError::IsDirectory { path });
+        }
+        let len = meta.len();
         if len == 0 {
             return Err(EtlError::Empty { path });
         }

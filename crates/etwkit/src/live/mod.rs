@@ -154,6 +154,9 @@ pub struct SessionInfo {
     pub owner_pid: Option<u32>,
     /// Created by etwkit.
     pub etwkit: bool,
+    /// Left behind by a tracer that no longer runs (killed): nobody reads it; the next session
+    /// etwkit starts removes it.
+    pub orphan: bool,
     pub tracing_on: bool,
     pub enabled_events: usize,
     pub buffer_size_kb: u64,
@@ -178,7 +181,11 @@ pub struct TraceSummary {
     pub events_lost: u64,
     /// How each part of `events_lost` was learned.
     pub lost_detail: Vec<(String, u64)>,
+    /// What went wrong or was incomplete (each one sentence); empty when nothing did.
     pub issues: Vec<String>,
+    /// Logfile mode: what the ETL writer wrote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logfile: Option<crate::etl::writer::WriteSummary>,
 }
 
 /// Everything a backend needs to start a session.
@@ -471,7 +478,7 @@ impl Trace {
                 let ws = w
                     .finish()
                     .map_err(|e| LiveError::Other(format!("finishing the logfile: {e}")))?;
-                sum.issues.push(format!("logfile: {ws:?}"));
+                sum.logfile = Some(ws);
             }
             if let Some(e) = write_error {
                 return Err(LiveError::Other(format!("writing the logfile: {e}")));
@@ -491,6 +498,11 @@ impl Trace {
             Some(s) => s.flush(),
             None => Err(LiveError::NotStarted(self.name.clone())),
         }
+    }
+
+    /// Whether this handle started its session (and has not stopped it).
+    pub fn is_started(&self) -> bool {
+        self.session.is_some()
     }
 
     pub fn exists(&self) -> Result<bool> {

@@ -389,6 +389,11 @@ impl Registry {
         l.finish(self)
     }
 
+    /// The registered name of a provider (or kernel group / MOF class) GUID.
+    pub fn name_of_provider(&self, provider: &Guid) -> Option<&str> {
+        self.provider_names.get(provider).map(|n| &**n)
+    }
+
     /// Provider name for a record: TraceLogging traits, else a registered name.
     pub fn provider_name(&self, rec: &EventRecord<'_>) -> Option<Arc<str>> {
         if let Some(n) = rec.traits_provider_name() {

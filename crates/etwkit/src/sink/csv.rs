@@ -4,7 +4,7 @@
 use super::json::{push_guid, push_hex_u64, TextCache};
 use super::{EventView, Render};
 
-pub const COLUMNS: &str = "timestamp,provider,provider_name,event_name,id,version,level,opcode,task,keywords,channel,pid,tid,cpu,header_type,pointer_size,activity_id,payload_len,properties";
+pub const COLUMNS: &str = "timestamp,provider,provider_name,event_name,task_name,opcode_name,id,version,level,opcode,task,keywords,channel,pid,tid,cpu,header_type,pointer_size,activity_id,payload_len,properties";
 
 /// Renders events as CSV rows (RFC 4180 quoting: a field holding a comma, quote or line break is
 /// quoted, its quotes doubled).
@@ -53,6 +53,10 @@ impl Render for CsvRender {
         field(l, v.provider_name.unwrap_or(""));
         l.push(b',');
         field(l, v.event_name.unwrap_or(""));
+        l.push(b',');
+        field(l, v.task_name.unwrap_or(""));
+        l.push(b',');
+        field(l, v.opcode_name.unwrap_or(""));
         l.push(b',');
         num(l, d.id);
         l.push(b',');

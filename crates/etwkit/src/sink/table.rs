@@ -19,10 +19,18 @@ pub struct TableRender;
 impl Render for TableRender {
     fn render(&mut self, v: &EventView<'_, '_>, out: &mut Vec<u8>) {
         let e = v.event;
-        let who = match (v.provider_name, v.event_name) {
-            (Some(p), Some(n)) => format!("{p}/{n}"),
-            (Some(p), None) => p.to_string(),
-            _ => e.provider.to_string(),
+        let provider = match v.provider_name {
+            Some(p) => p.to_string(),
+            None => e.provider.to_string(),
+        };
+        // The event's name, or (kernel and other unnamed events) its task and opcode names, as the
+        // JSON output carries them: `Windows Kernel/Thread/DCStart`.
+        let who = match (v.event_name, v.task_name, v.opcode_name) {
+            (Some(n), _, _) => format!("{provider}/{n}"),
+            (None, Some(t), Some(o)) => format!("{provider}/{t}/{o}"),
+            (None, Some(t), None) => format!("{provider}/{t}"),
+            (None, None, Some(o)) => format!("{provider}/{o}"),
+            (None, None, None) => provider,
         };
         let pid = if v.pid() == u32::MAX {
             "-".to_string()

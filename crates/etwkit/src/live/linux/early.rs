@@ -33,8 +33,9 @@ struct State {
     enters: HashMap<u32, (usize, i32, u64)>,
     /// tid → (watched index, ret, exit ts) of an exit seen before its enter (another CPU's reader).
     exits: HashMap<u32, (usize, i64, u64)>,
-    /// (tid, exit ts) → local address.
-    found: HashMap<(u32, u64), SockAddr>,
+    /// (tid, exit ts) → (local address, when it was taken: ring clock ns after the socket was
+    /// fetched from the process).
+    found: HashMap<(u32, u64), (SockAddr, u64)>,
 }
 
 /// Shared between the reader threads (which fill it) and the correlator (which takes from it).
@@ -144,18 +145,22 @@ impl EarlyPeek {
                     continue;
                 };
                 if let Some(addr) = procfd::peek(tgid, fd, false).and_then(|p| p.addr) {
+                    // The descriptor named this socket until at least now (trace_clock is mono).
+                    let taken = super::ring::mono_now_ns();
                     let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
                     if st.found.len() >= MAX_FOUND {
                         st.found.clear();
                     }
-                    st.found.insert((tid, xts), addr);
+                    st.found.insert((tid, xts), (addr, taken));
                 }
             }
         }
     }
 
-    /// The local address seen right after the syscall whose exit record is (tid, raw ts) returned.
-    pub fn take(&self, tid: u32, exit_ts: u64) -> Option<SockAddr> {
+    /// The local address seen after the syscall whose exit record is (tid, raw ts) returned, and
+    /// when it was taken (ring clock): the answer is this socket's only if the descriptor was not
+    /// closed before then, which the caller checks against the close it sees in the trace.
+    pub fn take(&self, tid: u32, exit_ts: u64) -> Option<(SockAddr, u64)> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.found.remove(&(tid, exit_ts))
     }
@@ -233,8 +238,9 @@ mod tests {
             e.take(me, 1010).is_none(),
             "keyed by the exit, not the enter"
         );
-        let a = e.take(me, 1020).expect("address taken at the exit");
+        let (a, taken) = e.take(me, 1020).expect("address taken at the exit");
         assert_eq!(a.port, port);
+        assert!(taken > 1020, "taken after the call returned");
         assert!(e.take(me, 1020).is_none(), "taken once");
     }
 
@@ -251,7 +257,7 @@ mod tests {
             &mut scratch,
         );
         assert_eq!(
-            e.take(me, 1010).map(|a| a.port),
+            e.take(me, 1010).map(|a| a.0.port),
             Some(s.local_addr().unwrap().port())
         );
         // An exit whose enter was lost never pairs with a later enter.

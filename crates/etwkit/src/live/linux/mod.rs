@@ -10,6 +10,7 @@
 //! - Pid filter: `set_event_pid` with every thread of each pid, `options/event-fork` for children.
 //! - Losses: page-header counts, then `per_cpu/cpuN/stats` (overrun + dropped) at stop.
 
+pub mod bindhold;
 pub mod early;
 pub mod format;
 pub mod heap;
@@ -86,6 +87,7 @@ impl Backend for LinuxBackend {
                     .unwrap_or_else(|| inst.clone()),
                 owner_pid: parsed.map(|(p, _)| p),
                 etwkit: parsed.is_some(),
+                orphan: parsed.is_some_and(|(p, _)| !tracefs::pid_alive(p)),
                 tracing_on: tracefs::read(&dir.join("tracing_on"))
                     .map(|s| s.trim() == "1")
                     .unwrap_or(false),
@@ -221,6 +223,12 @@ pub struct LinuxSession {
     pid_file: Option<File>,
     on_file: Option<File>,
     filtered: bool,
+    /// The session traces given processes (not a spawned command): it ends once none of them, nor
+    /// any child they forked, is alive (see [`LinuxSession::traced_pids_gone`]).
+    watch_pids: bool,
+    /// When the pid filter was last found to name no live task.
+    pids_gone_since: Option<std::time::Instant>,
+    last_pid_check: std::time::Instant,
     stop_requested: bool,
     stopped: bool,
     summary: TraceSummary,
@@ -432,6 +440,9 @@ impl LinuxSession {
                 pid_file: Some(pid_file),
                 on_file: Some(on_file),
                 filtered,
+                watch_pids: !cfg.pids.is_empty() && !cfg.armed_for_spawn,
+                pids_gone_since: None,
+                last_pid_check: std::time::Instant::now(),
                 stop_requested: false,
                 stopped: false,
                 summary: TraceSummary {
@@ -606,6 +617,45 @@ impl LinuxSession {
     }
 }
 
+impl LinuxSession {
+    /// Whether the pid filter has named no live task for a while. With `event-fork` the kernel adds
+    /// children to the filter at fork and drops tasks when they are freed; a zombie still listed is
+    /// dead. The grace period lets the softirq tail of the last process (FINs, resets) reach the ring.
+    fn traced_pids_gone(&mut self) -> bool {
+        const CHECK_EVERY: Duration = Duration::from_millis(100);
+        const GRACE: Duration = Duration::from_millis(150);
+        if self.last_pid_check.elapsed() < CHECK_EVERY {
+            return false;
+        }
+        self.last_pid_check = std::time::Instant::now();
+        let Ok(list) = std::fs::read_to_string(self.instances[0].join("set_event_pid")) else {
+            return false;
+        };
+        let alive = list
+            .split_whitespace()
+            .filter_map(|t| t.parse::<u32>().ok())
+            .any(task_alive);
+        if alive {
+            self.pids_gone_since = None;
+            return false;
+        }
+        let since = *self
+            .pids_gone_since
+            .get_or_insert_with(std::time::Instant::now);
+        since.elapsed() >= GRACE
+    }
+}
+
+/// Whether the task exists and is not a zombie.
+fn task_alive(tid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{tid}/stat")).is_ok_and(|s| {
+        // The state follows the parenthesized command name, which may itself hold ') '.
+        s.rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next())
+            .is_some_and(|c| c != 'Z' && c != 'X')
+    })
+}
+
 impl LiveSession for LinuxSession {
     fn name(&self) -> &str {
         &self.name
@@ -618,6 +668,7 @@ impl LiveSession for LinuxSession {
         if !self.filtered {
             self.filtered = true;
         }
+        self.watch_pids = true;
         tracefs::write(&self.instances[0].join("tracing_on"), "1")
     }
 
@@ -625,6 +676,8 @@ impl LiveSession for LinuxSession {
         let (Some(pf), Some(of)) = (&self.pid_file, &self.on_file) else {
             return Err(LiveError::NotStarted(self.name.clone()));
         };
+        // The spawner decides when the trace ends (when its command exits).
+        self.watch_pids = false;
         let pid_fd = pf.as_raw_fd();
         let on_fd = of.as_raw_fd();
         let filtered = self.filtered;
@@ -671,7 +724,15 @@ impl LiveSession for LinuxSession {
             if !self.pump(cb, Duration::from_millis(20)) {
                 return Ok(());
             }
+            if self.watch_pids && !self.stop_requested && self.traced_pids_gone() {
+                self.request_stop();
+            }
             if self.stop_requested && self.merger.all_done() {
+                // Events the Winsock correlator held back (binds waiting for their port) go out.
+                if let Some(ws) = self.winsock.as_mut() {
+                    let now = ((ring::realtime_now_ns()) / 100) as i64 + FILETIME_UNIX_EPOCH;
+                    ws.finish(now, &mut |rec| cb(rec).is_continue());
+                }
                 return Ok(());
             }
         }

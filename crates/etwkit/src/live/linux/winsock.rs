@@ -16,6 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::super::{EnableSpec, LiveError, ProviderRef};
+use super::bindhold::{BindHold, PortState};
 use super::early::{EarlyPeek, Watched};
 use super::format::{read_field, read_int, read_uint, EventFormat};
 use super::procfd::{self, SockAddr};
@@ -56,7 +57,7 @@ pub enum T {
     Hex32,
     /// win:UInt32 rendered win:IPv4 (network order bytes).
     V4,
-    /// win:Binary[16] rendered win:IPv6.
+    /// win:Binary\[16\] rendered win:IPv6.
     V6,
     /// win:UInt16 rendered win:Port (big-endian).
     Port,
@@ -280,7 +281,7 @@ pub enum V {
 }
 
 /// An AFD event before encoding (plain values; absent fields are `None`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct AfdEvent {
     pub id: u16,
     pub pid: u32,
@@ -315,6 +316,37 @@ impl AfdEvent {
             self.set("Port", V::Port(a.port));
         }
         self
+    }
+    /// Sets the Address and Port fields, or removes both.
+    pub(super) fn set_addr(&mut self, a: Option<SockAddr>) {
+        for (name, v) in [
+            ("Address", a.map(V::Addr)),
+            ("Port", a.map(|a| V::Port(a.port))),
+        ] {
+            if let Some(i) = fields(self.id).iter().position(|(n, _)| *n == name) {
+                self.vals[i] = v;
+            }
+        }
+    }
+    /// The Port field, when set.
+    pub fn port(&self) -> Option<u16> {
+        match self.get("Port") {
+            Some(V::Port(p)) => Some(p),
+            _ => None,
+        }
+    }
+    /// The socket the event is about (Endpoint, or Listen Endpoint).
+    fn endpoint(&self) -> Option<u64> {
+        match self.get("Endpoint").or_else(|| self.get("Listen Endpoint")) {
+            Some(V::U64(s)) => Some(s),
+            _ => None,
+        }
+    }
+    #[cfg(test)]
+    pub(super) fn for_test(id: u16, sock: u64, timestamp: i64) -> AfdEvent {
+        let mut e = AfdEvent::new(id, 1, 1, 0, timestamp);
+        e.set("Endpoint", V::U64(sock));
+        e
     }
     pub fn get(&self, name: &str) -> Option<V> {
         fields(self.id)
@@ -413,6 +445,10 @@ enum Tp {
     Destroy,
     UdpFail,
     DataReady,
+    /// A route lookup (fib:fib_table_lookup, fib6:fib6_table_lookup) made inside a syscall of ours.
+    Fib {
+        v6: bool,
+    },
 }
 
 /// (offset, size, signed) of up to 6 fields.
@@ -452,7 +488,7 @@ const NET: &[(&str, &str, &[&str], bool)] = &[
     ),
     ("tcp", "tcp_receive_reset", &["skaddr"], false),
     ("tcp", "tcp_send_reset", &["skaddr"], false),
-    ("tcp", "tcp_destroy_sock", &["skaddr"], false),
+    ("tcp", "tcp_destroy_sock", &["skaddr", "sport"], false),
     (
         "udp",
         "udp_fail_queue_rcv_skb",
@@ -499,6 +535,12 @@ struct Sock {
     destroyed: bool,
     /// The first descriptor (for address look-ups).
     fd: i32,
+    /// The local address the reader threads took shortly after bind/connect returned, and when
+    /// (ring clock). It is this socket's only if the descriptor was still open then: trusted once
+    /// the trace has passed that time without a close of it ([`Correlator::trusted_local`]).
+    early: Option<(SockAddr, u64)>,
+    /// Ring time of the first close() entered on it.
+    close_enter: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -524,6 +566,10 @@ struct Formats {
     set_state_addrs: Option<AddrOffs>,
     /// inet_sk_error_report's addresses (same field names as set_state's).
     err_addrs: Option<AddrOffs>,
+    /// tcp_destroy_sock's addresses (likewise).
+    destroy_addrs: Option<AddrOffs>,
+    /// Route lookups on the filtered instance: event id → (kind, offsets of proto, sport, src).
+    fib: HashMap<u16, (Tp, Offs)>,
     udp_saddr: Option<(usize, usize)>,
     udp_daddr: Option<(usize, usize)>,
     /// uprobe event id → (which call, offsets of fd, family, port, a4, a6).
@@ -637,6 +683,10 @@ pub struct Correlator {
     early: Option<Arc<EarlyPeek>>,
     /// Raw (ring) timestamp of the record being handled: the key into `early`.
     raw_ts: u64,
+    /// Bind events waiting for the port the kernel chose, and every event after them.
+    hold: BindHold,
+    /// Local addresses of sockets retired while a held bind event waited for them.
+    retired_local: HashMap<u64, SockAddr>,
 }
 
 const SYN_SENT: i64 = 2;
@@ -660,6 +710,8 @@ impl Correlator {
             enable: Vec::new(),
             set_state_addrs: None,
             err_addrs: None,
+            destroy_addrs: None,
+            fib: HashMap::new(),
             udp_saddr: None,
             udp_daddr: None,
             uprobes: HashMap::new(),
@@ -726,7 +778,10 @@ impl Correlator {
                 }
                 "tcp_receive_reset" => Tp::RecvReset,
                 "tcp_send_reset" => Tp::SendReset,
-                "tcp_destroy_sock" => Tp::Destroy,
+                "tcp_destroy_sock" => {
+                    fm.destroy_addrs = AddrOffs::of(&f);
+                    Tp::Destroy
+                }
                 "udp_fail_queue_rcv_skb" => {
                     fm.udp_saddr = f.field("saddr").map(|x| (x.offset, x.size));
                     fm.udp_daddr = f.field("daddr").map(|x| (x.offset, x.size));
@@ -743,7 +798,23 @@ impl Correlator {
             );
             fm.enable.push((1, sys.into(), name.into(), f.id));
         }
+        // Route lookups name the source port a socket bound to port 0 sends from (the kernel chose
+        // it; bind() itself only shows the 0). They run in the sending thread: the filtered instance.
+        for (sys, name, v6) in [
+            ("fib", "fib_table_lookup", false),
+            ("fib6", "fib6_table_lookup", true),
+        ] {
+            if let Ok(f) = EventFormat::load(events_dir, sys, name) {
+                fm.fib.insert(
+                    f.id,
+                    (Tp::Fib { v6 }, offs_of(&f, &["proto", "sport", "src"])?),
+                );
+                fm.enable.push((0, sys.into(), name.into(), f.id));
+            }
+        }
         Ok(Correlator {
+            hold: BindHold::default(),
+            retired_local: HashMap::new(),
             spec,
             fm,
             next_id: 1,
@@ -805,8 +876,19 @@ impl Correlator {
     }
 
     /// The local address the reader threads saw right after the syscall being handled returned.
-    fn early_local(&self, tid: u32) -> Option<SockAddr> {
+    fn early_local(&self, tid: u32) -> Option<(SockAddr, u64)> {
         self.early.as_ref()?.take(tid, self.raw_ts)
+    }
+
+    /// The socket's local address as far as it is certain: learned from the kernel's events, or
+    /// taken from the process early and confirmed (the descriptor was not closed before it was
+    /// taken, and the trace has passed that moment).
+    fn trusted_local(&self, so: &Sock) -> Option<SockAddr> {
+        if let Some(a) = so.local.filter(|a| a.port != 0) {
+            return Some(a);
+        }
+        let (a, taken) = so.early?;
+        (taken < self.raw_ts && so.close_enter.is_none_or(|c| taken < c)).then_some(a)
     }
 
     /// (instance, system, event, id): 0 = the pid-filtered instance, 1 = the unfiltered `.net` one.
@@ -815,7 +897,14 @@ impl Correlator {
     }
 
     pub fn issues(&self) -> Vec<String> {
-        self.issues.clone()
+        let mut v = self.issues.clone();
+        if self.hold.released_without_port > 0 {
+            v.push(format!(
+                "{} bind events lack Address/Port: the port the kernel chose could not be learned before the socket was gone",
+                self.hold.released_without_port
+            ));
+        }
+        v
     }
 
     fn new_sock(
@@ -848,6 +937,8 @@ impl Correlator {
                 closed: false,
                 destroyed: false,
                 fd,
+                early: None,
+                close_enter: None,
             },
         );
         if let Some(old) = self.fds.insert((tgid, fd), id) {
@@ -886,6 +977,12 @@ impl Correlator {
         let lingers = so.stype == libc::SOCK_STREAM as u32 && so.conn == Conn::Connected;
         if lingers && so.sk.is_some() && !so.destroyed {
             return;
+        }
+        if self.hold.waiting().any(|w| w == id) {
+            if let Some(a) = self.trusted_local(so) {
+                let a = to_family(a, so.family == libc::AF_INET6 as u16);
+                self.retired_local.insert(id, a);
+            }
         }
         // The pointer that named this socket stops naming it: the kernel reuses sock memory for
         // other processes' sockets, whose events must never land on a socket we retired. (bind_sk
@@ -974,6 +1071,8 @@ impl Correlator {
                     _ => None,
                 };
                 self.uaddr.insert(tid, (sys, fd, addr));
+            } else if let Some(&(Tp::Fib { v6 }, o)) = self.fm.fib.get(&id) {
+                self.on_fib(v6, &o, data, tid);
             } else if let Some(info) = self.fm.sys_offsets.get(&id) {
                 match info.tp {
                     Tp::Enter(sys) => {
@@ -998,12 +1097,128 @@ impl Correlator {
             let offs = info.offs;
             self.on_net(tp, &offs, data, tid, tgid, cpu, ts, &mut out);
         }
-        for e in &out {
+        self.hand_out(out, ts, false, emit)
+    }
+
+    /// Queues `out` behind any bind event still waiting for its port, then hands out what may go.
+    fn hand_out(
+        &mut self,
+        out: Vec<AfdEvent>,
+        now: i64,
+        force: bool,
+        emit: &mut dyn FnMut(&EventRecord<'_>) -> bool,
+    ) -> bool {
+        for e in out {
+            let waits = match (e.id, e.endpoint()) {
+                (2 | 3, Some(s)) if e.port().is_none_or(|p| p == 0) => Some((s, e.id == 3)),
+                _ => None,
+            };
+            if waits.is_none() && self.hold.is_empty() {
+                // The common case: nothing waits, the event goes straight out.
+                if !self.emit(&e, emit) {
+                    return false;
+                }
+                continue;
+            }
+            self.hold.push(e, waits);
+        }
+        if self.hold.is_empty() {
+            return true;
+        }
+        let mut hold = std::mem::take(&mut self.hold);
+        let state = |s: u64| match self.socks.get(&s) {
+            Some(so) => match self.trusted_local(so) {
+                Some(a) => PortState::Known(to_family(a, so.family == libc::AF_INET6 as u16)),
+                None if so.closed => PortState::Gone,
+                None => PortState::Waiting,
+            },
+            None => match self.retired_local.get(&s) {
+                Some(&a) => PortState::Known(a),
+                None => PortState::Gone,
+            },
+        };
+        let states: Vec<(u64, PortState)> = hold.waiting().map(|s| (s, state(s))).collect();
+        let mut ready = Vec::new();
+        hold.release(
+            now,
+            force,
+            |s| {
+                states
+                    .iter()
+                    .find(|(x, _)| *x == s)
+                    .map(|(_, st)| *st)
+                    .unwrap_or(PortState::Gone)
+            },
+            |e| {
+                ready.push(*e);
+                true
+            },
+        );
+        self.hold = hold;
+        if self.hold.is_empty() {
+            self.retired_local.clear();
+        }
+        for e in &ready {
             if !self.emit(e, emit) {
                 return false;
             }
         }
         true
+    }
+
+    /// The trace ends: every held event goes out (waiting binds without a port).
+    pub fn finish(&mut self, ts: i64, emit: &mut dyn FnMut(&EventRecord<'_>) -> bool) -> bool {
+        self.hand_out(Vec::new(), ts, true, emit)
+    }
+
+    /// A route lookup inside a syscall of ours on a socket whose port is unknown: the source port is
+    /// the one the kernel bound it to.
+    fn on_fib(&mut self, v6: bool, o: &Offs, data: &[u8], tid: u32) {
+        let (proto, sport) = (get(data, o[0]), get(data, o[1]) as u16);
+        if sport == 0 || !(proto == libc::IPPROTO_UDP as i64 || proto == libc::IPPROTO_TCP as i64) {
+            return;
+        }
+        // Only a lookup the thread made itself, in its syscall: a softirq (a loopback packet being
+        // received, say) runs on whatever thread it interrupted.
+        if in_interrupt(data) {
+            return;
+        }
+        let Some(inf) = self.inflight.get(&tid) else {
+            return;
+        };
+        let sending = matches!(
+            inf.sys,
+            Sys::SendTo | Sys::SendMsg | Sys::Connect | Sys::Write | Sys::Writev
+        );
+        let Some(s) = inf.sock.filter(|_| sending) else {
+            return;
+        };
+        if self.socks.get(&s).is_none_or(|so| so.proto != proto as u32) {
+            return;
+        }
+        let src = if v6 {
+            data.get(o[2].0..o[2].0 + 16)
+                .and_then(|b| b.try_into().ok())
+                .map(|b| SockAddr::v6(b, sport))
+        } else {
+            data.get(o[2].0..o[2].0 + 4)
+                .and_then(|b| b.try_into().ok())
+                .map(|b| SockAddr::v4(b, sport))
+        };
+        self.learn_port(s, sport, src);
+    }
+
+    /// The kernel named socket `s`'s local port: keep the bound address (it may be a wildcard) with
+    /// that port, or `seen` when no address was bound.
+    fn learn_port(&mut self, s: u64, port: u16, seen: Option<SockAddr>) {
+        if let Some(so) = self.socks.get_mut(&s) {
+            if so.local.is_none_or(|a| a.port == 0) {
+                so.local = match so.local {
+                    Some(a) => Some(SockAddr { port, ..a }),
+                    None => seen,
+                };
+            }
+        }
     }
 
     /// A thread exited; when it was the last of its process, its sockets are closed by the kernel.
@@ -1030,21 +1245,20 @@ impl Correlator {
         ids.sort();
         ids.dedup();
         self.fds.retain(|(p, _), _| *p != tgid);
+        let mut out = Vec::new();
         for id in ids {
             if let Some(s) = self.socks.get_mut(&id) {
                 if !s.closed {
                     s.closed = true;
                     let mut e = self.ev(13, id, tid, tgid, cpu, ts);
                     e.set("Error", V::U32(0));
-                    let go = self.emit(&e, emit);
+                    out.push(e);
                     self.retire(id);
-                    if !go {
-                        return;
-                    }
                 }
             }
         }
         self.per_process.remove(&tgid);
+        self.hand_out(out, ts, false, emit);
     }
 
     /// The address the C library passed to `sys` on this thread for `fd`, if a probe saw it.
@@ -1094,8 +1308,12 @@ impl Correlator {
             _ => {}
         }
         if let Some(s) = fd_sock {
+            let raw = self.raw_ts;
             if let Some(so) = self.socks.get_mut(&s) {
                 so.last_tid = tid;
+                if sys == Sys::Close {
+                    so.close_enter.get_or_insert(raw);
+                }
             }
             let family = self.socks.get(&s).map(|x| x.family).unwrap_or(0);
             let v6 = family == libc::AF_INET6 as u16;
@@ -1204,14 +1422,27 @@ impl Correlator {
                     return;
                 }
                 // What the program passed; port 0 (or no probe) means the kernel chose: ask what it chose.
-                let mut local = inf.uaddr;
-                if local.is_none_or(|a| a.port == 0) {
-                    local = self.early_local(tid).or(local);
-                }
                 let v6 = self
                     .socks
                     .get(&s)
                     .is_some_and(|x| x.family == libc::AF_INET6 as u16);
+                let local = inf.uaddr;
+                if local.is_none_or(|a| a.port == 0) {
+                    // The reader asked the process about this descriptor a moment later; by then it
+                    // may name another socket (closed and reused). Take the answer only when it is
+                    // of this socket's family and at the address the program bound.
+                    let passed = inf.uaddr;
+                    let fits = |a: &SockAddr| {
+                        a.v6 == v6
+                            && a.port != 0
+                            && passed.is_none_or(|p| p.addr == a.addr || p.addr == [0u8; 16])
+                    };
+                    if let Some(e) = self.early_local(tid).filter(|(a, _)| fits(a)) {
+                        if let Some(so) = self.socks.get_mut(&s) {
+                            so.early = Some(e);
+                        }
+                    }
+                }
                 if let Some(so) = self.socks.get_mut(&s) {
                     so.local = local.or(so.local);
                 }
@@ -1256,13 +1487,16 @@ impl Correlator {
                     out.push(e);
                 }
                 let early = if ret == 0 && so.local.is_none_or(|a| a.port == 0) {
+                    // Only an answer of this socket's family can be this socket's (see Bind).
+                    let v6 = so.family == libc::AF_INET6 as u16;
                     self.early_local(tid)
+                        .filter(|(a, _)| a.v6 == v6 && a.port != 0)
                 } else {
                     None
                 };
                 if let Some(so) = self.socks.get_mut(&s) {
                     // A connect binds implicitly: the local address (UDP has no other source of it).
-                    so.local = early.or(so.local);
+                    so.early = early.or(so.early);
                     so.completed_reported = true;
                     so.conn = if ret == 0 {
                         Conn::Connected
@@ -1679,8 +1913,22 @@ impl Correlator {
                 out.push(self.ev(7, s, tid, tgid, cpu, ts));
             }
             Tp::Destroy => {
-                // The kernel frees this sock: the pointer no longer names any socket of ours.
+                // The kernel frees this sock: the pointer no longer names any socket of ours. A sock
+                // never connected nor listening is freed inside our close(), the last place its
+                // bound port shows.
                 let sk = get(data, o[0]) as u64;
+                let closing = inflight
+                    .filter(|i| i.sys == Sys::Close && !in_interrupt(data))
+                    .and_then(|i| i.sock);
+                // In our close() (process context) the sock destroyed is the one being closed (or a
+                // child never accepted from it, with the same local port).
+                if let Some(s) = closing.or_else(|| self.sock_of_sk(sk)) {
+                    let sport = get(data, o[1]) as u16;
+                    let local = self.fm.destroy_addrs.and_then(|a| a.read(data, sport, 0).0);
+                    if sport != 0 {
+                        self.learn_port(s, sport, local);
+                    }
+                }
                 self.accept_q.remove(&sk);
                 if let Some(s) = self.sks.remove(&sk) {
                     if let Some(so) = self.socks.get_mut(&s) {
@@ -1716,20 +1964,22 @@ impl Correlator {
                 let Some(s) = self.sock_of_sk(sk) else { return };
                 out.push(self.ev(37, s, tid, tgid, cpu, ts));
             }
-            Tp::Enter(_) | Tp::Exit(_) => {}
+            Tp::Enter(_) | Tp::Exit(_) | Tp::Fib { .. } => {}
         }
     }
 
     /// Our UDP socket that receives datagrams for `port` (at `dst`, when the event names it).
     fn udp_receiver(&mut self, port: u16, dst: Option<SockAddr>) -> Option<u64> {
+        // The address taken early counts here even unconfirmed: a datagram drop needs its socket now.
         let find = |socks: &HashMap<u64, Sock>| {
             socks
                 .values()
                 .filter(|s| {
+                    let local = s.local.filter(|a| a.port != 0).or(s.early.map(|e| e.0));
                     !s.closed
                         && s.stype == libc::SOCK_DGRAM as u32
-                        && s.local.map(|a| a.port) == Some(port)
-                        && match (s.local, dst) {
+                        && local.map(|a| a.port) == Some(port)
+                        && match (local, dst) {
                             (Some(b), Some(to)) => accepts(b, to),
                             _ => true,
                         }
@@ -1748,6 +1998,7 @@ impl Correlator {
                 !s.closed
                     && s.stype == libc::SOCK_DGRAM as u32
                     && s.local.is_none_or(|a| a.port == 0)
+                    && s.early.is_none()
             })
             .map(|s| (s.id, s.tgid, s.fd))
             .collect();
@@ -1756,8 +2007,9 @@ impl Correlator {
                 .filter(|p| p.sock_type == libc::SOCK_DGRAM)
                 .and_then(|p| p.addr)
             {
+                let taken = super::ring::mono_now_ns();
                 if let Some(s) = self.socks.get_mut(&id) {
-                    s.local = Some(a);
+                    s.early = Some((a, taken));
                 }
             }
         }
@@ -1816,6 +2068,16 @@ impl Correlator {
         self.events_emitted += 1;
         emit(&rec)
     }
+}
+
+/// Whether a tracepoint record was written in interrupt context (hard or soft IRQ, NMI), where
+/// `common_pid` is merely the thread that was interrupted (`common_flags` bits).
+fn in_interrupt(data: &[u8]) -> bool {
+    const HARDIRQ: u8 = 0x08;
+    const SOFTIRQ: u8 = 0x10;
+    const NMI: u8 = 0x40;
+    data.get(2)
+        .is_some_and(|f| f & (HARDIRQ | SOFTIRQ | NMI) != 0)
 }
 
 fn to_family(a: SockAddr, v6: bool) -> SockAddr {

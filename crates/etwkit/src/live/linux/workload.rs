@@ -35,6 +35,19 @@ pub struct Facts {
     pub udp_sent: u32,
     pub udp_received: u32,
     pub udp_tid: u32,
+    /// Every successful bind, in order, as the kernel reported it (`getsockname`): `addr:port`.
+    #[serde(default)]
+    pub bound: Vec<String>,
+}
+
+/// Successful binds of this run (the binds happen in one thread, but helpers have no `Facts`).
+static BOUND: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn bound(a: SocketAddr) {
+    BOUND
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(a.to_string());
 }
 
 fn tid() -> u32 {
@@ -62,6 +75,7 @@ fn setsockopt_int(fd: i32, level: i32, name: i32, v: i32) -> std::io::Result<()>
 
 fn echo(addr: SocketAddr, bytes: usize) -> std::io::Result<EchoFacts> {
     let listener = TcpListener::bind(addr)?;
+    bound(listener.local_addr()?);
     let server_addr = listener.local_addr()?;
     let server = std::thread::spawn(move || -> std::io::Result<u32> {
         let (mut s, _) = listener.accept()?;
@@ -99,6 +113,7 @@ fn echo(addr: SocketAddr, bytes: usize) -> std::io::Result<EchoFacts> {
 fn listener_except(used: &[u16]) -> std::io::Result<TcpListener> {
     loop {
         let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        bound(l.local_addr()?);
         if !used.contains(&l.local_addr()?.port()) {
             return Ok(l);
         }
@@ -128,6 +143,7 @@ pub fn run() -> std::io::Result<Facts> {
     step("bind to a busy port", busy_bind(&mut f))?;
     step("peer reset", reset(&mut f))?;
     step("UDP burst", udp_burst(&mut f))?;
+    f.bound = std::mem::take(&mut *BOUND.lock().unwrap_or_else(|e| e.into_inner()));
     Ok(f)
 }
 
@@ -170,6 +186,7 @@ fn unlistened_port_except(used: &[u16]) -> std::io::Result<(OwnedFd, u16)> {
             return Err(std::io::Error::last_os_error());
         }
         let port = u16::from_be(sa.sin_port);
+        bound(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
         if !used.contains(&port) {
             return Ok((fd, port));
         }
@@ -228,9 +245,11 @@ fn reset(f: &mut Facts) -> std::io::Result<()> {
 /// 64 datagrams of 1000 bytes into a 2 KiB receive buffer, then whatever fits is read back.
 fn udp_burst(f: &mut Facts) -> std::io::Result<()> {
     let rx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+    bound(rx.local_addr()?);
     setsockopt_int(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 2048)?;
     f.udp_port = rx.local_addr()?.port();
     let tx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+    bound(tx.local_addr()?);
     f.udp_tid = tid();
     let dgram = [0x5au8; 1000];
     for _ in 0..64 {

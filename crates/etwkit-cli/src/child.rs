@@ -1,0 +1,51 @@
+//! The command a live subcommand traces (`trace`, the demo; `heap` and `net` likewise): its stdout
+//! never mixes into etwkit's own stdout, and its exit status becomes etwkit's.
+
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+
+use anyhow::Context;
+
+/// A command from `-- CMD ARGS...`, with its stdout sent to etwkit's stderr, or to `stdout_file`
+/// when the user names one: etwkit's stdout carries only etwkit's output (JSON, CSV, tables).
+pub fn command(argv: &[String], stdout_file: Option<&Path>) -> anyhow::Result<Command> {
+    let (prog, args) = argv.split_first().context("no command given after `--`")?;
+    let mut cmd = Command::new(prog);
+    cmd.args(args);
+    cmd.stdout(stdout_target(stdout_file)?);
+    Ok(cmd)
+}
+
+/// Where a traced command's stdout goes: the named file, or etwkit's stderr.
+pub fn stdout_target(file: Option<&Path>) -> anyhow::Result<Stdio> {
+    Ok(match file {
+        Some(p) => Stdio::from(
+            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
+        ),
+        None => {
+            use std::os::fd::AsFd;
+            Stdio::from(
+                std::io::stderr()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .context("cannot duplicate stderr for the command's output")?,
+            )
+        }
+    })
+}
+
+/// The exit code etwkit ends with for a traced command's status: its code, or 128 + the signal
+/// that killed it (as a shell reports it).
+pub fn exit_code(status: ExitStatus) -> i32 {
+    if let Some(c) = status.code() {
+        return c;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            return 128 + sig;
+        }
+    }
+    1
+}

@@ -1,0 +1,492 @@
+//! What a new user meets in the first hour (issue 9): provider names that select the same events in
+//! every command, filters that say when they kept nothing, machine-readable stdout that nothing else
+//! writes into, exit codes, names in every output format, one-sentence errors.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{etwkit, json_lines, require_root, samples};
+
+fn tmp(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+/// `dump --raw --provider NAME` line count (the logfile header record aside).
+fn dump_count(file: &str, provider: &str) -> u64 {
+    let (ok, out, err) = etwkit(&[
+        "dump",
+        file,
+        "--raw",
+        "--format",
+        "json",
+        "--provider",
+        provider,
+    ]);
+    assert!(ok, "{err}");
+    json_lines(&out)
+        .iter()
+        .filter(|v| {
+            !(v["header_type"].as_str().unwrap().starts_with("SYSTEM")
+                && v["id"] == 0
+                && v["opcode"] == 0
+                && v["task"] == 0
+                && v["provider"] == "68fdd900-4a3e-11d1-84f4-0000f80464e3")
+        })
+        .count() as u64
+}
+
+#[test]
+fn relog_and_dump_resolve_provider_names_alike() {
+    let Some(s) = samples("relog_and_dump_resolve_provider_names_alike") else {
+        return;
+    };
+    for (file, name) in [
+        (
+            "perfview_net.4.5.x86.etl",
+            "Microsoft-Windows-DotNETRuntime",
+        ),
+        ("perfview_net.4.5.x86.etl", "Windows Kernel"),
+        ("krabsetw_powershell.etl", "Microsoft-Windows-PowerShell"),
+    ] {
+        let input = s.join(file);
+        let input = input.to_str().unwrap();
+        let want = dump_count(input, name);
+        assert!(want > 0, "{file}: dump --provider {name:?} shows events");
+        let out = tmp(&format!("names_{}.etl", name.replace(' ', "_")));
+        let (ok, stdout, stderr) = etwkit(&[
+            "relog",
+            input,
+            "-o",
+            out.to_str().unwrap(),
+            "--provider",
+            name,
+        ]);
+        assert!(ok, "{stderr}");
+        let sum: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        let kept = sum["inputs"][0]["kept"].as_u64().unwrap();
+        assert_eq!(
+            kept, want,
+            "{file}: relog and dump keep the same {name:?} events"
+        );
+        assert!(!stderr.contains("no event matched"), "{stderr}");
+    }
+}
+
+#[test]
+fn a_filter_that_keeps_nothing_says_so() {
+    let Some(s) = samples("a_filter_that_keeps_nothing_says_so") else {
+        return;
+    };
+    let input = s.join("krabsetw_powershell.etl");
+    let (ok, out, err) = etwkit(&["dump", input.to_str().unwrap(), "--provider", "NoSuch"]);
+    assert!(ok, "an empty selection is not an error: {err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("no event matched the filter") && err.contains("\"NoSuch\""),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one sentence: {err}");
+    let out_file = tmp("nothing_kept.etl");
+    let (ok, _, err) = etwkit(&[
+        "relog",
+        input.to_str().unwrap(),
+        "-o",
+        out_file.to_str().unwrap(),
+        "--id",
+        "65000",
+    ]);
+    assert!(ok, "{err}");
+    assert!(err.contains("no event matched the filter"), "{err}");
+    // A filter that keeps something stays quiet.
+    let (ok, out, err) = etwkit(&["dump", input.to_str().unwrap(), "--id", "7937"]);
+    assert!(ok && !out.is_empty(), "{err}");
+    assert!(!err.contains("no event matched"), "{err}");
+}
+
+#[test]
+fn every_format_names_kernel_events_and_providers() {
+    let Some(s) = samples("every_format_names_kernel_events_and_providers") else {
+        return;
+    };
+    let input = s.join("perfview_net.4.5.x86.etl");
+    let input = input.to_str().unwrap();
+    let filter = ["--provider", "Windows Kernel", "--order", "file"];
+    let (ok, json, err) = etwkit(&[&["dump", input, "--format", "json"][..], &filter].concat());
+    assert!(ok, "{err}");
+    let (ok, table, err) = etwkit(&[&["dump", input][..], &filter].concat());
+    assert!(ok, "{err}");
+    let (ok, csv, err) = etwkit(&[&["dump", input, "--format", "csv"][..], &filter].concat());
+    assert!(ok, "{err}");
+    let events = json_lines(&json);
+    let rows: Vec<&str> = table.lines().skip(1).collect();
+    let mut csv_lines = csv.lines();
+    let header: Vec<&str> = csv_lines.next().unwrap().split(',').collect();
+    let col = |n: &str| header.iter().position(|h| *h == n).unwrap();
+    let (task_col, op_col) = (col("task_name"), col("opcode_name"));
+    let csv_rows: Vec<&str> = csv_lines.collect();
+    assert_eq!(events.len(), rows.len());
+    assert_eq!(events.len(), csv_rows.len());
+    let mut named = 0;
+    for (i, e) in events.iter().enumerate() {
+        let (Some(t), Some(o)) = (e["task_name"].as_str(), e["opcode_name"].as_str()) else {
+            continue;
+        };
+        if e["event_name"].is_string() {
+            continue;
+        }
+        named += 1;
+        let who = format!("{}/{t}/{o}", e["provider_name"].as_str().unwrap());
+        assert!(
+            rows[i].contains(&who),
+            "table row {i} lacks {who}: {}",
+            rows[i]
+        );
+        // The CSV row's leading fields hold no quoted commas (timestamp, GUID, names).
+        let f: Vec<&str> = csv_rows[i].split(',').collect();
+        assert_eq!((f[task_col], f[op_col]), (t, o), "csv row {i}");
+    }
+    assert!(
+        named > 1000,
+        "kernel events with task/opcode names: {named}"
+    );
+    // stats names providers in text too.
+    let (ok, text, err) = etwkit(&["stats", input]);
+    assert!(ok, "{err}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("e13c0d23-ccbc-4e12-931b-d9cc2eee27e4"))
+        .unwrap();
+    assert!(line.ends_with("Microsoft-Windows-DotNETRuntime"), "{line}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("3d6fa8d1-fe05-11d0-9dda-00c04fd7ba7c"))
+        .unwrap();
+    assert!(line.ends_with("Windows Kernel (Thread)"), "{line}");
+}
+
+#[test]
+fn errors_are_one_sentence_each_fact_once() {
+    let (ok, out, err) = etwkit(&["stats", "/nonexistent/trace.etl"]);
+    assert!(!ok && out.is_empty());
+    assert_eq!(err.matches("os error 2").count(), 1, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let dir = std::env::temp_dir();
+    for cmd in ["info", "stats", "dump"] {
+        let (ok, _, err) = etwkit(&[cmd, dir.to_str().unwrap()]);
+        assert!(!ok);
+        assert!(
+            err.contains("is a directory, not an ETL file"),
+            "{cmd}: {err}"
+        );
+        assert!(!err.contains("os error"), "{cmd}: {err}");
+    }
+    let (ok, _, err) = etwkit(&[
+        "relog",
+        dir.to_str().unwrap(),
+        "-o",
+        tmp("never.etl").to_str().unwrap(),
+    ]);
+    assert!(!ok && err.contains("is a directory"), "{err}");
+}
+
+#[test]
+fn read_issues_are_worded_not_debug_printed() {
+    let Some(s) = samples("read_issues_are_worded_not_debug_printed") else {
+        return;
+    };
+    // A file cut in the middle of a buffer: the damage is reported, the rest still read.
+    let data = std::fs::read(s.join("krabsetw_powershell.etl")).unwrap();
+    let cut = tmp("cut_powershell.etl");
+    std::fs::write(&cut, &data[..data.len() - 1000]).unwrap();
+    let (ok, out, err) = etwkit(&["dump", cut.to_str().unwrap(), "--format", "json"]);
+    assert!(ok, "{err}");
+    assert!(!out.is_empty());
+    assert!(err.contains("etwkit: warning: file offset"), "{err}");
+    for debug in ["Some(", "None", "{ "] {
+        assert!(!err.contains(debug), "Debug text {debug:?} in: {err}");
+    }
+}
+
+#[test]
+fn dump_help_speaks_of_one_file() {
+    let (ok, out, _) = etwkit(&["dump", "--help"]);
+    assert!(ok);
+    assert!(!out.contains("inputs"), "{out}");
+}
+
+/// Runs `etwkit ARGS` with a deadline: (exit code, stdout, stderr, how long it ran).
+fn etwkit_within(args: &[&str], limit: Duration) -> (i32, String, String, Duration) {
+    let t0 = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = std::thread::spawn({
+        let mut o = child.stdout.take().unwrap();
+        move || {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut o, &mut s).ok();
+            s
+        }
+    });
+    let err = std::thread::spawn({
+        let mut e = child.stderr.take().unwrap();
+        move || {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut e, &mut s).ok();
+            s
+        }
+    });
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > limit {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("etwkit {args:?} still ran after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    (status.code().unwrap_or(-1), out, err, t0.elapsed())
+}
+
+#[test]
+fn trace_stdout_is_json_only_and_the_exit_code_is_the_commands() {
+    if !require_root("trace_stdout_is_json_only_and_the_exit_code_is_the_commands") {
+        return;
+    }
+    let (code, out, err, _) = etwkit_within(
+        &[
+            "trace",
+            "--provider",
+            "winsock",
+            "--format",
+            "json",
+            "--name",
+            &format!("stdout{}", std::process::id()),
+            "--",
+            "sh",
+            "-c",
+            "echo hello from the command; echo second line; exit 3",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, 3, "etwkit exits with the command's status: {err}");
+    let lines = json_lines(&out);
+    assert!(
+        lines.last().unwrap().get("etwkit_summary").is_some(),
+        "{out}"
+    );
+    assert!(err.contains("hello from the command\nsecond line"), "{err}");
+    // The command's output may also go to a file.
+    let file = tmp("command_stdout.txt");
+    let (code, out, err, _) = etwkit_within(
+        &[
+            "trace",
+            "--provider",
+            "winsock",
+            "--format",
+            "csv",
+            "--name",
+            &format!("stdoutf{}", std::process::id()),
+            "--command-stdout",
+            file.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "echo into the file",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("timestamp,"), "{out}");
+    assert!(!out.contains("into the file") && !err.contains("into the file"));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "into the file\n");
+}
+
+#[test]
+fn trace_of_a_pid_ends_when_it_and_its_children_have_exited() {
+    if !require_root("trace_of_a_pid_ends_when_it_and_its_children_have_exited") {
+        return;
+    }
+    let marker = tmp(&format!("grandchild_done_{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    // The process exits at 0.5 s; a child it forks then (while traced) lives until about 2 s.
+    let script = format!(
+        "sleep 0.5; (sleep 1.5; touch {}) & exit 0",
+        marker.display()
+    );
+    let mut target = Command::new("sh").args(["-c", &script]).spawn().unwrap();
+    let pid = target.id().to_string();
+    let reaper = std::thread::spawn(move || target.wait());
+    let (code, out, err, took) = etwkit_within(
+        &[
+            "trace",
+            "--provider",
+            "sched",
+            "--pid",
+            &pid,
+            "--format",
+            "json",
+            "--name",
+            &format!("pidend{}", std::process::id()),
+        ],
+        Duration::from_secs(30),
+    );
+    reaper.join().unwrap().unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        marker.exists(),
+        "the trace ended ({took:?}) before the child the process forked had exited"
+    );
+    let events = json_lines(&out);
+    assert!(
+        events.iter().any(|e| e["pid"].as_u64() == pid.parse().ok()),
+        "the traced process's own events are there"
+    );
+}
+
+#[test]
+fn trace_to_logfile_reports_what_it_wrote_outside_issues() {
+    if !require_root("trace_to_logfile_reports_what_it_wrote_outside_issues") {
+        return;
+    }
+    let file = tmp("logfile_summary.etl");
+    let (code, out, err, _) = etwkit_within(
+        &[
+            "trace",
+            "--provider",
+            "winsock",
+            "-o",
+            file.to_str().unwrap(),
+            "--format",
+            "json",
+            "--name",
+            &format!("wsum{}", std::process::id()),
+            "--",
+            "true",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, 0, "{err}");
+    let lines = json_lines(&out);
+    let sum = &lines.last().unwrap()["etwkit_summary"];
+    let records = sum["logfile"]["records"].as_u64().unwrap();
+    for i in sum["issues"].as_array().unwrap() {
+        assert!(!i.as_str().unwrap().contains("logfile"), "{i}");
+    }
+    assert!(
+        err.contains(&format!("wrote {} ({records} events", file.display())),
+        "{err}"
+    );
+    assert!(
+        !err.contains("WriteSummary") && !err.contains("note: logfile"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sessions_mark_instances_of_dead_tracers_as_orphans() {
+    if !require_root("sessions_mark_instances_of_dead_tracers_as_orphans") {
+        return;
+    }
+    // A tracer that died without cleaning up: an instance named after a pid that no longer runs.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let root = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.join("instances").is_dir())
+        .expect("tracefs mounted (the live tests mount it)");
+    let name = format!("etwkit-{dead}-orphantest");
+    let dir = root.join("instances").join(&name);
+    // Another test's session start removes orphans: list again if ours went meanwhile.
+    for _ in 0..20 {
+        let _ = std::fs::create_dir(&dir);
+        let (ok, out, err) = etwkit(&["sessions", "--format", "json"]);
+        let (ok_text, text, _) = etwkit(&["sessions"]);
+        assert!(ok && ok_text, "{err}");
+        let (Some(me), Some(row)) = (
+            json_lines(&out)
+                .into_iter()
+                .find(|s| s["instance"] == name.as_str()),
+            text.lines().find(|l| l.contains(&name)),
+        ) else {
+            continue;
+        };
+        std::fs::remove_dir(&dir).ok();
+        assert_eq!(me["orphan"], true, "{me}");
+        assert!(row.contains("orphan"), "{row}");
+        return;
+    }
+    std::fs::remove_dir(&dir).ok();
+    panic!("the fake orphan {name} was never listed");
+}
+
+/// The `bound` list the demo workload reports on stderr (`etwkit demo workload: {json}`).
+fn workload_binds(stderr: &str) -> Vec<String> {
+    let facts = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("etwkit demo workload: "))
+        .unwrap_or_else(|| panic!("no workload facts in: {stderr}"));
+    let v: serde_json::Value = serde_json::from_str(facts).unwrap();
+    v["bound"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().replace(['[', ']'], ""))
+        .collect()
+}
+
+#[test]
+fn every_bind_event_carries_the_port_the_kernel_chose() {
+    if !require_root("every_bind_event_carries_the_port_the_kernel_chose") {
+        return;
+    }
+    // Most of the workload's binds ask for port 0 and close their socket within microseconds: the
+    // port must come from the kernel's own events, never a 0 nor another socket's port.
+    let exe = env!("CARGO_BIN_EXE_etwkit");
+    for run in 0..10 {
+        let (code, out, err, _) = etwkit_within(
+            &[
+                "trace",
+                "--provider",
+                "winsock",
+                "--format",
+                "json",
+                "--name",
+                &format!("binds{}r{run}", std::process::id()),
+                "--",
+                exe,
+                "__demo-workload",
+            ],
+            Duration::from_secs(60),
+        );
+        assert_eq!(code, 0, "{err}");
+        let want = workload_binds(&err);
+        let got: Vec<String> = json_lines(&out)
+            .iter()
+            .filter(|e| {
+                e["provider_name"] == "Microsoft-Windows-Winsock-AFD"
+                    && (e["id"] == 2 || e["id"] == 3)
+            })
+            .map(|e| {
+                let p = &e["properties"];
+                format!("{}:{}", p["Address"].as_str().unwrap_or("?"), p["Port"])
+            })
+            .collect();
+        assert_eq!(
+            got, want,
+            "run {run}: bind events vs the workload's getsockname"
+        );
+        assert!(!err.contains("bind events lack"), "run {run}: {err}");
+    }
+}

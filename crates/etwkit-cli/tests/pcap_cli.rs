@@ -1,0 +1,203 @@
+//! `etwkit pcap`: PktMon captures as pcapng, checked against pktmon's own etl2pcap output and read
+//! back by tshark.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{etwkit, json_lines, samples};
+
+/// (interface, timestamp in the interface's units, captured bytes) of every packet block, and each
+/// interface's link type.
+struct Capture {
+    link_types: Vec<u16>,
+    packets: Vec<(u32, u64, Vec<u8>)>,
+}
+
+/// A minimal pcapng reader (little-endian sections), independent of the writer under test.
+fn read_pcapng(path: &Path) -> Capture {
+    let b = std::fs::read(path).unwrap();
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    let mut c = Capture {
+        link_types: Vec::new(),
+        packets: Vec::new(),
+    };
+    let mut off = 0;
+    while off < b.len() {
+        let (kind, len) = (u32_at(off), u32_at(off + 4) as usize);
+        assert!(len >= 12 && len % 4 == 0, "block at {off}: length {len}");
+        assert_eq!(
+            u32_at(off + len - 4) as usize,
+            len,
+            "trailing length at {off}"
+        );
+        let body = off + 8;
+        match kind {
+            0x0A0D0D0A => assert_eq!(u32_at(body), 0x1A2B3C4D, "byte-order magic"),
+            1 => c
+                .link_types
+                .push(u16::from_le_bytes([b[body], b[body + 1]])),
+            6 => {
+                let iface = u32_at(body);
+                let ts = ((u32_at(body + 4) as u64) << 32) | u32_at(body + 8) as u64;
+                let cap = u32_at(body + 12) as usize;
+                c.packets
+                    .push((iface, ts, b[body + 20..body + 20 + cap].to_vec()));
+            }
+            _ => {}
+        }
+        off += len;
+    }
+    c
+}
+
+fn tmp(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+#[test]
+fn demikernel_capture_equals_pktmons_own_pcapng() {
+    let Some(s) = samples("demikernel_capture_equals_pktmons_own_pcapng") else {
+        return;
+    };
+    let out = tmp("demikernel.pcapng");
+    let (ok, stdout, err) = etwkit(&[
+        "pcap",
+        s.join("demikernel_PktMon.etl").to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(stdout.is_empty());
+    assert!(err.contains("wrote 114 packets"), "{err}");
+    let ours = read_pcapng(&out);
+    let theirs = read_pcapng(&s.join("reference/demikernel_PktMon.cap"));
+    assert_eq!(
+        theirs.link_types,
+        [1],
+        "pktmon's file: one Ethernet interface"
+    );
+    assert_eq!(ours.packets.len(), theirs.packets.len());
+    for (i, (a, b)) in ours.packets.iter().zip(&theirs.packets).enumerate() {
+        assert_eq!(ours.link_types[a.0 as usize], 1, "packet {i}: Ethernet");
+        assert_eq!(a.2, b.2, "packet {i}: bytes");
+        // Ours: 100 ns units (if_tsresol 7); pktmon's: microseconds, truncated.
+        assert_eq!(a.1 / 10, b.1, "packet {i}: timestamp");
+    }
+}
+
+#[test]
+fn every_pktmon_sample_exports_all_its_packet_events() {
+    let Some(s) = samples("every_pktmon_sample_exports_all_its_packet_events") else {
+        return;
+    };
+    let mut with_packets = 0;
+    for e in std::fs::read_dir(&s).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_str().unwrap().to_string();
+        if !name.ends_with("PktMon.etl") {
+            continue;
+        }
+        let (ok, json, err) = etwkit(&[
+            "dump",
+            p.to_str().unwrap(),
+            "--format",
+            "json",
+            "--provider",
+            "Microsoft-Windows-PktMon",
+            "--id",
+            "160",
+            "--id",
+            "170",
+        ]);
+        assert!(ok, "{err}");
+        let events = json_lines(&json);
+        let out = tmp(&format!("{name}.pcapng"));
+        let (ok, _, err) = etwkit(&["pcap", p.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+        assert!(ok, "{name}: {err}");
+        let cap = read_pcapng(&out);
+        assert_eq!(cap.packets.len(), events.len(), "{name}: {err}");
+        if events.is_empty() {
+            assert!(
+                err.contains("holds no PktMon packet events"),
+                "{name}: {err}"
+            );
+            continue;
+        }
+        with_packets += 1;
+        for (e, (iface, ts, data)) in events.iter().zip(&cap.packets) {
+            let props = &e["properties"];
+            let payload = props["Payload"].as_str().unwrap().trim_start_matches("0x");
+            assert_eq!(hex(data), payload, "{name}: packet bytes");
+            let lt = cap.link_types[*iface as usize];
+            let want = match props["PacketType"].as_str().unwrap() {
+                "Ethernet" => 1,
+                "WiFi" => 105,
+                "IP" => 101,
+                t => panic!("{name}: packet type {t}"),
+            };
+            assert_eq!(lt, want, "{name}");
+            let _ = ts;
+        }
+    }
+    assert!(
+        with_packets >= 5,
+        "PktMon samples with packets: {with_packets}"
+    );
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[test]
+fn tshark_reads_the_capture_without_complaint() {
+    let Some(s) = samples("tshark_reads_the_capture_without_complaint") else {
+        return;
+    };
+    if Command::new("tshark").arg("--version").output().is_err() {
+        if std::env::var("ETWKIT_REQUIRE_TOOLS").is_ok_and(|v| v == "1") {
+            panic!("tshark is not installed but ETWKIT_REQUIRE_TOOLS=1 (apt-get install tshark)");
+        }
+        eprintln!("\n*** SKIPPED tshark_reads_the_capture_without_complaint: no tshark ***\n");
+        return;
+    }
+    for (sample, packets) in [
+        ("demikernel_PktMon.etl", 114),
+        ("stmcast_PktMon.etl", 30132),
+    ] {
+        let out = tmp(&format!("tshark_{sample}.pcapng"));
+        let (ok, _, err) = etwkit(&[
+            "pcap",
+            s.join(sample).to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert!(ok, "{err}");
+        let o = Command::new("tshark")
+            .args([
+                "-r",
+                out.to_str().unwrap(),
+                "-T",
+                "fields",
+                "-e",
+                "frame.len",
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{sample}: {stderr}");
+        // tshark's only remark when run as root is about running as root.
+        let complaints: Vec<&str> = stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.contains("Running as user \"root\""))
+            .collect();
+        assert!(complaints.is_empty(), "{sample}: {complaints:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).lines().count(),
+            packets,
+            "{sample}"
+        );
+    }
+}

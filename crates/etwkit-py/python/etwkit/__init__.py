@@ -1,0 +1,57 @@
+"""etwkit: Event Tracing for Windows on every OS.
+
+* ``etwkit.etw`` is PythonForWindows' ``windows.system.etw`` (an :class:`EtwManager`): ``sessions``,
+  ``providers`` and ``open_trace(name=None, logfile=None, guid=None)`` giving an :class:`EtwTrace`
+  with ``enable``, ``enable_ex``, ``start``, ``stop``, ``flush``, ``exists`` and ``process``. Live
+  tracing runs on Linux (tracefs, as root) now; on Windows when etwkit's ETW backend lands.
+* ``etwkit.read(path, ...)`` iterates the decoded events of an ETL file on any OS, and turns them into a
+  pyarrow Table (``.to_arrow()``) or a pandas DataFrame (``.to_pandas()``).
+* ``etwkit.heap_trace(pids, logfile=...)`` traces the heap of running processes (Linux, root), and
+  ``etwkit.heap_report(path)`` is the leak report of a trace with heap-provider events.
+"""
+
+from ._etwkit import (  # noqa: F401
+    EtwError,
+    EtwManager,
+    EtwTrace,
+    EventRecord,
+    EventTraceProperties,
+    NotEtlError,
+    Reader,
+    TraceProvider,
+    UnknownProviderError,
+    __version__,
+    heap_report,
+    read,
+)
+
+#: The ETW manager, as ``windows.system.etw`` in PythonForWindows.
+etw = EtwManager()
+
+# ETW trace levels.
+TRACE_LEVEL_CRITICAL = 1
+TRACE_LEVEL_ERROR = 2
+TRACE_LEVEL_WARNING = 3
+TRACE_LEVEL_INFORMATION = 4
+TRACE_LEVEL_VERBOSE = 5
+
+__all__ = [
+    "EtwError",
+    "EtwManager",
+    "EtwTrace",
+    "EventRecord",
+    "EventTraceProperties",
+    "NotEtlError",
+    "Reader",
+    "TraceProvider",
+    "UnknownProviderError",
+    "etw",
+    "heap_report",
+    "heap_trace",
+    "read",
+]
+
+
+def heap_trace(pids, logfile=None, stack_event_ids=(33, 34), name=None):
+    """A started heap trace of running processes: ``etw.heap_trace(...)`` (see EtwManager.heap_trace)."""
+    return etw.heap_trace(list(pids), logfile, list(stack_event_ids), name)

@@ -1,0 +1,434 @@
+//! pcapng (the capture format Wireshark, tshark and tcpdump read) from packet-capture events.
+//!
+//! [`PcapngWriter`] writes the blocks: a Section Header, one Interface Description per interface
+//! (link type, name, description, 100 ns timestamps), and Enhanced Packet Blocks (timestamp, captured
+//! and original length, direction flags, a comment). [`PktMonPackets`] turns decoded
+//! Microsoft-Windows-PktMon packet events (160 packet, 170 dropped packet) into packets: one
+//! interface per (capture component, link type), the component named from PktMon's component events
+//! (20), drop reason and location, component, edge and filter as the packet's comment.
+//!
+//! Block layouts follow the pcapng specification (draft-ietf-opsawg-pcapng): every block is
+//! `type u32, total length u32, body, total length u32`, bodies padded to 4 bytes, options as
+//! `code u16, length u16, value` padded to 4 bytes and closed by `opt_endofopt`.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use crate::decode::{DecodedEvent, Properties, Value};
+use crate::event::EventRecord;
+use crate::guid::Guid;
+use crate::time::FILETIME_UNIX_EPOCH;
+
+const SHB: u32 = 0x0A0D_0D0A;
+const IDB: u32 = 0x0000_0001;
+const EPB: u32 = 0x0000_0006;
+const BYTE_ORDER_MAGIC: u32 = 0x1A2B_3C4D;
+
+const OPT_END: u16 = 0;
+const OPT_COMMENT: u16 = 1;
+const SHB_HARDWARE: u16 = 2;
+const SHB_OS: u16 = 3;
+const SHB_USERAPPL: u16 = 4;
+const IF_NAME: u16 = 2;
+const IF_DESCRIPTION: u16 = 3;
+const IF_TSRESOL: u16 = 9;
+const EPB_FLAGS: u16 = 2;
+
+/// Link types (LINKTYPE_* of the tcpdump.org registry).
+pub mod linktype {
+    pub const ETHERNET: u16 = 1;
+    /// An IPv4 or IPv6 packet with no link-layer header.
+    pub const RAW: u16 = 101;
+    pub const IEEE802_11: u16 = 105;
+}
+
+/// Packet direction, as `epb_flags` says it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    Unknown,
+    Inbound,
+    Outbound,
+}
+
+/// What the section header says about where the capture was made.
+#[derive(Clone, Debug, Default)]
+pub struct SectionInfo {
+    pub os: Option<String>,
+    pub hardware: Option<String>,
+    pub application: Option<String>,
+}
+
+/// One packet to write.
+#[derive(Clone, Debug)]
+pub struct Packet<'a> {
+    pub interface: u32,
+    /// UTC FILETIME (100 ns since 1601).
+    pub timestamp: i64,
+    pub data: &'a [u8],
+    /// The packet's length on the wire (≥ `data.len()` when the capture was truncated).
+    pub original_len: u32,
+    pub direction: Direction,
+    pub comment: Option<String>,
+}
+
+/// Writes a pcapng stream: one section, interfaces as they are added, packets.
+pub struct PcapngWriter<W: Write> {
+    out: W,
+    interfaces: u32,
+    packets: u64,
+    block: Vec<u8>,
+}
+
+fn opt(buf: &mut Vec<u8>, code: u16, value: &[u8]) {
+    buf.extend_from_slice(&code.to_le_bytes());
+    buf.extend_from_slice(&(value.len() as u16).to_le_bytes());
+    buf.extend_from_slice(value);
+    pad4(buf);
+}
+
+fn pad4(buf: &mut Vec<u8>) {
+    while buf.len() % 4 != 0 {
+        buf.push(0);
+    }
+}
+
+/// A string option value, cut to what an option can hold.
+fn text(s: &str) -> &[u8] {
+    let b = s.as_bytes();
+    &b[..b.len().min(u16::MAX as usize - 3)]
+}
+
+impl<W: Write> PcapngWriter<W> {
+    /// Starts the stream with its section header.
+    pub fn new(out: W, info: &SectionInfo) -> io::Result<Self> {
+        let mut w = PcapngWriter {
+            out,
+            interfaces: 0,
+            packets: 0,
+            block: Vec::with_capacity(4096),
+        };
+        let mut body = Vec::new();
+        body.extend_from_slice(&BYTE_ORDER_MAGIC.to_le_bytes());
+        body.extend_from_slice(&1u16.to_le_bytes());
+        body.extend_from_slice(&0u16.to_le_bytes());
+        // Section length unknown (-1): the stream is written in one pass.
+        body.extend_from_slice(&(-1i64).to_le_bytes());
+        for (code, v) in [
+            (SHB_HARDWARE, &info.hardware),
+            (SHB_OS, &info.os),
+            (SHB_USERAPPL, &info.application),
+        ] {
+            if let Some(v) = v {
+                opt(&mut body, code, text(v));
+            }
+        }
+        opt(&mut body, OPT_END, &[]);
+        w.write_block(SHB, &body)?;
+        Ok(w)
+    }
+
+    fn write_block(&mut self, kind: u32, body: &[u8]) -> io::Result<()> {
+        let total = (12 + body.len()) as u32;
+        self.block.clear();
+        self.block.extend_from_slice(&kind.to_le_bytes());
+        self.block.extend_from_slice(&total.to_le_bytes());
+        self.block.extend_from_slice(body);
+        self.block.extend_from_slice(&total.to_le_bytes());
+        self.out.write_all(&self.block)
+    }
+
+    /// Adds an interface; its packets carry 100 ns timestamps. Returns its index.
+    pub fn interface(
+        &mut self,
+        link_type: u16,
+        name: &str,
+        description: Option<&str>,
+    ) -> io::Result<u32> {
+        let mut body = Vec::new();
+        body.extend_from_slice(&link_type.to_le_bytes());
+        body.extend_from_slice(&0u16.to_le_bytes());
+        // SnapLen 0: no limit.
+        body.extend_from_slice(&0u32.to_le_bytes());
+        opt(&mut body, IF_NAME, text(name));
+        if let Some(d) = description {
+            opt(&mut body, IF_DESCRIPTION, text(d));
+        }
+        // 10^-7 s: the FILETIME resolution ETW timestamps have.
+        opt(&mut body, IF_TSRESOL, &[7]);
+        opt(&mut body, OPT_END, &[]);
+        self.write_block(IDB, &body)?;
+        self.interfaces += 1;
+        Ok(self.interfaces - 1)
+    }
+
+    pub fn packet(&mut self, p: &Packet<'_>) -> io::Result<()> {
+        if p.interface >= self.interfaces {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "packet for interface {} of {}",
+                    p.interface, self.interfaces
+                ),
+            ));
+        }
+        // Units of 100 ns since the Unix epoch (if_tsresol 7).
+        let ts = (p.timestamp - FILETIME_UNIX_EPOCH).max(0) as u64;
+        let mut body = Vec::with_capacity(32 + p.data.len());
+        body.extend_from_slice(&p.interface.to_le_bytes());
+        body.extend_from_slice(&((ts >> 32) as u32).to_le_bytes());
+        body.extend_from_slice(&(ts as u32).to_le_bytes());
+        body.extend_from_slice(&(p.data.len() as u32).to_le_bytes());
+        body.extend_from_slice(&p.original_len.max(p.data.len() as u32).to_le_bytes());
+        body.extend_from_slice(p.data);
+        pad4(&mut body);
+        let flags: u32 = match p.direction {
+            Direction::Unknown => 0,
+            Direction::Inbound => 1,
+            Direction::Outbound => 2,
+        };
+        if flags != 0 {
+            opt(&mut body, EPB_FLAGS, &flags.to_le_bytes());
+        }
+        if let Some(c) = &p.comment {
+            opt(&mut body, OPT_COMMENT, text(c));
+        }
+        if flags != 0 || p.comment.is_some() {
+            opt(&mut body, OPT_END, &[]);
+        }
+        self.write_block(EPB, &body)?;
+        self.packets += 1;
+        Ok(())
+    }
+
+    pub fn packets(&self) -> u64 {
+        self.packets
+    }
+
+    /// Flushes and returns the output.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+/// Microsoft-Windows-PktMon.
+pub const PKTMON_PROVIDER: Guid = Guid::from_str_const("4d4f80d9-c8bd-4d73-bb5b-19c90402c5ac");
+/// PktMon's packet event and its dropped-packet event (same layout).
+pub const PKTMON_PACKET: u16 = 160;
+pub const PKTMON_DROP: u16 = 170;
+/// PktMon's component description event (Id, Type, Name, Description).
+pub const PKTMON_COMPONENT: u16 = 20;
+
+/// What a PktMon export saw, beyond the packets written.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct PktMonSummary {
+    pub packets: u64,
+    pub dropped_packets: u64,
+    pub interfaces: u32,
+    /// Packet events whose packet type has no link type here (not written), by type name.
+    pub unsupported_types: HashMap<String, u64>,
+    /// Packet events that could not be decoded (no Payload).
+    pub undecodable: u64,
+}
+
+/// Turns decoded PktMon events, in time order, into pcapng packets.
+#[derive(Default)]
+pub struct PktMonPackets {
+    /// Component id → (name, description), from component events.
+    components: HashMap<u64, (String, String)>,
+    /// (component id, link type) → interface index.
+    interfaces: HashMap<(u64, u16), u32>,
+    pub summary: PktMonSummary,
+}
+
+fn prop<'p>(p: &'p Properties, name: &str) -> Option<&'p Value> {
+    p.get(name)
+}
+
+fn num(p: &Properties, name: &str) -> Option<u64> {
+    prop(p, name).and_then(Value::as_u64)
+}
+
+/// A mapped value's name, or the number.
+fn named(p: &Properties, name: &str) -> Option<String> {
+    prop(p, name).map(|v| match v.as_str() {
+        Some(s) => s.to_string(),
+        None => v.as_u64().map(|n| n.to_string()).unwrap_or_default(),
+    })
+}
+
+/// The pcapng link type of a PktMon packet type (by its map name, else its number).
+fn pktmon_link_type(p: &Properties) -> Option<u16> {
+    let v = prop(p, "PacketType")?;
+    let by_name = v.as_str().map(|s| s.to_ascii_lowercase());
+    match (by_name.as_deref(), v.as_u64()) {
+        (Some("ethernet"), _) | (None, Some(1)) => Some(linktype::ETHERNET),
+        (Some("wifi"), _) | (None, Some(2)) => Some(linktype::IEEE802_11),
+        (Some("ip"), _) | (None, Some(3)) => Some(linktype::RAW),
+        _ => None,
+    }
+}
+
+impl PktMonPackets {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Looks at one decoded event; writes a packet when it is one.
+    pub fn event<W: Write>(
+        &mut self,
+        rec: &EventRecord<'_>,
+        d: &DecodedEvent,
+        w: &mut PcapngWriter<W>,
+    ) -> io::Result<()> {
+        if rec.provider != PKTMON_PROVIDER || !rec.header_type.is_event_header() {
+            return Ok(());
+        }
+        let p = &d.properties;
+        match rec.descriptor.id {
+            PKTMON_COMPONENT => {
+                if let Some(id) = num(p, "Id") {
+                    let name = named(p, "Name").unwrap_or_default();
+                    let desc = named(p, "Description").unwrap_or_default();
+                    self.components.entry(id).or_insert((name, desc));
+                }
+                Ok(())
+            }
+            PKTMON_PACKET | PKTMON_DROP => self.packet(rec, p, w),
+            _ => Ok(()),
+        }
+    }
+
+    fn packet<W: Write>(
+        &mut self,
+        rec: &EventRecord<'_>,
+        p: &Properties,
+        w: &mut PcapngWriter<W>,
+    ) -> io::Result<()> {
+        let Some(Value::Binary(data)) = prop(p, "Payload") else {
+            self.summary.undecodable += 1;
+            return Ok(());
+        };
+        let Some(lt) = pktmon_link_type(p) else {
+            let t = named(p, "PacketType").unwrap_or_else(|| "?".into());
+            *self.summary.unsupported_types.entry(t).or_default() += 1;
+            return Ok(());
+        };
+        let component = num(p, "ComponentId").unwrap_or(0);
+        let iface = match self.interfaces.get(&(component, lt)) {
+            Some(&i) => i,
+            None => {
+                let (name, desc) = match self.components.get(&component) {
+                    Some((n, d)) => (format!("{n} (PktMon component {component})"), d.clone()),
+                    None => (format!("PktMon component {component}"), String::new()),
+                };
+                let i = w.interface(lt, &name, (!desc.is_empty()).then_some(desc.as_str()))?;
+                self.interfaces.insert((component, lt), i);
+                self.summary.interfaces += 1;
+                i
+            }
+        };
+        let direction = match named(p, "DirTag").as_deref() {
+            Some("Rx") => Direction::Inbound,
+            Some("Tx") => Direction::Outbound,
+            _ => Direction::Unknown,
+        };
+        let dropped = rec.descriptor.id == PKTMON_DROP;
+        let mut comment = format!(
+            "PktMon component {component} edge {} filter {}",
+            num(p, "EdgeId").unwrap_or(0),
+            num(p, "FilterId").unwrap_or(0)
+        );
+        if dropped {
+            comment.push_str(&format!(
+                "; dropped: {} at location 0x{:x}",
+                named(p, "DropReason").unwrap_or_default(),
+                num(p, "DropLocation").unwrap_or(0)
+            ));
+            self.summary.dropped_packets += 1;
+        }
+        w.packet(&Packet {
+            interface: iface,
+            timestamp: rec.timestamp,
+            data,
+            original_len: num(p, "OriginalPayloadSize").unwrap_or(data.len() as u64) as u32,
+            direction,
+            comment: Some(comment),
+        })?;
+        self.summary.packets += 1;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Walks the blocks: (type, body) each, checking both length fields and the 4-byte padding.
+    fn blocks(b: &[u8]) -> Vec<(u32, Vec<u8>)> {
+        let mut v = Vec::new();
+        let mut off = 0;
+        while off < b.len() {
+            let kind = u32::from_le_bytes(b[off..off + 4].try_into().unwrap());
+            let len = u32::from_le_bytes(b[off + 4..off + 8].try_into().unwrap()) as usize;
+            assert_eq!(len % 4, 0);
+            let tail = u32::from_le_bytes(b[off + len - 4..off + len].try_into().unwrap());
+            assert_eq!(tail as usize, len);
+            v.push((kind, b[off + 8..off + len - 4].to_vec()));
+            off += len;
+        }
+        v
+    }
+
+    #[test]
+    fn blocks_are_well_formed() {
+        let mut w = PcapngWriter::new(
+            Vec::new(),
+            &SectionInfo {
+                os: Some("Windows build 20348".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let i = w
+            .interface(linktype::ETHERNET, "eth", Some("test"))
+            .unwrap();
+        let unix_1s = FILETIME_UNIX_EPOCH + 10_000_000 + 3;
+        w.packet(&Packet {
+            interface: i,
+            timestamp: unix_1s,
+            data: &[1, 2, 3, 4, 5],
+            original_len: 60,
+            direction: Direction::Outbound,
+            comment: Some("hi".into()),
+        })
+        .unwrap();
+        assert!(w
+            .packet(&Packet {
+                interface: 7,
+                timestamp: 0,
+                data: &[],
+                original_len: 0,
+                direction: Direction::Unknown,
+                comment: None,
+            })
+            .is_err());
+        let b = w.finish().unwrap();
+        let bl = blocks(&b);
+        assert_eq!(
+            bl.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+            [SHB, IDB, EPB]
+        );
+        let epb = &bl[2].1;
+        let ts = (u32::from_le_bytes(epb[4..8].try_into().unwrap()) as u64) << 32
+            | u32::from_le_bytes(epb[8..12].try_into().unwrap()) as u64;
+        assert_eq!(ts, 10_000_003, "100 ns units since 1970");
+        assert_eq!(u32::from_le_bytes(epb[12..16].try_into().unwrap()), 5);
+        assert_eq!(u32::from_le_bytes(epb[16..20].try_into().unwrap()), 60);
+        assert_eq!(&epb[20..25], &[1, 2, 3, 4, 5]);
+        // epb_flags: outbound.
+        assert_eq!(&epb[28..32], &[2, 0, 4, 0]);
+        assert_eq!(&epb[32..36], &[2, 0, 0, 0]);
+        assert!(bl[1].1.windows(4).any(|w| w == [9, 0, 1, 0]), "if_tsresol");
+    }
+}
