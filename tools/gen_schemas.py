@@ -183,7 +183,7 @@ def emit_maps(maps):
     src = []
     for name, (is_bitmap, entries) in maps.items():
         ent = ", ".join(f"({v}, {rs_str(s)})" for v, s in entries)
-        src.append(f"static {map_ident(name)}: MapDef = MapDef {{ name: {rs_str(name)}, is_bitmap: "
+        src.append(f"pub(crate) static {map_ident(name)}: MapDef = MapDef {{ name: {rs_str(name)}, is_bitmap: "
                    f"{'true' if is_bitmap else 'false'}, entries: &[{ent}] }};\n")
     return "".join(src)
 

@@ -377,6 +377,11 @@ impl Plan {
     pub fn new(schema: &EventSchema) -> Plan {
         let arc = |s: &Option<String>| s.as_deref().map(Arc::<str>::from);
         let mut fields = compile(&schema.properties);
+        if schema.provider == crate::schema::builtin::KERNEL_FILE {
+            for f in fields.iter_mut().filter(|f| f.map.is_none()) {
+                f.map = crate::schema::builtin::kernel_file_flag_map(&f.name);
+            }
+        }
         for f in &mut fields {
             if f.members.is_none() && f.count == Count::One {
                 f.ids = match &*f.name {

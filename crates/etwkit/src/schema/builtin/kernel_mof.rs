@@ -179,12 +179,12 @@ pub const KTC_SYS_CONFIG: Guid = Guid::from_str_const("9b79ee91-b5fd-41c0-a243-4
 /// KernelTraceControl ImageID event class.
 pub const KTC_IMAGE_ID: Guid = Guid::from_str_const("b3e675d7-2554-4f18-830b-2762732560de");
 
-static MAP_PROCESSFLAGS: MapDef = MapDef {
+pub(crate) static MAP_PROCESSFLAGS: MapDef = MapDef {
     name: "ProcessFlags",
     is_bitmap: true,
     entries: &[(1, "PackageFullName"), (2, "Wow64"), (4, "Protected")],
 };
-static MAP_IRPFLAGS: MapDef = MapDef {
+pub(crate) static MAP_IRPFLAGS: MapDef = MapDef {
     name: "IrpFlags",
     is_bitmap: true,
     entries: &[
@@ -205,12 +205,12 @@ static MAP_IRPFLAGS: MapDef = MapDef {
         (8192, "HoldDeviceQueue"),
     ],
 };
-static MAP_SHAREACCESS: MapDef = MapDef {
+pub(crate) static MAP_SHAREACCESS: MapDef = MapDef {
     name: "ShareAccess",
     is_bitmap: true,
     entries: &[(0, "None"), (1, "Read"), (2, "Write"), (4, "Delete")],
 };
-static MAP_CREATEOPTIONS: MapDef = MapDef {
+pub(crate) static MAP_CREATEOPTIONS: MapDef = MapDef {
     name: "CreateOptions",
     is_bitmap: true,
     entries: &[
@@ -237,7 +237,7 @@ static MAP_CREATEOPTIONS: MapDef = MapDef {
         (8388608, "OpenForFreeSpaceQuery"),
     ],
 };
-static MAP_FILEATTRIBUTES: MapDef = MapDef {
+pub(crate) static MAP_FILEATTRIBUTES: MapDef = MapDef {
     name: "FileAttributes",
     is_bitmap: true,
     entries: &[
