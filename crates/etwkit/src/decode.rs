@@ -48,6 +48,7 @@
 //!
 //! ANSI strings are read as UTF-8 when valid, otherwise as Latin-1.
 
+pub mod paths;
 pub mod stacks;
 pub mod threads;
 
@@ -352,8 +353,8 @@ struct PlanField {
     referenced: bool,
     /// `"name":` as JSON.
     json_key: Box<[u8]>,
-    /// A top-level field naming the record's process (1) or thread (2): kernel records whose
-    /// header carries no pid/tid take them from here.
+    /// A top-level field naming the record's process (1) or thread (2) — kernel records whose
+    /// header carries no pid/tid take them from here — or a file path (3) that may have a DOS form.
     ids: u8,
 }
 
@@ -387,6 +388,7 @@ impl Plan {
                 f.ids = match &*f.name {
                     "ProcessId" | "PID" | "StackProcess" => 1,
                     "TThreadId" | "ThreadId" | "IssuingThreadId" | "TTID" | "StackThread" => 2,
+                    "FileName" | "OpenPath" if f.in_type == it::UNICODESTRING => 3,
                     _ => 0,
                 };
             }
@@ -428,6 +430,7 @@ impl Plan {
             unterminated: false,
             pid: None,
             tid: None,
+            path: None,
         };
         let mut out = Properties(Vec::with_capacity(self.fields.len()));
         let r = match decode_level(&self.fields, &mut cur, &mut Dest::Props(&mut out)) {
@@ -439,7 +442,8 @@ impl Plan {
                 partial: out,
             }),
         };
-        (r, (cur.pid, cur.tid))
+        let ids = cur.captured();
+        (r, ids)
     }
 
     /// The process and thread ids the payload names (measuring walk, no values built).
@@ -451,14 +455,31 @@ impl Plan {
             unterminated: false,
             pid: None,
             tid: None,
+            path: None,
         };
         let _ = decode_level(&self.fields, &mut cur, &mut Dest::Measure);
-        (cur.pid, cur.tid)
+        cur.captured()
     }
 }
 
-/// The process and thread ids a payload names (top-level ProcessId/ThreadId-like fields).
-type PayloadIds = (Option<u64>, Option<u64>);
+/// What a walk picked up from top-level fields: the process and thread ids the payload names
+/// (ProcessId/ThreadId-like fields) and its first file path field (FileName, OpenPath).
+#[derive(Clone, Debug, Default)]
+struct PayloadIds {
+    pid: Option<u64>,
+    tid: Option<u64>,
+    path: Option<(usize, String)>,
+}
+
+impl Cursor<'_> {
+    fn captured(&mut self) -> PayloadIds {
+        PayloadIds {
+            pid: self.pid,
+            tid: self.tid,
+            path: self.path.take(),
+        }
+    }
+}
 
 impl Plan {
     /// Appends the properties' JSON object (exactly what [`Properties::write_json`] writes for
@@ -478,11 +499,12 @@ impl Plan {
             unterminated: false,
             pid: None,
             tid: None,
+            path: None,
         };
         out.push(b'{');
         decode_level(&self.fields, &mut cur, &mut Dest::Json(out, scratch)).map_err(|_| ())?;
         out.push(b'}');
-        Ok((cur.pos, (cur.pid, cur.tid)))
+        Ok((cur.pos, cur.captured()))
     }
 
     /// As [`Plan::measure`], but `None` unless every terminated string has its terminator: a
@@ -495,6 +517,7 @@ impl Plan {
             unterminated: false,
             pid: None,
             tid: None,
+            path: None,
         };
         decode_level(&self.fields, &mut cur, &mut Dest::Measure).ok()?;
         (!cur.unterminated).then_some(cur.pos)
@@ -510,6 +533,7 @@ impl Plan {
             unterminated: false,
             pid: None,
             tid: None,
+            path: None,
         };
         match decode_level(&self.fields, &mut cur, &mut Dest::Measure) {
             Ok(()) => Ok(cur.pos),
@@ -592,6 +616,8 @@ struct Cursor<'a> {
     /// Values of the top-level fields naming the record's process and thread (see `PlanField::ids`).
     pid: Option<u64>,
     tid: Option<u64>,
+    /// The first top-level file path field: its index and text.
+    path: Option<(usize, String)>,
 }
 
 struct Fail {
@@ -729,6 +755,11 @@ fn decode_level(
                     match f.ids {
                         1 => cur.pid = nums[idx],
                         2 => cur.tid = nums[idx],
+                        3 if cur.path.is_none() => {
+                            if let Some(Value::String(p)) = &v {
+                                cur.path = Some((idx, p.clone()));
+                            }
+                        }
                         _ => {}
                     }
                     if let Dest::Props(o) = out {
@@ -1332,6 +1363,10 @@ pub struct DecodedEvent {
     /// where they came from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ids: Option<Ids>,
+    /// A file path field (FileName, OpenPath; as logged, an NT path) and its DOS form, when the
+    /// trace's own volume mapping (KernelTraceControl VolumeMapping events) covers it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dos_path: Option<(Arc<str>, String)>,
     /// The record's stack: its EVENT_HEADER stack item, with kernel StackWalk frames appended when
     /// the decoder has a [`stacks::StackIndex`].
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1389,6 +1424,7 @@ pub struct Decoder {
     plans: RwLock<PlanCache>,
     stacks: Option<stacks::StackIndex>,
     threads: Option<threads::ThreadTable>,
+    volumes: Option<paths::VolumeMap>,
     live: crate::schema::registry::Learner,
 }
 
@@ -1417,6 +1453,7 @@ impl Decoder {
             plans: RwLock::new(PlanCache::default()),
             stacks: None,
             threads: None,
+            volumes: None,
             live: Default::default(),
         }
     }
@@ -1452,8 +1489,10 @@ impl Decoder {
         let mut learner = crate::schema::registry::Learner::default();
         let mut index = stacks::StackIndex::new();
         let mut threads = threads::ThreadTable::new();
+        let mut volumes = paths::VolumeMap::default();
         file.for_each(crate::etl::Order::File, |r| {
-            if !index.observe(&r.event) && !threads.observe(&r.event) {
+            if !index.observe(&r.event) && !threads.observe(&r.event) && !volumes.observe(&r.event)
+            {
                 learner.observe(&r.event);
             }
             std::ops::ControlFlow::Continue(())
@@ -1466,6 +1505,10 @@ impl Decoder {
         threads.finish();
         if !threads.is_empty() {
             d.threads = Some(threads);
+        }
+        volumes.finish();
+        if !volumes.is_empty() {
+            d.volumes = Some(volumes);
         }
         (d, summary)
     }
@@ -1516,6 +1559,7 @@ impl Decoder {
                 unterminated: false,
                 pid: None,
                 tid: None,
+                path: None,
             };
             ev.properties
                 .push("String", Value::String(utf16(cstr16(&mut cur))));
@@ -1579,12 +1623,14 @@ impl Decoder {
                 if let (Ok((p, _)), ids) = plan.decode_ids(&rec.payload, other) {
                     ev.properties = p;
                     ev.layout_pointer_size = Some(other);
-                    ev.ids = self.attribute(rec, ids);
+                    ev.ids = self.attribute(rec, &ids);
+                    ev.dos_path = self.dos_path(&plan, &ids);
                     return ev;
                 }
             }
         }
-        ev.ids = self.attribute(rec, ids);
+        ev.ids = self.attribute(rec, &ids);
+        ev.dos_path = self.dos_path(&plan, &ids);
         match first {
             Ok((p, used)) => {
                 ev.properties = p;
@@ -1672,7 +1718,7 @@ impl Decoder {
     /// Process and thread ids for a kernel record whose header carries none (compact and PERFINFO
     /// headers): from the payload's own ProcessId/ThreadId-like fields, else (for the process) from
     /// the trace's thread table. `None` when nothing was filled in.
-    fn attribute(&self, rec: &EventRecord<'_>, payload: PayloadIds) -> Option<Ids> {
+    fn attribute(&self, rec: &EventRecord<'_>, payload: &PayloadIds) -> Option<Ids> {
         if !rec.header_type.is_kernel() || (rec.pid != u32::MAX && rec.tid != u32::MAX) {
             return None;
         }
@@ -1687,13 +1733,13 @@ impl Decoder {
             tid_source: None,
         };
         if ids.tid == u32::MAX {
-            if let Some(t) = small(payload.1) {
+            if let Some(t) = small(payload.tid) {
                 ids.tid = t;
                 ids.tid_source = Some(IdSource::Payload);
             }
         }
         if ids.pid == u32::MAX {
-            if let Some(p) = small(payload.0) {
+            if let Some(p) = small(payload.pid) {
                 ids.pid = p;
                 ids.pid_source = Some(IdSource::Payload);
             } else if let Some(p) = (ids.tid != u32::MAX)
@@ -1705,6 +1751,13 @@ impl Decoder {
             }
         }
         (ids.pid_source.is_some() || ids.tid_source.is_some()).then_some(ids)
+    }
+
+    /// The DOS form of the record's file path field, when the trace maps its volume.
+    fn dos_path(&self, plan: &Plan, ids: &PayloadIds) -> Option<(Arc<str>, String)> {
+        let (i, nt) = ids.path.as_ref()?;
+        let dos = self.volumes.as_ref()?.to_dos(nt)?;
+        Some((plan.fields[*i].name.clone(), dos))
     }
 
     /// The process and thread ids [`Decoder::decode`] would attribute to `rec` (see
@@ -1726,9 +1779,9 @@ impl Decoder {
                     _ => ids,
                 }
             }
-            None => (None, None),
+            None => PayloadIds::default(),
         };
-        self.attribute(rec, payload)
+        self.attribute(rec, &payload)
     }
 
     /// The plan of a record decoded through its registry layout — the route [`Decoder::decode`]
@@ -1768,7 +1821,8 @@ impl Decoder {
             };
             if let Some((_, ids)) = written {
                 return DecodedEvent {
-                    ids: self.attribute(rec, ids),
+                    ids: self.attribute(rec, &ids),
+                    dos_path: self.dos_path(&plan, &ids),
                     provider_name: self
                         .registry
                         .provider_name(rec)

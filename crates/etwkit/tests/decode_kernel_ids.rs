@@ -126,3 +126,78 @@ fn kernel_records_without_header_ids_get_traceevents_pid_and_tid() {
         "{from_payload} {from_table}"
     );
 }
+
+/// File names: TraceEvent prints DOS paths (`C:\Windows\...`) where the trace logged NT paths
+/// (`\Device\HarddiskVolume2\Windows\...`); `dos_paths` gives the same text, by the trace's own
+/// VolumeMapping events, while the property stays as logged.
+#[test]
+fn dos_paths_match_traceevents_file_names() {
+    let t = "dos_paths_match_traceevents_file_names";
+    let Some(p) = common::sample("perfview_net.4.5.2.x64.etl", t) else {
+        return;
+    };
+    let Some(b) = common::sample("reference/perfview_net.4.5.2.x64.baseline.txt", t) else {
+        return;
+    };
+    let f = EtlFile::open(&p).unwrap();
+    let (d, _) = Decoder::for_file(Registry::with_builtins(), &f);
+    let start = f.header().start_time;
+    // (ms, payload length, FileName as logged, its DOS form)
+    let mut ours: Vec<(f64, usize, String, Option<String>)> = Vec::new();
+    f.for_each(Order::Time, |r| {
+        let e = d.decode_etl(r);
+        if let Some(name) = e.properties.get("FileName").and_then(|v| v.as_str()) {
+            let dos = e.dos_path.as_ref().map(|(field, p)| {
+                assert_eq!(&**field, "FileName");
+                p.clone()
+            });
+            ours.push((
+                (r.timestamp - start) as f64 / 1e4,
+                r.payload.len(),
+                name.to_string(),
+                dos,
+            ));
+        }
+        ControlFlow::Continue(())
+    });
+    let text = std::fs::read_to_string(b).unwrap();
+    let (mut compared, mut converted) = (0, 0);
+    for line in text.lines().filter(|l| l.starts_with("EVENT ")) {
+        let rest = &line["EVENT ".len()..];
+        let (ms, rest) = rest.split_once(": ").unwrap();
+        let Some(fields) = rest.find(" PID=").map(|i| &rest[i + 1..]) else {
+            continue;
+        };
+        let field = |k: &str| {
+            fields
+                .split("; ")
+                .find_map(|kv| kv.trim().strip_prefix(k))
+                .map(|v| v.trim_end_matches(';').to_string())
+        };
+        let Some(te) = field("FileName=") else {
+            continue;
+        };
+        let ms: f64 = ms.replace(',', "").parse().unwrap();
+        let len: usize = field("DataLen=").unwrap().replace(',', "").parse().unwrap();
+        let cands: Vec<_> = ours
+            .iter()
+            .filter(|o| (o.0 - ms).abs() < 0.0015 && o.1 == len)
+            .collect();
+        if cands.is_empty() || te.is_empty() {
+            continue;
+        }
+        let same = |s: &str| match te.strip_suffix("...") {
+            Some(prefix) => s.starts_with(prefix),
+            None => s == te,
+        };
+        compared += 1;
+        let ok = cands.iter().any(|o| match &o.3 {
+            Some(dos) => same(dos),
+            None => same(&o.2),
+        });
+        assert!(ok, "{line}\n  ours: {cands:?}");
+        converted += cands.iter().any(|o| o.3.is_some()) as usize;
+    }
+    eprintln!("compared {compared} file names, {converted} converted to DOS paths");
+    assert!(compared >= 20 && converted >= 15, "{compared} {converted}");
+}

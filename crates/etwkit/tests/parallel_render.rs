@@ -176,6 +176,7 @@ fn json_written_straight_from_the_payload_equals_the_value_path() {
                     e.decode_issue.clone(),
                     e.layout_pointer_size,
                     e.ids,
+                    e.dos_path.clone(),
                     e.stack.clone(),
                 )
             };

@@ -179,6 +179,13 @@ impl JsonRender {
             opt_str(l, "pid_source", ids.pid_source.map(|s| s.name()));
             opt_str(l, "tid_source", ids.tid_source.map(|s| s.name()));
         }
+        if let Some((name, path)) = v.dos_path {
+            l.extend_from_slice(b",\"dos_paths\":{");
+            escape(l, name);
+            l.push(b':');
+            escape(l, path);
+            l.push(b'}');
+        }
         l.push(b'}');
     }
 }

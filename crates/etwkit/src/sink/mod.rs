@@ -10,7 +10,9 @@
 //! running past its end) and `layout_pointer_size` (the pointer size a classic/kernel layout was
 //! decoded with when only the other size than the header's fits the payload exactly), `pid_source`
 //! and `tid_source` (`"payload"` or `"thread_table"`: a kernel record whose header carries no
-//! process or thread id got the `pid`/`tid` shown from its payload or the trace's thread table).
+//! process or thread id got the `pid`/`tid` shown from its payload or the trace's thread table),
+//! `dos_paths` (`{"FileName":"C:\\..."}`: the DOS form of a file path field logged as an NT path,
+//! by the volume mapping the trace carries; the property itself stays as logged).
 
 use std::io::{self, Write};
 
@@ -39,6 +41,8 @@ pub struct EventView<'a, 'r> {
     /// Process/thread ids filled in for a kernel record whose header carries none (JSON `pid`/`tid`
     /// show them; `pid_source`/`tid_source` say where they came from).
     pub ids: Option<crate::decode::Ids>,
+    /// A file path field and its DOS form (JSON `dos_paths`: `{"FileName":"C:\\..."}`).
+    pub dos_path: Option<(&'a str, &'a str)>,
 }
 
 impl<'a, 'r> EventView<'a, 'r> {
@@ -60,6 +64,7 @@ impl<'a, 'r> EventView<'a, 'r> {
             v.decode_issue = d.decode_issue.as_deref();
             v.layout_pointer_size = d.layout_pointer_size;
             v.ids = d.ids;
+            v.dos_path = d.dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
             if !d.properties.is_empty() {
                 d.properties.write_json(props);
             }
@@ -89,6 +94,7 @@ impl<'a, 'r> EventView<'a, 'r> {
         v.decode_issue = d.decode_issue.as_deref();
         v.layout_pointer_size = d.layout_pointer_size;
         v.ids = d.ids;
+        v.dos_path = d.dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
         if !props_json.is_empty() {
             v.properties_json = std::str::from_utf8(props_json).ok();
         }
@@ -120,6 +126,7 @@ impl<'a, 'r> EventView<'a, 'r> {
             decode_issue: None,
             layout_pointer_size: None,
             ids: None,
+            dos_path: None,
         }
     }
 }
