@@ -1428,6 +1428,19 @@ pub struct Decoder {
     live: crate::schema::registry::Learner,
 }
 
+/// Records the file pre-scan of [`Decoder::for_file`] learns from: kernel StackWalk events (stacks and
+/// stack keys), kernel Thread events (the thread table), KernelTraceControl VolumeMapping (DOS paths)
+/// and embedded metadata (EventInfo/EventMapInfo, EventSource manifest chunks).
+fn prescan_wants(rec: &EventRecord<'_>) -> bool {
+    let kernel_group =
+        |g: u16| rec.header_type.is_kernel() && rec.hook_id.is_some_and(|h| h >> 8 == g);
+    (rec.header_type.is_kernel() && rec.provider == stacks::STACKWALK_GUID)
+        || kernel_group(0x05)
+        || (rec.header_type.is_classic()
+            && rec.provider == crate::schema::builtin::kernel_mof::KTC_SYS_CONFIG)
+        || crate::schema::registry::Learner::is_metadata(rec)
+}
+
 /// The on-disk markers of an EventSource manifest chunk (Id/Task 0xFFFE, Opcode 254).
 pub fn is_eventsource_manifest(rec: &EventRecord<'_>) -> bool {
     rec.header_type.is_event_header() && rec.descriptor.id == 0xFFFE && rec.descriptor.opcode == 254
@@ -1490,13 +1503,27 @@ impl Decoder {
         let mut index = stacks::StackIndex::new();
         let mut threads = threads::ThreadTable::new();
         let mut volumes = paths::VolumeMap::default();
-        file.for_each(crate::etl::Order::File, |r| {
-            if !index.observe(&r.event) && !threads.observe(&r.event) && !volumes.observe(&r.event)
-            {
-                learner.observe(&r.event);
+        // The records the pre-scan needs are few: pick them out on every core, then feed them in
+        // file order.
+        type Picked = Vec<(usize, usize, EventRecord<'static>)>;
+        let (mut picked, _) = file.par_fold(
+            Picked::new,
+            |v: &mut Picked, r| {
+                if prescan_wants(&r.event) {
+                    v.push((r.buffer_index, r.offset, r.event.to_owned_record()));
+                }
+            },
+            |mut a, mut b| {
+                a.append(&mut b);
+                a
+            },
+        );
+        picked.sort_unstable_by_key(|p| (p.0, p.1));
+        for (_, _, e) in &picked {
+            if !index.observe(e) && !threads.observe(e) && !volumes.observe(e) {
+                learner.observe(e);
             }
-            std::ops::ControlFlow::Continue(())
-        });
+        }
         let summary = learner.finish(&mut registry);
         let mut d = Decoder::new(registry);
         if index.stackwalk_events() > 0 {
