@@ -115,7 +115,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             )
         },
         |(renderer, scratch), r, out| {
-            if !filter.matches(r) && !kernel_pid_matches(&filter, decoder, r) {
+            let keep = match decoder {
+                Some(d) => d.matches(&filter, r),
+                None => filter.matches(r),
+            };
+            if !keep {
                 return false;
             }
             crate::print::render_record(decoder, renderer.as_mut(), scratch, r, out);
@@ -154,25 +158,4 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// `--pid` for a kernel record whose header carries no process id: the id its payload or the
-/// trace's thread table gives it.
-fn kernel_pid_matches(
-    filter: &etwkit::filter::EventFilter,
-    decoder: Option<&etwkit::decode::Decoder>,
-    r: &etwkit::etl::Record<'_>,
-) -> bool {
-    if filter.pids.is_empty() || r.pid != u32::MAX {
-        return false;
-    }
-    match decoder.and_then(|d| d.ids(r)) {
-        Some(ids) => {
-            let mut e = r.event.clone();
-            e.pid = ids.pid;
-            e.tid = ids.tid;
-            filter.matches(&e)
-        }
-        None => false,
-    }
 }

@@ -108,8 +108,10 @@ impl Columns {
         self.task.append_value(k.task);
         self.keywords.append_value(k.keywords);
         self.channel.append_value(k.channel);
-        self.pid.append_option((e.pid != u32::MAX).then_some(e.pid));
-        self.tid.append_option((e.tid != u32::MAX).then_some(e.tid));
+        // Kernel records whose header has no pid/tid: the ids the decoder attributed (as dump).
+        let (pid, tid) = d.ids.map_or((e.pid, e.tid), |i| (i.pid, i.tid));
+        self.pid.append_option((pid != u32::MAX).then_some(pid));
+        self.tid.append_option((tid != u32::MAX).then_some(tid));
         self.cpu.append_value(e.cpu);
         if e.activity_id == etwkit::Guid::ZERO {
             self.activity_id
@@ -169,7 +171,7 @@ pub fn file_batches(
     let mut json = Vec::with_capacity(1024);
     let mut err = None;
     let summary = file.for_each(Order::Time, |r| {
-        if !filter.matches(r) {
+        if !decoder.matches(&filter, r) {
             return ControlFlow::Continue(());
         }
         let d = decoder.decode_etl(r);

@@ -1811,6 +1811,27 @@ impl Decoder {
         self.attribute(rec, &payload)
     }
 
+    /// `filter.matches(rec)`, where a kernel record whose header carries no process id is matched
+    /// by the id its payload or the trace's thread table gives it (see [`Decoder::ids`]) — what
+    /// `dump --pid` and the Python reader's `pids=` select.
+    pub fn matches(&self, filter: &crate::filter::EventFilter, rec: &EventRecord<'_>) -> bool {
+        if filter.matches(rec) {
+            return true;
+        }
+        if filter.pids.is_empty() || rec.pid != u32::MAX {
+            return false;
+        }
+        match self.ids(rec) {
+            Some(ids) => {
+                let mut e = rec.clone();
+                e.pid = ids.pid;
+                e.tid = ids.tid;
+                filter.matches(&e)
+            }
+            None => false,
+        }
+    }
+
     /// The plan of a record decoded through its registry layout — the route [`Decoder::decode`]
     /// takes for every record but WPP, STRING_ONLY, EventSource manifest and metadata records.
     fn layout_route(&self, rec: &EventRecord<'_>) -> Option<(Arc<EventSchema>, Arc<Plan>)> {
