@@ -23,7 +23,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let decoder = if a.raw {
         None
     } else {
-        Some(etwkit::decode::Decoder::for_file(crate::dump::registry(&a.manifest)?, &f).0)
+        // Counting needs the file's embedded layouts only (no stacks, threads or volumes): one
+        // serial metadata pass costs less CPU than the decoder's full pre-scan.
+        let mut reg = crate::dump::registry(&a.manifest)?;
+        reg.learn_from_file(&f);
+        Some(etwkit::decode::Decoder::new(reg))
     };
     let s = match &decoder {
         None => file_stats(&f),

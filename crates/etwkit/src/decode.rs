@@ -431,6 +431,7 @@ impl Plan {
             pid: None,
             tid: None,
             path: None,
+            capture: true,
         };
         let mut out = Properties(Vec::with_capacity(self.fields.len()));
         let r = match decode_level(&self.fields, &mut cur, &mut Dest::Props(&mut out)) {
@@ -456,6 +457,7 @@ impl Plan {
             pid: None,
             tid: None,
             path: None,
+            capture: true,
         };
         let _ = decode_level(&self.fields, &mut cur, &mut Dest::Measure);
         cur.captured()
@@ -500,6 +502,7 @@ impl Plan {
             pid: None,
             tid: None,
             path: None,
+            capture: true,
         };
         out.push(b'{');
         decode_level(&self.fields, &mut cur, &mut Dest::Json(out, scratch)).map_err(|_| ())?;
@@ -518,6 +521,7 @@ impl Plan {
             pid: None,
             tid: None,
             path: None,
+            capture: false,
         };
         decode_level(&self.fields, &mut cur, &mut Dest::Measure).ok()?;
         (!cur.unterminated).then_some(cur.pos)
@@ -534,6 +538,7 @@ impl Plan {
             pid: None,
             tid: None,
             path: None,
+            capture: false,
         };
         match decode_level(&self.fields, &mut cur, &mut Dest::Measure) {
             Ok(()) => Ok(cur.pos),
@@ -618,6 +623,8 @@ struct Cursor<'a> {
     tid: Option<u64>,
     /// The first top-level file path field: its index and text.
     path: Option<(usize, String)>,
+    /// Whether to pick up `pid`, `tid` and `path` (not when only measuring).
+    capture: bool,
 }
 
 struct Fail {
@@ -749,10 +756,16 @@ fn decode_level(
             buf.extend_from_slice(&f.json_key);
         }
         match n {
-            None => match one(f, cur, len, out, f.referenced || f.ids != 0) {
+            None => match one(
+                f,
+                cur,
+                len,
+                out,
+                f.referenced || (cur.capture && f.ids != 0),
+            ) {
                 Ok(v) => {
                     nums[idx] = v.as_ref().and_then(Value::as_u64);
-                    match f.ids {
+                    match if cur.capture { f.ids } else { 0 } {
                         1 => cur.pid = nums[idx],
                         2 => cur.tid = nums[idx],
                         3 if cur.path.is_none() => {
@@ -1587,6 +1600,7 @@ impl Decoder {
                 pid: None,
                 tid: None,
                 path: None,
+                capture: false,
             };
             ev.properties
                 .push("String", Value::String(utf16(cstr16(&mut cur))));
