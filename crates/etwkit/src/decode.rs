@@ -1454,10 +1454,8 @@ fn prescan_wants(rec: &EventRecord<'_>) -> bool {
         || crate::schema::registry::Learner::is_metadata(rec)
 }
 
-/// The on-disk markers of an EventSource manifest chunk (Id/Task 0xFFFE, Opcode 254).
-pub fn is_eventsource_manifest(rec: &EventRecord<'_>) -> bool {
-    rec.header_type.is_event_header() && rec.descriptor.id == 0xFFFE && rec.descriptor.opcode == 254
-}
+/// The on-disk markers of an EventSource manifest chunk (a schema fact, kept in `schema::registry`).
+pub use crate::schema::registry::is_eventsource_manifest;
 
 impl std::fmt::Debug for Decoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
