@@ -51,7 +51,15 @@ pub fn run() -> anyhow::Result<()> {
         Format::Table,
         Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     );
-    let r = trace.process(|ev| printer.event(ev), None, None);
+    let mut net = crate::net::Collector::new(true);
+    let r = trace.process(
+        |ev| {
+            net.event(ev);
+            printer.event(ev)
+        },
+        None,
+        None,
+    );
     let sum = trace.stop(true);
     printer.finish()?;
     drop(printer);
@@ -61,6 +69,7 @@ pub fn run() -> anyhow::Result<()> {
         .join()
         .map_err(|_| anyhow::anyhow!("demo waiter panicked"))??;
     report(&sum, Format::Table, &mut std::io::stdout().lock())?;
+    net.print_table()?;
     if !st.success() {
         anyhow::bail!("the demo workload failed ({st})");
     }

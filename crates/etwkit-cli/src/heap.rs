@@ -9,9 +9,17 @@ use etwkit::analysis::heap::{HeapAnalyzer, HeapReport, WindowsHeapEvents};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Trace this running process (every thread); repeatable.
+    /// Trace this running process (every thread, and threads it starts later). One process: the
+    /// allocator shim is loaded into it (ptrace + its own dlopen) and taken out again at the end;
+    /// several, or where that cannot work: uprobes. Repeatable.
     #[arg(long = "pid")]
     pids: Vec<u32>,
+    /// Stop tracing after this many seconds (else at Ctrl-C, or when the traced processes end).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// With --pid in shim mode: also trace children the process forks from now on.
+    #[arg(long)]
+    follow_forks: bool,
     /// Heap events that carry a stack: any of alloc,realloc,free, or none.
     #[arg(long, default_value = "alloc,realloc")]
     stacks: String,
@@ -21,8 +29,9 @@ pub struct Args {
     /// Report format.
     #[arg(long, default_value = "table", value_parser = ["table", "json"])]
     format: String,
-    /// How a spawned command is traced: `shim` (LD_PRELOAD allocator shim, fast), `uprobe` (perf
-    /// uprobes, like attach mode) or `auto` (the shim when libetwkit_heapshim.so is found).
+    /// How processes are traced: `shim` (the allocator shim built into etwkit, or $ETWKIT_HEAPSHIM:
+    /// preloaded into a command, loaded into a running process; exact and fast), `uprobe` (perf
+    /// uprobes; slow, may lose events) or `auto` (the shim wherever it can work).
     #[arg(long, default_value = "auto", value_parser = ["auto", "shim", "uprobe"])]
     mode: String,
     /// Report from a saved trace instead of tracing live.
@@ -39,21 +48,53 @@ pub struct Args {
     command: Vec<String>,
 }
 
+/// What a live trace gives besides the report: the command's exit status and how it was traced.
+struct LiveOutcome {
+    report: HeapReport,
+    status: Option<std::process::ExitStatus>,
+    /// The final line's account of the mode used.
+    mode: String,
+}
+
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let report = if let Some(file) = &a.report {
+    let outcome = if let Some(file) = &a.report {
         if !a.pids.is_empty() || !a.command.is_empty() {
             bail!("--report reads a saved trace; it takes no --pid or command");
         }
-        report_from_etl(file, a.top, a.frames)?
+        LiveOutcome {
+            report: report_from_etl(file, a.top, a.frames)?,
+            status: None,
+            mode: String::new(),
+        }
     } else {
         if a.pids.is_empty() && a.command.is_empty() {
             bail!("nothing to trace: give --pid P, or -- COMMAND ARGS, or --report FILE.etl");
         }
         live(&a)?
     };
-    match a.format.as_str() {
-        "json" => println!("{}", serde_json::to_string_pretty(&report)?),
-        _ => print!("{}", report.to_table()),
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        match a.format.as_str() {
+            // One line: a JSON stream any line-oriented reader takes whole.
+            "json" => writeln!(out, "{}", serde_json::to_string(&outcome.report)?)?,
+            _ => write!(out, "{}", outcome.report.to_table())?,
+        }
+        out.flush()?;
+    }
+    let code = outcome.status.map(|s| {
+        use std::os::unix::process::ExitStatusExt;
+        s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+    });
+    if !outcome.mode.is_empty() {
+        match outcome.status {
+            Some(s) => eprintln!("etwkit heap: command exited with {s}; {}", outcome.mode),
+            None => eprintln!("etwkit heap: {}", outcome.mode),
+        }
+    }
+    // The traced command's status is ours (a shell sees the program's failure).
+    if let Some(c) = code.filter(|&c| c != 0) {
+        std::process::exit(c);
     }
     Ok(())
 }
@@ -83,32 +124,140 @@ fn report_from_etl(file: &PathBuf, top: usize, frames: usize) -> anyhow::Result<
             "no heap events (HeapTraceProvider 222962ab-6180-4b88-a825-346b75f2a24a) in this file",
         );
     }
+    let images = std::mem::take(&mut w.images);
     for op in w.finish() {
         an.add(&op);
     }
-    Ok(an.report(None, top, frames))
+    Ok(report_named(&an, &images, top, frames))
+}
+
+/// The report, stacks named through the executable mappings the file carries (Linux-born traces).
+#[cfg(target_os = "linux")]
+fn report_named(
+    an: &HeapAnalyzer,
+    images: &[etwkit::analysis::heap::ImageMapping],
+    top: usize,
+    frames: usize,
+) -> HeapReport {
+    use etwkit::live::linux::unwind::{LinuxStackNamer, Mapping, ProcessMaps};
+    if images.is_empty() {
+        return an.report(None, top, frames);
+    }
+    let mut maps: std::collections::HashMap<u32, ProcessMaps> = Default::default();
+    for m in images {
+        maps.entry(m.pid).or_default().insert(Mapping {
+            start: m.start,
+            end: m.end,
+            pgoff: m.file_offset,
+            path: std::sync::Arc::from(std::path::Path::new(&m.path)),
+        });
+    }
+    an.report(Some(&mut LinuxStackNamer::new(maps)), top, frames)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn report_named(
+    an: &HeapAnalyzer,
+    _images: &[etwkit::analysis::heap::ImageMapping],
+    top: usize,
+    frames: usize,
+) -> HeapReport {
+    an.report(None, top, frames)
+}
+
+/// The allocator shim: `$ETWKIT_HEAPSHIM`, else the copy built into this executable (build.rs).
+/// Err: why there is none, in one sentence.
+#[cfg(target_os = "linux")]
+fn shim() -> Result<Shim, String> {
+    if let Some(p) = std::env::var_os("ETWKIT_HEAPSHIM") {
+        let p = PathBuf::from(p);
+        return match p.is_file() {
+            true => Ok(Shim::Path(p)),
+            false => Err(format!(
+                "ETWKIT_HEAPSHIM names {}, which is not a file",
+                p.display()
+            )),
+        };
+    }
+    match EMBEDDED_SHIM {
+        Some(bytes) => etwkit::live::linux::heap::shim::ShimFile::from_bytes(bytes)
+            .map(Shim::Embedded)
+            .map_err(|e| {
+                format!("the built-in allocator shim could not be loaded into memory ({e})")
+            }),
+        None => Err(format!(
+            "this etwkit was built without the allocator shim ({})",
+            option_env!("ETWKIT_SHIM_MISSING").unwrap_or("its build failed")
+        )),
+    }
+}
+
+#[cfg(all(target_os = "linux", etwkit_embedded_shim))]
+const EMBEDDED_SHIM: Option<&[u8]> = Some(include_bytes!(concat!(
+    env!("OUT_DIR"),
+    "/libetwkit_heapshim.so"
+)));
+#[cfg(all(target_os = "linux", not(etwkit_embedded_shim)))]
+const EMBEDDED_SHIM: Option<&[u8]> = None;
+
+#[cfg(target_os = "linux")]
+enum Shim {
+    Path(PathBuf),
+    Embedded(etwkit::live::linux::heap::shim::ShimFile),
 }
 
 #[cfg(target_os = "linux")]
-fn live(a: &Args) -> anyhow::Result<HeapReport> {
+impl Shim {
+    fn path(&self) -> &std::path::Path {
+        match self {
+            Shim::Path(p) => p,
+            Shim::Embedded(f) => f.path(),
+        }
+    }
+}
+
+/// The traced command, its output on our stderr: stdout carries only etwkit's report.
+#[cfg(target_os = "linux")]
+fn command(a: &Args) -> std::process::Command {
+    let mut cmd = std::process::Command::new(&a.command[0]);
+    cmd.args(&a.command[1..]).stdout(std::io::stderr());
+    cmd
+}
+
+#[cfg(target_os = "linux")]
+fn live(a: &Args) -> anyhow::Result<LiveOutcome> {
     use etwkit::live::linux::heap::{spawn_suspended, HeapOptions, HeapTrace, StackEvents};
     use etwkit::live::linux::unwind::LinuxStackNamer;
     use std::time::{Duration, Instant};
 
     let stacks = StackEvents::parse(&a.stacks).map_err(anyhow::Error::msg)?;
-    let shim = match a.mode.as_str() {
-        _ if a.command.is_empty() => None,
-        "uprobe" => None,
-        "shim" => Some(etwkit::live::linux::heap::shim::find_shim().ok_or_else(|| {
-            anyhow::anyhow!("libetwkit_heapshim.so not found next to etwkit (build the etwkit-heapshim crate, or set ETWKIT_HEAPSHIM)")
-        })?),
-        _ => etwkit::live::linux::heap::shim::find_shim(),
-    };
-    if let Some(shim) = shim {
-        if !a.pids.is_empty() {
-            bail!("--pid cannot be combined with a command in shim mode (use --mode uprobe)");
+    let mut why_uprobes = String::from("as asked with --mode uprobe");
+    if !a.command.is_empty() && a.mode != "uprobe" {
+        match shim() {
+            Ok(shim) => {
+                if !a.pids.is_empty() {
+                    bail!(
+                        "--pid cannot be combined with a command in shim mode (use --mode uprobe)"
+                    );
+                }
+                return live_shim(a, shim.path(), stacks);
+            }
+            Err(why) if a.mode == "shim" => bail!("{why}"),
+            Err(why) => why_uprobes = format!("because the allocator shim is unavailable: {why}"),
         }
-        return live_shim(a, &shim, stacks);
+    }
+    if a.command.is_empty() {
+        why_uprobes = "attached to running processes".into();
+        if a.mode != "uprobe" {
+            match attach_shim(a, stacks) {
+                Ok(outcome) => return Ok(outcome),
+                Err(AttachFallback::Reason(why)) if a.mode == "auto" => {
+                    why_uprobes = format!("because the allocator shim cannot be loaded: {why}")
+                }
+                Err(AttachFallback::Reason(why)) => bail!("{why}"),
+                Err(AttachFallback::Error(e)) => return Err(e),
+            }
+        }
     }
     let opts = HeapOptions {
         stacks,
@@ -118,8 +267,7 @@ fn live(a: &Args) -> anyhow::Result<HeapReport> {
     let mut trace = if a.command.is_empty() {
         HeapTrace::attach(&a.pids, opts)?
     } else {
-        let mut cmd = std::process::Command::new(&a.command[0]);
-        cmd.args(&a.command[1..]);
+        let mut cmd = command(a);
         let suspended = spawn_suspended(&mut cmd)?;
         let mut t = HeapTrace::for_suspended(&suspended, opts)?;
         for &p in &a.pids {
@@ -128,8 +276,9 @@ fn live(a: &Args) -> anyhow::Result<HeapReport> {
         child = Some(suspended.resume()?);
         t
     };
-    // Ctrl-C ends the trace (the report still prints).
+    // Ctrl-C or --duration ends the trace (the report still prints).
     let stop = trace.stop_handle();
+    stop_after(a.duration, &stop);
     ctrlc_stop(stop);
 
     let mut writer = open_output(a.output.as_deref())?;
@@ -138,8 +287,8 @@ fn live(a: &Args) -> anyhow::Result<HeapReport> {
     let mut last = Instant::now();
     trace.process(|op| {
         an.add(op);
-        if let Some((w, enc)) = writer.as_mut() {
-            if let Err(e) = w.write_event(&enc.encode(op, 0)) {
+        if let Some(out) = writer.as_mut() {
+            if let Err(e) = out.write(op) {
                 write_err = Some(e);
                 return ControlFlow::Break(());
             }
@@ -178,20 +327,81 @@ fn live(a: &Args) -> anyhow::Result<HeapReport> {
             stats.pending_at_end
         ));
     }
-    if let Some((mut w, _)) = writer {
-        w.add_events_lost(stats.lost_samples.min(u32::MAX as u64) as u32);
-        w.finish()?;
+    let maps = trace.unwinder().all_maps();
+    if let Some(mut out) = writer {
+        out.writer
+            .add_events_lost(stats.lost_samples.min(u32::MAX as u64) as u32);
+        out.finish(&maps)?;
     }
     let status = match child.as_mut() {
         Some(c) => Some(c.wait()?),
         None => None,
     };
-    let mut namer = LinuxStackNamer::new(trace.unwinder().all_maps());
+    let mut namer = LinuxStackNamer::new(maps);
     let report = an.report(Some(&mut namer), a.top, a.frames);
-    if let Some(s) = status {
-        eprintln!("etwkit heap: command exited with {s}");
+    let exact = if report.exact {
+        "exact"
+    } else {
+        "FIGURES ARE NOT EXACT"
+    };
+    Ok(LiveOutcome {
+        report,
+        status,
+        mode: format!("traced with uprobes, {why_uprobes} ({exact})"),
+    })
+}
+
+#[cfg(target_os = "linux")]
+enum AttachFallback {
+    /// Injection cannot work here (one sentence).
+    Reason(String),
+    Error(anyhow::Error),
+}
+
+/// `--pid P`: loads the shim into P and traces it until Ctrl-C, --duration or its end.
+#[cfg(target_os = "linux")]
+fn attach_shim(
+    a: &Args,
+    stacks: etwkit::live::linux::heap::StackEvents,
+) -> Result<LiveOutcome, AttachFallback> {
+    use etwkit::live::linux::heap::inject::InjectError;
+    use etwkit::live::linux::heap::shim::{installed_copy, ShimOptions, ShimTrace};
+    if a.pids.len() != 1 {
+        return Err(AttachFallback::Reason(
+            "the shim attaches to one process at a time".into(),
+        ));
     }
-    Ok(report)
+    let pid = a.pids[0];
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(AttachFallback::Error(anyhow::anyhow!(
+            "process {pid} not found"
+        )));
+    }
+    // A file the target can open (the memfd of spawn mode is ours alone).
+    let path = match std::env::var_os("ETWKIT_HEAPSHIM") {
+        Some(p) => PathBuf::from(p),
+        None => match EMBEDDED_SHIM {
+            Some(bytes) => installed_copy(bytes).map_err(|e| {
+                AttachFallback::Reason(format!("the built-in shim could not be written out ({e})"))
+            })?,
+            None => {
+                return Err(AttachFallback::Reason(
+                    shim().err().unwrap_or_else(|| "no shim".into()),
+                ))
+            }
+        },
+    };
+    let opts = ShimOptions {
+        stacks,
+        every_op: a.output.is_some(),
+    };
+    let trace = match ShimTrace::attach(pid, &path, opts, a.follow_forks) {
+        Ok(t) => t,
+        Err(InjectError::Unsupported(why)) => return Err(AttachFallback::Reason(why)),
+        Err(InjectError::Failed(why)) => return Err(AttachFallback::Error(anyhow::anyhow!(why))),
+    };
+    eprintln!("etwkit heap: allocator shim loaded into process {pid}; Ctrl-C to stop");
+    run_shim(a, trace).map_err(AttachFallback::Error)
 }
 
 #[cfg(target_os = "linux")]
@@ -199,18 +409,28 @@ fn live_shim(
     a: &Args,
     shim: &std::path::Path,
     stacks: etwkit::live::linux::heap::StackEvents,
-) -> anyhow::Result<HeapReport> {
-    use etwkit::live::linux::heap::shim::ShimTrace;
+) -> anyhow::Result<LiveOutcome> {
+    use etwkit::live::linux::heap::shim::{ShimOptions, ShimTrace};
+    let mut cmd = command(a);
+    // Every operation goes to the ETL file, in time order: no in-process pairing.
+    let opts = ShimOptions {
+        stacks,
+        every_op: a.output.is_some(),
+    };
+    let trace = ShimTrace::spawn_with(&mut cmd, shim, opts)?;
+    run_shim(a, trace)
+}
+
+/// Reads a shim trace (spawned or attached) to its end; the report.
+#[cfg(target_os = "linux")]
+fn run_shim(
+    a: &Args,
+    mut trace: etwkit::live::linux::heap::shim::ShimTrace,
+) -> anyhow::Result<LiveOutcome> {
     use etwkit::live::linux::unwind::LinuxStackNamer;
     use std::time::{Duration, Instant};
 
-    let mut cmd = std::process::Command::new(&a.command[0]);
-    cmd.args(&a.command[1..]);
-    if a.output.is_some() {
-        // Every operation goes to the ETL file: no in-process pairing.
-        cmd.env("ETWKIT_HEAP_FULL", "1");
-    }
-    let mut trace = ShimTrace::spawn(&mut cmd, shim, stacks)?;
+    stop_after(a.duration, &trace.stop_handle());
     ctrlc_stop(trace.stop_handle());
     let mut writer = open_output(a.output.as_deref())?;
     let mut write_err = None;
@@ -231,8 +451,8 @@ fn live_shim(
                     an.outstanding_bytes()
                 );
             }
-            if let Some((w, enc)) = writer.as_mut() {
-                if let Err(e) = w.write_event(&enc.encode(op, 0)) {
+            if let Some(out) = writer.as_mut() {
+                if let Err(e) = out.write(op) {
                     write_err = Some(e);
                     return ControlFlow::Break(());
                 }
@@ -253,8 +473,9 @@ fn live_shim(
     if st.malformed > 0 {
         an.add_note(format!("{} malformed shim records", st.malformed));
     }
-    if let Some((w, _)) = writer {
-        w.finish()?;
+    let maps = trace.maps();
+    if let Some(out) = writer {
+        out.finish(&maps)?;
     }
     let status = match trace.child_mut() {
         Some(c) => Some(c.wait()?),
@@ -266,12 +487,42 @@ fn live_shim(
             "the command was killed by signal {sig}: heap operations it had not sent yet are missing"
         ));
     }
-    let mut namer = LinuxStackNamer::new(trace.maps());
-    let report = an.report(Some(&mut namer), a.top, a.frames);
-    if let Some(s) = status {
-        eprintln!("etwkit heap: command exited with {s} (traced with the allocator shim)");
+    if let Some(pid) = trace.attached_pid() {
+        an.set_tracing_started(trace.started());
+        if !trace.detached_cleanly() {
+            an.add_note(format!(
+                "process {pid} did not confirm the end of tracing: operations it had not sent are missing"
+            ));
+        }
     }
-    Ok(report)
+    let mut namer = LinuxStackNamer::new(maps);
+    let report = an.report(Some(&mut namer), a.top, a.frames);
+    let exact = if report.exact {
+        "exact"
+    } else {
+        "FIGURES ARE NOT EXACT"
+    };
+    let how = match trace.attached_pid() {
+        Some(pid) => format!("traced with the allocator shim loaded into process {pid}, now taken out again ({exact})"),
+        None => format!("traced with the allocator shim ({exact})"),
+    };
+    Ok(LiveOutcome {
+        report,
+        status,
+        mode: how,
+    })
+}
+
+/// `--duration`: sets the stop flag after that many seconds.
+#[cfg(target_os = "linux")]
+fn stop_after(d: Option<f64>, stop: &std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    if let Some(d) = d {
+        let s = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs_f64(d.max(0.0)));
+            s.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
 }
 
 #[cfg(target_os = "linux")]
@@ -295,24 +546,65 @@ fn ctrlc_stop(stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn live(_a: &Args) -> anyhow::Result<HeapReport> {
+fn live(_a: &Args) -> anyhow::Result<LiveOutcome> {
     bail!("live heap tracing from this command is implemented on Linux; on Windows use the library's heap session (etwkit::live::windows::heap)")
 }
 
+/// `-o FILE.etl`: the ETL writer and the encoder that turns heap operations into heap-provider
+/// events; the executable mappings of the traced processes go last, as Image events.
 #[cfg(target_os = "linux")]
-type HeapOutput = (
-    etwkit::etl::writer::Writer<std::fs::File>,
-    etwkit::analysis::heap::HeapEventEncoder,
-);
+struct HeapOutput {
+    writer: etwkit::etl::writer::Writer<std::fs::File>,
+    enc: etwkit::analysis::heap::HeapEventEncoder,
+    last_time: i64,
+}
 
-/// `-o FILE.etl`: the ETL writer and the encoder that turns heap operations into heap-provider events.
+#[cfg(target_os = "linux")]
+impl HeapOutput {
+    fn write(
+        &mut self,
+        op: &etwkit::analysis::heap::HeapOp,
+    ) -> Result<(), etwkit::etl::writer::WriteError> {
+        self.last_time = self.last_time.max(op.timestamp);
+        self.writer.write_event(&self.enc.encode(op, 0))
+    }
+
+    fn finish(
+        mut self,
+        maps: &std::collections::HashMap<u32, etwkit::live::linux::unwind::ProcessMaps>,
+    ) -> anyhow::Result<()> {
+        let t = self.last_time.max(etwkit::etl::writer::now_filetime());
+        let mut pids: Vec<&u32> = maps.keys().collect();
+        pids.sort();
+        for pid in pids {
+            for m in &maps[pid].mappings {
+                let img = etwkit::analysis::heap::ImageMapping {
+                    pid: *pid,
+                    start: m.start,
+                    end: m.end,
+                    file_offset: m.pgoff,
+                    path: m.path.to_string_lossy().into_owned(),
+                };
+                self.writer.write_event(&self.enc.encode_image(&img, t))?;
+            }
+        }
+        self.writer.finish()?;
+        Ok(())
+    }
+}
+
 #[cfg(target_os = "linux")]
 fn open_output(path: Option<&std::path::Path>) -> anyhow::Result<Option<HeapOutput>> {
     path.map(|p| -> anyhow::Result<_> {
-        Ok((
-            etwkit::etl::writer::Writer::create(p, etwkit::etl::writer::WriterOptions::now())?,
-            etwkit::analysis::heap::HeapEventEncoder::new().map_err(|e| anyhow::anyhow!("{e}"))?,
-        ))
+        Ok(HeapOutput {
+            writer: etwkit::etl::writer::Writer::create(
+                p,
+                etwkit::etl::writer::WriterOptions::now(),
+            )?,
+            enc: etwkit::analysis::heap::HeapEventEncoder::new()
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+            last_time: i64::MIN,
+        })
     })
     .transpose()
 }

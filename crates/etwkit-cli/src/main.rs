@@ -8,6 +8,7 @@ mod dump;
 mod filter_args;
 mod heap;
 mod info;
+mod net;
 mod pcap;
 mod print;
 mod progress;
@@ -51,6 +52,8 @@ enum Command {
     DemoWorkload,
     /// Trace the heap of processes (live on Linux) and report what is still allocated, by stack.
     Heap(heap::Args),
+    /// One row per socket (who, to whom, how much, how long, what failed) from AFD events: ETL files, or live.
+    Net(net::Args),
 }
 
 fn main() {
@@ -63,6 +66,7 @@ fn main() {
         Some(Command::Pcap(a)) => pcap::run(a),
         Some(Command::Trace(a)) => trace::run(a),
         Some(Command::Heap(a)) => heap::run(a),
+        Some(Command::Net(a)) => net::run(a),
         Some(Command::Sessions(a)) => sessions::sessions(a),
         Some(Command::Providers(a)) => sessions::providers(a),
         Some(Command::DemoWorkload) => demo::workload(),

@@ -13,53 +13,59 @@ use std::process::Command;
 const THREADS: u64 = 4;
 const K: u64 = 3;
 
-fn setup(test: &str) -> Option<(PathBuf, PathBuf)> {
+fn setup(test: &str) -> Option<PathBuf> {
     if !common::require_root(test) {
         return None;
     }
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let src =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../etwkit/tests/heap_progs/pattern.c");
-    let bin = tmp.join(format!("cli_pattern_{test}"));
-    let st = Command::new("cc")
-        .args(["-g", "-O1", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("cc");
-    assert!(st.success());
-    let target = tmp.join("shim-target");
-    let st = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "-q",
-            "-p",
-            "etwkit-heapshim",
-            "--target-dir",
-        ])
-        .arg(&target)
-        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
-        .status()
-        .expect("cargo");
-    assert!(st.success(), "building etwkit-heapshim");
-    Some((bin, target.join("release/libetwkit_heapshim.so")))
+    Some(compile("pattern.c", &format!("cli_pattern_{test}")))
 }
 
-fn heap(shim: &PathBuf, args: &[&str]) -> serde_json::Value {
+/// Compiles a test program of ../etwkit/tests/heap_progs into the test tmpdir (C or C++).
+fn compile(src: &str, out: &str) -> PathBuf {
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../etwkit/tests/heap_progs")
+        .join(src);
+    let bin = tmp.join(out);
+    let cc = if src.ends_with(".cpp") { "g++" } else { "cc" };
+    let st = Command::new(cc)
+        .args(["-g", "-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&path)
+        .status()
+        .expect("cc");
+    assert!(st.success(), "{cc} {src}");
+    bin
+}
+
+/// Runs `etwkit heap ARGS` with the allocator shim built into etwkit (no ETWKIT_HEAPSHIM):
+/// (exit code, stdout, stderr).
+fn heap_run(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_etwkit"))
         .arg("heap")
         .args(args)
-        .env("ETWKIT_HEAPSHIM", shim)
+        .env_remove("ETWKIT_HEAPSHIM")
         .output()
         .expect("run etwkit heap");
-    assert!(
-        out.status.success(),
-        "etwkit heap {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("json: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `etwkit heap ARGS --format json` must succeed; its report. stdout holds exactly one JSON line.
+fn heap(args: &[&str]) -> serde_json::Value {
+    let (code, stdout, stderr) = heap_run(args);
+    assert_eq!(code, 0, "etwkit heap {args:?}: {stderr}");
+    let lines = common::json_lines(&stdout);
+    assert_eq!(lines.len(), 1, "stdout: {stdout}");
+    lines.into_iter().next().unwrap()
+}
+
+/// The last line etwkit printed on stderr.
+fn final_line(stderr: &str) -> &str {
+    stderr.lines().last().unwrap_or("")
 }
 
 fn expected_bytes() -> u64 {
@@ -86,23 +92,27 @@ fn leak_of_site(r: &serde_json::Value) -> (u64, u64) {
 
 fn check_live_and_etl(mode: &str) {
     let test = format!("heap_cli_{mode}");
-    let Some((bin, shim)) = setup(&test) else {
+    let Some(bin) = setup(&test) else {
         return;
     };
     let etl = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{test}.etl"));
-    let live = heap(
-        &shim,
-        &[
-            "--mode",
-            mode,
-            "--format",
-            "json",
-            "-o",
-            etl.to_str().unwrap(),
-            "--",
-            bin.to_str().unwrap(),
-        ],
-    );
+    let (code, stdout, stderr) = heap_run(&[
+        "--mode",
+        mode,
+        "--format",
+        "json",
+        "-o",
+        etl.to_str().unwrap(),
+        "--",
+        bin.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let want = match mode {
+        "shim" => "traced with the allocator shim",
+        _ => "traced with uprobes",
+    };
+    assert!(final_line(&stderr).contains(want), "{stderr}");
+    let live: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON report");
     assert_eq!(live["exact"], true, "{}", live["notes"]);
     assert_eq!(
         leak_of_site(&live),
@@ -126,30 +136,78 @@ fn check_live_and_etl(mode: &str) {
         .iter()
         .any(|f| f["function"] == "worker"));
 
-    // The same trace from the ETL file: identical outstanding figures (addresses unsymbolized).
-    let saved = heap(
-        &shim,
-        &["--report", etl.to_str().unwrap(), "--format", "json"],
-    );
-    assert_eq!(saved["outstanding_total"], live["outstanding_total"]);
-    assert_eq!(
-        saved["outstanding_bytes_total"],
-        live["outstanding_bytes_total"]
-    );
-    let pid_live = &live["processes"][0];
-    let pid_saved = &saved["processes"][0];
-    assert_eq!(pid_live["allocs"], pid_saved["allocs"]);
-    assert_eq!(pid_live["frees"], pid_saved["frees"]);
-    // The 12 leaked blocks share one allocation stack in the file too.
-    let groups = saved["outstanding_by_stack"].as_array().unwrap();
+    // The same trace from the ETL file: the same report, stacks named from the Image events the
+    // file carries, every operation in it (reallocations as ReAlloc events), at a few hundred
+    // bytes per operation (stacks included).
+    let saved = heap(&["--report", etl.to_str().unwrap(), "--format", "json"]);
+    for k in [
+        "operations",
+        "outstanding_total",
+        "outstanding_bytes_total",
+        "processes",
+        "outstanding_by_stack",
+        "top_allocating_stacks",
+    ] {
+        assert_eq!(
+            saved[k], live[k],
+            "{mode} mode: {k} differs between live and --report"
+        );
+    }
+    let size = std::fs::metadata(&etl).unwrap().len();
+    let ops = live["operations"].as_u64().unwrap();
     assert!(
-        groups
-            .iter()
-            .any(|g| g["count"] == THREADS * K && g["bytes"] == expected_bytes()),
-        "no group of {} blocks / {} bytes in {groups:?}",
-        THREADS * K,
-        expected_bytes()
+        size < 1024 * ops + (1 << 20),
+        "{mode} mode: {size} bytes for {ops} operations"
     );
+}
+
+/// The `-o` file of a program that reallocates holds ReAlloc (34) events, and `--report` of it
+/// counts as many reallocations as the live report (shim and uprobe modes).
+#[test]
+fn heap_output_keeps_reallocations() {
+    if !common::require_root("heap_output_keeps_reallocations") {
+        return;
+    }
+    let bin = compile("realloc.c", "cli_realloc");
+    for mode in ["shim", "uprobe"] {
+        let etl = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("realloc_{mode}.etl"));
+        let live = heap(&[
+            "--mode",
+            mode,
+            "--format",
+            "json",
+            "-o",
+            etl.to_str().unwrap(),
+            "--",
+            bin.to_str().unwrap(),
+        ]);
+        let reallocs = live["processes"][0]["reallocs"].as_u64().unwrap();
+        // Uprobes may lose a few calls under load (the report then says it is not exact).
+        if live["exact"] == true {
+            assert!(reallocs >= 1999, "{mode}: {reallocs} reallocs");
+        } else {
+            assert!(
+                mode == "uprobe" && reallocs > 1900,
+                "{mode}: {reallocs} reallocs"
+            );
+        }
+        let dump = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+            .args(["dump", etl.to_str().unwrap(), "--format", "json"])
+            .output()
+            .unwrap();
+        let in_file = common::json_lines(&String::from_utf8_lossy(&dump.stdout))
+            .iter()
+            .filter(|e| {
+                e["id"] == 34
+                    && e["provider"]
+                        .as_str()
+                        .is_some_and(|p| p.contains("222962ab-6180-4b88-a825-346b75f2a24a"))
+            })
+            .count() as u64;
+        let saved = heap(&["--report", etl.to_str().unwrap(), "--format", "json"]);
+        assert_eq!(in_file, reallocs, "{mode}: ReAlloc events in the file");
+        assert_eq!(saved["processes"], live["processes"], "{mode}");
+    }
 }
 
 #[test]
@@ -166,9 +224,9 @@ fn heap_command_uprobe_mode() {
 /// allocator frames (operator new, malloc) are trimmed and the leak is attributed to the C++ caller.
 #[test]
 fn heap_command_cxx_operator_new() {
-    let Some((_, shim)) = setup("heap_cli_cxx") else {
+    if setup("heap_cli_cxx").is_none() {
         return;
-    };
+    }
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../etwkit/tests/heap_progs/cxx.cpp");
     let bin = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli_cxx");
     let st = Command::new("g++")
@@ -180,17 +238,14 @@ fn heap_command_cxx_operator_new() {
     assert!(st.success());
     let expected: u64 = (0..5).map(|i| 2000 + i).sum();
     for mode in ["shim", "uprobe"] {
-        let r = heap(
-            &shim,
-            &[
-                "--mode",
-                mode,
-                "--format",
-                "json",
-                "--",
-                bin.to_str().unwrap(),
-            ],
-        );
+        let r = heap(&[
+            "--mode",
+            mode,
+            "--format",
+            "json",
+            "--",
+            bin.to_str().unwrap(),
+        ]);
         let groups = r["outstanding_by_stack"].as_array().unwrap();
         let site: Vec<_> = groups
             .iter()
@@ -202,5 +257,91 @@ fn heap_command_cxx_operator_new() {
             (Some(5), Some(expected)),
             "{mode}"
         );
+    }
+}
+
+/// What the user sees groups the report: two call sites on one source line (malloc and calloc,
+/// trimmed as allocator frames) read the same, so their 20 leaked blocks make one row, not two.
+/// The program's own stdout goes to etwkit's stderr: etwkit's stdout is one JSON report.
+#[test]
+fn heap_groups_stacks_that_read_the_same() {
+    if !common::require_root("heap_groups_stacks_that_read_the_same") {
+        return;
+    }
+    let bin = compile("sameline.c", "cli_sameline");
+    let expected: u64 = (0..20).map(|i| 100 + i).sum();
+    for mode in ["shim", "uprobe"] {
+        let (code, stdout, stderr) = heap_run(&[
+            "--mode",
+            mode,
+            "--format",
+            "json",
+            "--",
+            bin.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        // Every stdout line is JSON (the program printed a line that is not).
+        let lines = common::json_lines(&stdout);
+        assert_eq!(lines.len(), 1);
+        assert!(stderr.contains("sameline: 20 blocks kept"), "{stderr}");
+        let rows: Vec<_> = lines[0]["outstanding_by_stack"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|g| g["frames"][0]["function"] == "sameline_site")
+            .collect();
+        assert_eq!(rows.len(), 1, "{mode}: {rows:?}");
+        assert_eq!(
+            (rows[0]["count"].as_u64(), rows[0]["bytes"].as_u64()),
+            (Some(20), Some(expected)),
+            "{mode}"
+        );
+    }
+}
+
+/// `heap -- CMD` exits with the command's status; the final line names the mode used.
+#[test]
+fn heap_returns_the_command_status() {
+    if !common::require_root("heap_returns_the_command_status") {
+        return;
+    }
+    let bin = compile("sameline.c", "cli_sameline_status");
+    for (mode, names) in [
+        ("auto", "traced with the allocator shim"),
+        ("uprobe", "traced with uprobes"),
+    ] {
+        let (code, _, stderr) = heap_run(&["--mode", mode, "--", "sh", "-c", "exit 3"]);
+        assert_eq!(code, 3, "{mode}: {stderr}");
+        assert!(final_line(&stderr).contains(names), "{mode}: {stderr}");
+        let (code, _, stderr) = heap_run(&["--mode", mode, "--", bin.to_str().unwrap(), "7"]);
+        assert_eq!(code, 7, "{mode}: {stderr}");
+    }
+}
+
+/// Without root, the uprobe mode and --pid say so in the one sentence `trace` uses, nothing else.
+#[test]
+fn heap_without_root_says_so() {
+    if !common::require_root("heap_without_root_says_so") {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    for args in [
+        &["heap", "--mode", "uprobe", "--", "true"][..],
+        &["heap", "--pid", "1"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+            .args(args)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.trim(),
+            "etwkit: live tracing on Linux needs root (tracefs instances and the kernel's tracepoints are root-only); run as root",
+            "{args:?}"
+        );
+        assert!(out.stdout.is_empty());
     }
 }

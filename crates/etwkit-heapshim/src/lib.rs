@@ -14,7 +14,13 @@
 //! `u32 magic "HSPH", u32 pid, u32 tid, u32 length` then records, each starting with
 //! `u8 type, u8 api, u16 count, u32 0`: 1 ALLOC {tsc, address, size, stack}, 2 REALLOC {tsc, old,
 //! new, size, stack}, 3 FREE {tsc, address}, 4 STACK {hash, count × address}, 5 CLOCK {tsc,
-//! CLOCK_MONOTONIC ns}.
+//! CLOCK_MONOTONIC ns}, 6 MODULE {start, end, file offset, path bytes}, 7 TRANSIENT {stack, count,
+//! bytes}, 8 MARK {tsc}.
+//!
+//! With `ETWKIT_HEAP_FULL=1` every operation is sent (nothing paired in process) and a flusher
+//! thread sends, every 20 ms, every thread's unsent records followed by a MARK: the process has sent
+//! every record stamped before the MARK's tsc, so the reader can put records of all threads in time
+//! order without holding the whole trace. The last MARK (tsc `u64::MAX`) goes at process exit.
 #![allow(clippy::missing_safety_doc)]
 
 use std::cell::{Cell, UnsafeCell};
@@ -24,6 +30,8 @@ use std::sync::{Mutex, RwLock};
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
+
+mod attach;
 
 extern "C" {
     fn __libc_malloc(size: usize) -> *mut libc::c_void;
@@ -35,6 +43,36 @@ extern "C" {
     fn __libc_pvalloc(size: usize) -> *mut libc::c_void;
 }
 
+/// The allocator the hooks forward to, by `R_*` index: 0 means glibc's `__libc_*` entry point (the
+/// preloaded shim's own exported names would recurse); when attached to a running process, what
+/// that process's own lookup of each name gives (set before any hook is installed), so a program
+/// keeps the allocator it started with.
+static REAL: [AtomicUsize; 7] = [const { AtomicUsize::new(0) }; 7];
+const R_MALLOC: usize = 0;
+const R_CALLOC: usize = 1;
+const R_REALLOC: usize = 2;
+const R_FREE: usize = 3;
+const R_MEMALIGN: usize = 4;
+const R_VALLOC: usize = 5;
+const R_PVALLOC: usize = 6;
+
+macro_rules! real {
+    ($idx:expr, $libc:ident, $ty:ty) => {{
+        let f = REAL[$idx].load(Ordering::Relaxed);
+        if f == 0 {
+            $libc as $ty
+        } else {
+            // SAFETY: set from the process's symbol of this very function (same signature).
+            std::mem::transmute::<usize, $ty>(f)
+        }
+    }};
+}
+type FnAlloc = unsafe extern "C" fn(usize) -> *mut libc::c_void;
+type FnCalloc = unsafe extern "C" fn(usize, usize) -> *mut libc::c_void;
+type FnRealloc = unsafe extern "C" fn(*mut libc::c_void, usize) -> *mut libc::c_void;
+type FnFree = unsafe extern "C" fn(*mut libc::c_void);
+type FnMemalign = unsafe extern "C" fn(usize, usize) -> *mut libc::c_void;
+
 const MAGIC: u32 = u32::from_le_bytes(*b"HSPH");
 const T_ALLOC: u8 = 1;
 const T_REALLOC: u8 = 2;
@@ -43,6 +81,7 @@ const T_STACK: u8 = 4;
 const T_CLOCK: u8 = 5;
 const T_MODULE: u8 = 6;
 const T_TRANSIENT: u8 = 7;
+const T_MARK: u8 = 8;
 
 /// API codes (index into the reader's name table).
 const API_MALLOC: u8 = 0;
@@ -116,7 +155,7 @@ struct ThreadBuf {
     /// Stack-cache entries (see `stack_id`) and the one hit last.
     scache: UnsafeCell<[SCache; SCACHE_SLOTS]>,
     /// Recursion guard: set while this thread is inside a hook.
-    in_hook: Cell<bool>,
+    in_hook: AtomicBool,
     /// Offsets from `stack_id`'s sp of the first user return address, one per hook path seen.
     first_rel: UnsafeCell<[u64; 8]>,
     stack_hi: Cell<u64>,
@@ -197,12 +236,24 @@ unsafe fn init() {
             libc::pthread_atfork(None, None, Some(after_fork_child));
             libc::atexit(at_exit);
             STATE.store(2, Ordering::Release);
+            if FULL.load(Ordering::Relaxed) {
+                start_flusher();
+            }
         }
         _ => STATE.store(3, Ordering::Release),
     }
 }
 
 extern "C" fn after_fork_child() {
+    // The parent's threads are gone; the forking thread keeps its thread pointer but gets a buffer
+    // of its own.
+    for k in TP_KEY.iter() {
+        k.store(0, Ordering::Relaxed);
+    }
+    if attach::after_fork_child() {
+        // Attached and not following children: this child runs untraced.
+        return;
+    }
     // The child keeps tracing into the same socket under its own pid; records the parent had not
     // sent yet stay the parent's (drop the copies).
     PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
@@ -211,6 +262,75 @@ extern "C" fn after_fork_child() {
         let _ = p;
     }
     BUF.with(|b| b.set(std::ptr::null_mut()));
+    if FULL.load(Ordering::Relaxed) && STATE.load(Ordering::Acquire) == 2 && !attach::attached() {
+        // SAFETY: fork has re-initialized the allocator and thread machinery in this child.
+        unsafe { start_flusher() };
+    }
+}
+
+/// Runs when the shim is loaded (after libc's own constructors): turns tracing on before the
+/// program's first allocation of its own, and starts the flusher in full mode.
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = on_load;
+extern "C" fn on_load() {
+    // SAFETY: init only reads the environment and registers handlers.
+    unsafe { init() };
+}
+
+/// Full mode: every 20 ms, sends what every thread recorded and a MARK (see the crate docs).
+unsafe fn start_flusher() {
+    extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
+        // This thread never allocates through the hooks it flushes for.
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 20_000_000,
+        };
+        loop {
+            // SAFETY: nanosleep reads one timespec.
+            unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+            if FINISHED.load(Ordering::Acquire) || STATE.load(Ordering::Acquire) != 2 {
+                return std::ptr::null_mut();
+            }
+            // SAFETY: registered buffers are never freed.
+            unsafe { flush_marked() };
+        }
+    }
+    let mut t: libc::pthread_t = 0;
+    let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+    libc::pthread_attr_init(&mut attr);
+    libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+    libc::pthread_attr_setstacksize(&mut attr, 64 * 1024);
+    libc::pthread_create(&mut t, &attr, run, std::ptr::null_mut());
+    libc::pthread_attr_destroy(&mut attr);
+}
+
+/// ~1 ms of TSC ticks: a record stamped this little before a thread's hook flag became visible
+/// still goes out before the MARK that covers it.
+const MARK_MARGIN: u64 = 4_000_000;
+
+/// Sends every thread's unsent records, then a MARK: no record stamped before it is still unsent.
+/// A thread inside a hook (it may have read the TSC but not stored its record yet) is waited for.
+unsafe fn flush_marked() {
+    let t0 = tsc();
+    for slot in THREADS.iter() {
+        let p = slot.load(Ordering::Acquire);
+        if p.is_null() {
+            continue;
+        }
+        let b = &*p;
+        while b.in_hook.load(Ordering::Acquire) {
+            libc::sched_yield();
+        }
+        flush(b, false);
+    }
+    send_mark(t0.saturating_sub(MARK_MARGIN));
+}
+
+unsafe fn send_mark(t: u64) {
+    let rec = [hdr(T_MARK, 0, 0), t];
+    let bytes = std::slice::from_raw_parts(rec.as_ptr() as *const u8, 16);
+    send(0, bytes);
 }
 
 extern "C" fn at_exit() {
@@ -224,6 +344,11 @@ static FINI: extern "C" fn() = fini;
 extern "C" fn fini() {
     flush_all();
     FINISHED.store(true, Ordering::Release);
+    if (FULL.load(Ordering::Relaxed) || attach::attached()) && STATE.load(Ordering::Acquire) == 2 {
+        // Everything of this process is sent: the reader may release all it holds of it.
+        // SAFETY: send only writes to the socket.
+        unsafe { send_mark(u64::MAX) };
+    }
 }
 
 fn flush_all() {
@@ -263,7 +388,6 @@ unsafe fn flush(b: &ThreadBuf, reset: bool) {
 }
 
 unsafe fn send(tid: u32, data: &[u8]) {
-    let fd = FD.load(Ordering::Relaxed);
     let hdr: [u32; 4] = [MAGIC, PID.load(Ordering::Relaxed), tid, data.len() as u32];
     let iov = [
         libc::iovec {
@@ -276,9 +400,33 @@ unsafe fn send(tid: u32, data: &[u8]) {
         },
     ];
     let _g = SEND_LOCK.lock();
+    // Read under the lock: detaching closes the socket under it.
+    let fd = FD.load(Ordering::Acquire);
+    if fd < 0 {
+        return;
+    }
+    let msg = libc::msghdr {
+        msg_name: std::ptr::null_mut(),
+        msg_namelen: 0,
+        msg_iov: iov.as_ptr() as *mut libc::iovec,
+        msg_iovlen: 2,
+        msg_control: std::ptr::null_mut(),
+        msg_controllen: 0,
+        msg_flags: 0,
+    };
     loop {
-        let r = libc::writev(fd, iov.as_ptr(), 2);
-        if r >= 0 || *libc::__errno_location() != libc::EINTR {
+        // MSG_NOSIGNAL: a tracer that went away must not kill the program with SIGPIPE.
+        let r = libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL);
+        if r >= 0 {
+            break;
+        }
+        let e = *libc::__errno_location();
+        if e != libc::EINTR {
+            if e == libc::EPIPE || e == libc::ECONNRESET {
+                // The tracer is gone: stop recording (attached: the control thread also undoes
+                // the interposition when it notices).
+                attach::peer_gone();
+            }
             break;
         }
     }
@@ -325,6 +473,58 @@ unsafe fn thread_buf() -> Option<&'static ThreadBuf> {
     Some(b)
 }
 
+/// Thread pointer → buffer, for when the shim's TLS is dynamic (dlopened): one multiply and one
+/// compare instead of a `__tls_get_addr` call. A slot holds one thread (a colliding thread uses
+/// the TLS path); a thread's slot is cleared when it exits (its thread pointer may be reused).
+const TP_SLOTS: usize = 8192;
+static TP_KEY: [std::sync::atomic::AtomicU64; TP_SLOTS] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; TP_SLOTS];
+static TP_VAL: [std::sync::atomic::AtomicPtr<ThreadBuf>; TP_SLOTS] =
+    [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) }; TP_SLOTS];
+
+#[inline(always)]
+fn tp_slot(tp: u64) -> usize {
+    ((tp >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 51) as usize % TP_SLOTS
+}
+
+#[inline(always)]
+fn tp_lookup(tp: u64) -> *mut ThreadBuf {
+    let i = tp_slot(tp);
+    if TP_KEY[i].load(Ordering::Acquire) == tp {
+        TP_VAL[i].load(Ordering::Relaxed)
+    } else {
+        std::ptr::null_mut()
+    }
+}
+
+/// Claims the slot (0 → 1, a value no thread pointer has), writes the buffer, then publishes the key.
+fn tp_insert(tp: u64, b: *mut ThreadBuf) {
+    let i = tp_slot(tp);
+    if TP_KEY[i]
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok()
+    {
+        TP_VAL[i].store(b, Ordering::Relaxed);
+        TP_KEY[i].store(tp, Ordering::Release);
+    }
+}
+
+fn tp_remove() {
+    let tp: u64;
+    // SAFETY: reads the thread pointer (fs:0 holds it on x86-64 Linux).
+    unsafe {
+        core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+    }
+    let i = tp_slot(tp);
+    if TP_KEY[i]
+        .compare_exchange(tp, 1, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok()
+    {
+        TP_VAL[i].store(std::ptr::null_mut(), Ordering::Relaxed);
+        TP_KEY[i].store(0, Ordering::Release);
+    }
+}
+
 const TLS_UNKNOWN: i64 = i64::MIN;
 const TLS_OFF_DISABLED: i64 = i64::MIN + 1;
 /// Offset of this thread's `BUF` slot from the thread pointer (same for every thread when the shim
@@ -349,6 +549,7 @@ unsafe extern "C" fn thread_exit(p: *mut libc::c_void) {
         let b = &*(p as *const ThreadBuf);
         spill(b, 0);
         flush(b, false);
+        tp_remove();
     }
 }
 
@@ -367,6 +568,8 @@ unsafe fn pend_insert(b: &ThreadBuf, e: Pend) {
             spill(b, 0);
         }
     }
+    // A stale entry for this address (kept back here, freed by another thread) may remain: the
+    // frees below find and send it (see `freed_elsewhere`).
     let t = &mut *b.pend.get();
     let mut i = pend_slot(e.addr);
     loop {
@@ -422,6 +625,30 @@ unsafe fn pend_take(b: &ThreadBuf, addr: u64) -> Option<Pend> {
         }
         i = (i + 1) % PEND_SLOTS;
     }
+}
+
+/// Per address hash: the TSC of the latest free sent as a record (the block was not kept back by
+/// the freeing thread). A thread that kept back an allocation of that address earlier than this
+/// must not pair it with its own free later: the allocator handed the address out again meanwhile.
+const FREED_SLOTS: usize = 4096;
+static FREED: [std::sync::atomic::AtomicU64; FREED_SLOTS] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; FREED_SLOTS];
+
+#[inline(always)]
+fn freed_slot(addr: u64) -> usize {
+    ((addr >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize % FREED_SLOTS
+}
+
+#[inline(always)]
+fn note_free(addr: u64, t: u64) {
+    FREED[freed_slot(addr)].fetch_max(t, Ordering::Relaxed);
+}
+
+/// True when some free of `addr` (or of an address sharing its slot: then the pair is merely sent
+/// instead of counted) was sent after `since`.
+#[inline(always)]
+fn freed_elsewhere(addr: u64, since: u64) -> bool {
+    FREED[freed_slot(addr)].load(Ordering::Relaxed) > since
 }
 
 /// Counts a cancelled alloc/free pair under its stack.
@@ -495,6 +722,9 @@ fn clock_record() -> [u64; 3] {
 unsafe fn push(b: &ThreadBuf, words: &[u64]) {
     push_raw(b, words);
     let now = tsc();
+    // Every record sent is stamped before `now`; allocations kept back on any thread are stamped no
+    // earlier (see `coarse_tsc`).
+    LAST_PUSH_TSC.fetch_max(now, Ordering::Relaxed);
     if now.wrapping_sub(b.oldest_check.get()) > SPILL_TICKS {
         b.oldest_check.set(now);
         spill(b, SPILL_TICKS);
@@ -877,21 +1107,38 @@ unsafe fn guarded<R>(f: impl FnOnce(&ThreadBuf) -> R) -> Option<R> {
     // One TLS access on the fast path. A cdylib's TLS goes through __tls_get_addr; preloaded, the
     // shim sits in the static TLS block at a fixed offset from the thread pointer, so that offset
     // (learned and checked per thread in `thread_buf`) gives a plain load instead.
+    // Dlopened (attach mode), the thread pointer keys a table instead (see `tp_lookup`).
     let off = TLS_OFF.load(Ordering::Relaxed);
+    let tp: u64;
+    core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
     let p = if off != TLS_UNKNOWN && off != TLS_OFF_DISABLED {
-        let tp: u64;
-        core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
         *((tp as i64 + off) as *const *mut ThreadBuf)
     } else {
-        BUF.try_with(|b| b.get()).unwrap_or(std::ptr::null_mut())
+        let p = tp_lookup(tp);
+        if p.is_null() {
+            let p = BUF.try_with(|b| b.get()).unwrap_or(std::ptr::null_mut());
+            if !p.is_null() {
+                tp_insert(tp, p);
+            }
+            p
+        } else {
+            p
+        }
     };
     if !p.is_null() {
         let b = &*p;
-        if b.in_hook.replace(true) {
+        // Plain loads and stores (no locked instruction): the flag guards this thread against
+        // itself; detaching only reads it once no thread can enter a hook any more (see attach).
+        if b.in_hook.load(Ordering::Relaxed) {
+            return None;
+        }
+        b.in_hook.store(true, Ordering::Relaxed);
+        if STATE.load(Ordering::Relaxed) != 2 {
+            b.in_hook.store(false, Ordering::Release);
             return None;
         }
         let r = f(b);
-        b.in_hook.set(false);
+        b.in_hook.store(false, Ordering::Release);
         return Some(r);
     }
     // First call on this thread: create the buffer under the TLS recursion guard.
@@ -902,9 +1149,13 @@ unsafe fn guarded<R>(f: impl FnOnce(&ThreadBuf) -> R) -> Option<R> {
     let b = thread_buf();
     let _ = IN_HOOK.try_with(|h| h.set(false));
     let b = b?;
-    b.in_hook.set(true);
+    b.in_hook.store(true, Ordering::Relaxed);
+    if STATE.load(Ordering::Relaxed) != 2 {
+        b.in_hook.store(false, Ordering::Release);
+        return None;
+    }
     let r = f(b);
-    b.in_hook.set(false);
+    b.in_hook.store(false, Ordering::Release);
     Some(r)
 }
 
@@ -917,7 +1168,7 @@ const COARSE_EVERY: u32 = 32;
 #[inline(always)]
 fn coarse_tsc(b: &ThreadBuf) -> u64 {
     let left = b.coarse_left.get();
-    if left == 0 {
+    let t = if left == 0 {
         let t = tsc();
         b.coarse.set(t);
         b.coarse_left.set(COARSE_EVERY - 1);
@@ -925,8 +1176,15 @@ fn coarse_tsc(b: &ThreadBuf) -> u64 {
     } else {
         b.coarse_left.set(left - 1);
         b.coarse.get()
-    }
+    };
+    // A thread that allocates rarely has an old coarse clock: never stamp an allocation before a
+    // record already sent (e.g. another thread's free of this very address, which the reader must
+    // see as earlier).
+    t.max(LAST_PUSH_TSC.load(Ordering::Relaxed))
 }
+
+/// The latest TSC read after sending a record, on any thread (see `coarse_tsc`).
+static LAST_PUSH_TSC: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 #[inline(always)]
 unsafe fn record_alloc(api: u8, addr: *mut libc::c_void, size: usize) {
@@ -959,16 +1217,16 @@ unsafe fn record_alloc(api: u8, addr: *mut libc::c_void, size: usize) {
     });
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn malloc(size: usize) -> *mut libc::c_void {
-    let p = __libc_malloc(size);
+#[inline(always)]
+pub(crate) unsafe fn malloc_impl(size: usize) -> *mut libc::c_void {
+    let p = real!(R_MALLOC, __libc_malloc, FnAlloc)(size);
     record_alloc(API_MALLOC, p, size);
     p
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut libc::c_void {
-    let p = __libc_calloc(n, size);
+#[inline(always)]
+pub(crate) unsafe fn calloc_impl(n: usize, size: usize) -> *mut libc::c_void {
+    let p = real!(R_CALLOC, __libc_calloc, FnCalloc)(n, size);
     record_alloc(API_CALLOC, p, n.wrapping_mul(size));
     p
 }
@@ -982,18 +1240,29 @@ unsafe fn record_realloc(api: u8, old: *mut libc::c_void, new: *mut libc::c_void
         if size == 0 {
             // glibc frees the block and returns NULL.
             guarded(|b| {
-                if let Some(e) = pend_take(b, old as u64) {
-                    agg_add(b, &e);
-                } else {
-                    push(b, &[hdr(T_FREE, api, 0), tsc(), old as u64]);
+                loop {
+                    match pend_take(b, old as u64) {
+                        Some(e) if !freed_elsewhere(e.addr, e.tsc) => {
+                            agg_add(b, &e);
+                            return;
+                        }
+                        Some(e) => {
+                            push_raw(b, &[hdr(T_ALLOC, e.api, 0), e.tsc, e.addr, e.size, e.stack])
+                        }
+                        None => break,
+                    }
                 }
+                let t = tsc();
+                note_free(old as u64, t);
+                push(b, &[hdr(T_FREE, api, 0), t, old as u64]);
             });
         }
         return;
     }
     guarded(|b| {
-        if let Some(e) = pend_take(b, old as u64) {
-            // The old block was kept back: send it first so the reader can pair the realloc.
+        // The old block was kept back (maybe also a stale entry of it): send it first so the reader
+        // can pair the realloc.
+        while let Some(e) = pend_take(b, old as u64) {
             push_raw(b, &[hdr(T_ALLOC, e.api, 0), e.tsc, e.addr, e.size, e.stack]);
         }
         let st = if STACK_MASK.load(Ordering::Relaxed) & 2 != 0 {
@@ -1001,11 +1270,13 @@ unsafe fn record_realloc(api: u8, old: *mut libc::c_void, new: *mut libc::c_void
         } else {
             0
         };
+        let t = tsc();
+        note_free(old as u64, t);
         push(
             b,
             &[
                 hdr(T_REALLOC, api, 0),
-                tsc(),
+                t,
                 old as u64,
                 new as u64,
                 size as u64,
@@ -1015,15 +1286,15 @@ unsafe fn record_realloc(api: u8, old: *mut libc::c_void, new: *mut libc::c_void
     });
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn realloc(old: *mut libc::c_void, size: usize) -> *mut libc::c_void {
-    let p = __libc_realloc(old, size);
+#[inline(always)]
+pub(crate) unsafe fn realloc_impl(old: *mut libc::c_void, size: usize) -> *mut libc::c_void {
+    let p = real!(R_REALLOC, __libc_realloc, FnRealloc)(old, size);
     record_realloc(API_REALLOC, old, p, size);
     p
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn reallocarray(
+#[inline(always)]
+pub(crate) unsafe fn reallocarray_impl(
     old: *mut libc::c_void,
     n: usize,
     size: usize,
@@ -1032,35 +1303,44 @@ pub unsafe extern "C" fn reallocarray(
         *libc::__errno_location() = libc::ENOMEM;
         return std::ptr::null_mut();
     };
-    let p = __libc_realloc(old, total);
+    let p = real!(R_REALLOC, __libc_realloc, FnRealloc)(old, total);
     record_realloc(API_REALLOCARRAY, old, p, total);
     p
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn free(p: *mut libc::c_void) {
+#[inline(always)]
+pub(crate) unsafe fn free_impl(p: *mut libc::c_void) {
     if !p.is_null() {
         guarded(|b| {
-            if let Some(e) = pend_take(b, p as u64) {
-                agg_add(b, &e);
-            } else if STACK_MASK.load(Ordering::Relaxed) & 4 != 0 {
+            loop {
+                match pend_take(b, p as u64) {
+                    Some(e) if !freed_elsewhere(e.addr, e.tsc) => {
+                        agg_add(b, &e);
+                        return;
+                    }
+                    // Kept back here, but freed by another thread since (and handed out again by
+                    // the allocator): that free was sent; send this allocation, look further.
+                    Some(e) => {
+                        push_raw(b, &[hdr(T_ALLOC, e.api, 0), e.tsc, e.addr, e.size, e.stack])
+                    }
+                    None => break,
+                }
+            }
+            let t = tsc();
+            note_free(p as u64, t);
+            if STACK_MASK.load(Ordering::Relaxed) & 4 != 0 {
                 let st = stack_id(b);
-                push(b, &[hdr(T_FREE, 9, 1), tsc(), p as u64, st]);
+                push(b, &[hdr(T_FREE, 9, 1), t, p as u64, st]);
             } else {
-                push(b, &[hdr(T_FREE, 9, 0), tsc(), p as u64]);
+                push(b, &[hdr(T_FREE, 9, 0), t, p as u64]);
             }
         });
     }
-    __libc_free(p);
+    real!(R_FREE, __libc_free, FnFree)(p);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cfree(p: *mut libc::c_void) {
-    free(p)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn posix_memalign(
+#[inline(always)]
+pub(crate) unsafe fn posix_memalign_impl(
     out: *mut *mut libc::c_void,
     align: usize,
     size: usize,
@@ -1068,7 +1348,7 @@ pub unsafe extern "C" fn posix_memalign(
     if align < std::mem::size_of::<usize>() || !align.is_power_of_two() {
         return libc::EINVAL;
     }
-    let p = __libc_memalign(align, size);
+    let p = real!(R_MEMALIGN, __libc_memalign, FnMemalign)(align, size);
     if p.is_null() {
         return libc::ENOMEM;
     }
@@ -1077,30 +1357,86 @@ pub unsafe extern "C" fn posix_memalign(
     0
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut libc::c_void {
-    let p = __libc_memalign(align, size);
+#[inline(always)]
+pub(crate) unsafe fn aligned_alloc_impl(align: usize, size: usize) -> *mut libc::c_void {
+    let p = real!(R_MEMALIGN, __libc_memalign, FnMemalign)(align, size);
     record_alloc(API_ALIGNED_ALLOC, p, size);
     p
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut libc::c_void {
-    let p = __libc_memalign(align, size);
+#[inline(always)]
+pub(crate) unsafe fn memalign_impl(align: usize, size: usize) -> *mut libc::c_void {
+    let p = real!(R_MEMALIGN, __libc_memalign, FnMemalign)(align, size);
     record_alloc(API_MEMALIGN, p, size);
     p
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn valloc(size: usize) -> *mut libc::c_void {
-    let p = __libc_valloc(size);
+#[inline(always)]
+pub(crate) unsafe fn valloc_impl(size: usize) -> *mut libc::c_void {
+    let p = real!(R_VALLOC, __libc_valloc, FnAlloc)(size);
     record_alloc(API_VALLOC, p, size);
     p
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pvalloc(size: usize) -> *mut libc::c_void {
-    let p = __libc_pvalloc(size);
+#[inline(always)]
+pub(crate) unsafe fn pvalloc_impl(size: usize) -> *mut libc::c_void {
+    let p = real!(R_PVALLOC, __libc_pvalloc, FnAlloc)(size);
     record_alloc(API_PVALLOC, p, size);
     p
+}
+
+// The exported names (what a preloaded shim interposes). Attached, the hooks written into the
+// process's GOT entries are the local functions of `attach` instead: an exported name, taken from
+// inside a dlopened library, can resolve to the process's own malloc.
+#[no_mangle]
+pub unsafe extern "C" fn malloc(size: usize) -> *mut libc::c_void {
+    malloc_impl(size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut libc::c_void {
+    calloc_impl(n, size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn realloc(old: *mut libc::c_void, size: usize) -> *mut libc::c_void {
+    realloc_impl(old, size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(
+    old: *mut libc::c_void,
+    n: usize,
+    size: usize,
+) -> *mut libc::c_void {
+    reallocarray_impl(old, n, size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn free(p: *mut libc::c_void) {
+    free_impl(p)
+}
+#[no_mangle]
+pub unsafe extern "C" fn cfree(p: *mut libc::c_void) {
+    free_impl(p)
+}
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(
+    out: *mut *mut libc::c_void,
+    align: usize,
+    size: usize,
+) -> i32 {
+    posix_memalign_impl(out, align, size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut libc::c_void {
+    aligned_alloc_impl(align, size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut libc::c_void {
+    memalign_impl(align, size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn valloc(size: usize) -> *mut libc::c_void {
+    valloc_impl(size)
+}
+#[no_mangle]
+pub unsafe extern "C" fn pvalloc(size: usize) -> *mut libc::c_void {
+    pvalloc_impl(size)
 }

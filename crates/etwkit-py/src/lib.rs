@@ -5,6 +5,7 @@ mod arrow;
 mod errors;
 mod heap;
 mod live;
+mod net;
 mod reader;
 mod record;
 
@@ -21,6 +22,7 @@ fn _etwkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<live::TraceProvider>()?;
     m.add_function(wrap_pyfunction!(reader::read, m)?)?;
     m.add_function(wrap_pyfunction!(heap::heap_report, m)?)?;
+    m.add_function(wrap_pyfunction!(net::net_report, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -8,6 +8,8 @@
   pyarrow Table (``.to_arrow()``) or a pandas DataFrame (``.to_pandas()``).
 * ``etwkit.heap_trace(pids, logfile=...)`` traces the heap of running processes (Linux, root), and
   ``etwkit.heap_report(path)`` is the leak report of a trace with heap-provider events.
+* ``etwkit.net_report(*paths)`` is one row per socket (who, to whom, how much, how long, what failed)
+  from the Microsoft-Windows-Winsock-AFD events of ETL files, Windows-written or etwkit's own.
 """
 
 from ._etwkit import (  # noqa: F401
@@ -22,6 +24,7 @@ from ._etwkit import (  # noqa: F401
     UnknownProviderError,
     __version__,
     heap_report,
+    net_report,
     read,
 )
 
@@ -48,6 +51,7 @@ __all__ = [
     "etw",
     "heap_report",
     "heap_trace",
+    "net_report",
     "read",
 ]
 

@@ -123,6 +123,11 @@ def read(
 def heap_report(path: _Path, top: int = 10, frames: int = 8) -> dict[str, Any]:
     """The heap leak report of a trace with heap-provider events (as ``etwkit heap --format json``)."""
 
+def net_report(*paths: _Path) -> dict[str, Any]:
+    """One row per socket from the Winsock-AFD events of the files (as ``etwkit net --format json``):
+    ``sockets`` (pid, process, protocol, local/remote address, bytes and operations sent and
+    received, times, outcome, failures with codes and names), ``afd_events``, ``notes``."""
+
 def heap_trace(
     pids: Iterable[int],
     logfile: Optional[_Path] = None,

@@ -13,14 +13,15 @@ use std::sync::Arc;
 use crate::event::EventRecord;
 use crate::guid::Guid;
 
-/// The heap provider (HeapTraceProvider), heap.json `provider.guid`.
-pub const HEAP_PROVIDER: Guid = Guid::from_str_const("222962ab-6180-4b88-a825-346b75f2a24a");
+// The heap provider's events (provider facts, shared with the live tracers).
+use crate::schema::builtin::heap_events::image_provider;
+pub use crate::schema::builtin::heap_events::{
+    HeapEventEncoder, HeapOp, HeapOpKind, ImageMapping, EVENT_ALLOC, EVENT_FREE, EVENT_IMAGE,
+    EVENT_REALLOC, HEAP_PROVIDER, IMAGE_PROVIDER_NAME,
+};
+
 /// Kernel StackWalk class (kernel-mof.json `StackWalk.guid`).
 pub const STACKWALK_GUID: Guid = Guid::from_str_const("def2fe46-7bd6-4b80-bd94-f57fe20d0ce3");
-/// Heap event types (heap.json opcodes).
-pub const EVENT_ALLOC: u8 = 33;
-pub const EVENT_REALLOC: u8 = 34;
-pub const EVENT_FREE: u8 = 36;
 /// StackWalk Stack event type.
 pub const STACKWALK_STACK: u8 = 32;
 
@@ -70,49 +71,6 @@ pub trait StackNamer {
     fn name(&mut self, pid: u32, stack: &[u64]) -> Vec<Frame>;
 }
 
-/// One heap operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "op")]
-pub enum HeapOpKind {
-    Alloc {
-        address: u64,
-        size: u64,
-    },
-    Realloc {
-        old_address: u64,
-        new_address: u64,
-        new_size: u64,
-    },
-    Free {
-        address: u64,
-    },
-}
-
-impl HeapOpKind {
-    /// The heap provider event id for this kind (Alloc 33, ReAlloc 34, Free 36).
-    pub fn event_id(&self) -> u8 {
-        match self {
-            HeapOpKind::Alloc { .. } => EVENT_ALLOC,
-            HeapOpKind::Realloc { .. } => EVENT_REALLOC,
-            HeapOpKind::Free { .. } => EVENT_FREE,
-        }
-    }
-}
-
-/// A heap operation of one thread, with its stack when one was captured (first address = the
-/// instruction pointer at the event, then return addresses).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HeapOp {
-    pub pid: u32,
-    pub tid: u32,
-    /// UTC FILETIME.
-    pub timestamp: i64,
-    /// The API that did it (`malloc`, `calloc`, `HeapAlloc`...).
-    pub api: &'static str,
-    pub kind: HeapOpKind,
-    pub stack: Option<Arc<[u64]>>,
-}
-
 #[derive(Clone, Debug, Default)]
 struct ProcStats {
     allocs: u64,
@@ -145,9 +103,17 @@ pub struct HeapAnalyzer {
     ops: u64,
     lost_events: u64,
     notes: Vec<String>,
+    /// When tracing began on running processes (attach): earlier blocks were not seen.
+    started: Option<i64>,
 }
 
 impl HeapAnalyzer {
+    /// Tracing began at `filetime` (UTC FILETIME) on processes already running: frees of blocks
+    /// allocated earlier are counted as such, and the report says when tracing started.
+    pub fn set_tracing_started(&mut self, filetime: i64) {
+        self.started = Some(filetime);
+    }
+
     pub fn new() -> HeapAnalyzer {
         HeapAnalyzer::default()
     }
@@ -285,19 +251,35 @@ impl HeapAnalyzer {
                     .collect(),
             )
         };
-        // Groups by stack, largest first (bytes, then count, then frames), the `top` of them.
+        // Groups by what the user sees (process and the frames shown, by function, file and line:
+        // stacks differing only in addresses, or below the frames shown, read the same), largest
+        // first (bytes, then count, then frames), the `top` of them.
         let mut ranked = |groups: &mut dyn Iterator<Item = (u32, (u64, u64))>| -> Vec<StackGroup> {
-            let mut v: Vec<StackGroup> = groups
-                .map(|(id, (count, bytes))| {
-                    let (pid, frames) = name(id);
-                    StackGroup {
-                        pid,
-                        count,
-                        bytes,
-                        frames,
+            let mut seen: HashMap<(Option<u32>, Vec<String>), usize> = HashMap::new();
+            let mut v: Vec<StackGroup> = Vec::new();
+            for (id, (count, bytes)) in groups {
+                let (pid, frames) = name(id);
+                let key = (pid, frames.iter().map(Frame::display).collect::<Vec<_>>());
+                match seen.get(&key) {
+                    Some(&i) => {
+                        v[i].count += count;
+                        v[i].bytes += bytes;
+                        // Keep the lowest addresses, so the row does not depend on hash order.
+                        if frames < v[i].frames {
+                            v[i].frames = frames;
+                        }
                     }
-                })
-                .collect();
+                    None => {
+                        seen.insert(key, v.len());
+                        v.push(StackGroup {
+                            pid,
+                            count,
+                            bytes,
+                            frames,
+                        });
+                    }
+                }
+            }
             v.sort_by(|a, b| {
                 b.bytes
                     .cmp(&a.bytes)
@@ -352,7 +334,11 @@ impl HeapAnalyzer {
         }
         exact &= self.lost_events == 0 && replaced == 0;
         let unknown: u64 = processes.iter().map(|p| p.frees_of_unknown_blocks).sum();
-        if unknown > 0 {
+        if unknown > 0 && self.started.is_some() {
+            notes.push(format!(
+                "{unknown} frees of blocks allocated before tracing started (not counted as frees; not leaks)"
+            ));
+        } else if unknown > 0 {
             // Not a loss by itself: blocks allocated before attaching, or by the allocator's internals
             // (glibc's per-thread tcache comes from _int_malloc, ld.so's early blocks from its minimal
             // malloc) are freed through free(). Outstanding figures of what was seen stay exact.
@@ -361,6 +347,7 @@ impl HeapAnalyzer {
             ));
         }
         HeapReport {
+            tracing_started: self.started.map(crate::time::format_rfc3339),
             exact,
             notes,
             lost_events: self.lost_events,
@@ -443,6 +430,8 @@ pub struct ProcessSummary {
 /// The leak report.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct HeapReport {
+    /// When tracing began, for processes that were already running (RFC 3339, UTC).
+    pub tracing_started: Option<String>,
     /// False when anything (lost events, unmatched frees...) makes the figures approximate.
     pub exact: bool,
     pub notes: Vec<String>,
@@ -465,6 +454,9 @@ impl HeapReport {
             "Heap report: {} operations, {} outstanding blocks, {} bytes outstanding",
             self.operations, self.outstanding_total, self.outstanding_bytes_total
         );
+        if let Some(t) = &self.tracing_started {
+            let _ = writeln!(s, "Tracing started at {t} (attached to running processes).");
+        }
         if self.exact {
             let _ = writeln!(s, "Figures are exact (no events lost).");
         } else {
@@ -566,6 +558,8 @@ pub struct WindowsHeapEvents {
     by_key: HashMap<(i64, u32), usize>,
     stacks: HashMap<usize, Vec<u64>>,
     pub malformed: u64,
+    /// Executable mappings (etwkit's Image events), in record order.
+    pub images: Vec<ImageMapping>,
     pub heap_events: u64,
     pub stack_events: u64,
     pub unmatched_stacks: u64,
@@ -600,6 +594,29 @@ impl WindowsHeapEvents {
             match self.by_key.get(&(ts, tid)) {
                 Some(&i) => self.stacks.entry(i).or_default().extend(frames),
                 None => self.unmatched_stacks += 1,
+            }
+            return;
+        }
+        if r.provider == image_provider() && r.descriptor.id == EVENT_IMAGE {
+            let u64_at = |o: usize| {
+                p.get(o..o + 8)
+                    .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+            };
+            let pid = p
+                .get(0..4)
+                .map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+            let name = p.get(28..).and_then(|r| r.split(|&c| c == 0).next());
+            match (pid, u64_at(4), u64_at(12), u64_at(20), name) {
+                (Some(pid), Some(start), Some(size), Some(file_offset), Some(name)) => {
+                    self.images.push(ImageMapping {
+                        pid,
+                        start,
+                        end: start.saturating_add(size),
+                        file_offset,
+                        path: String::from_utf8_lossy(name).into_owned(),
+                    })
+                }
+                _ => self.malformed += 1,
             }
             return;
         }
@@ -664,109 +681,5 @@ impl WindowsHeapEvents {
             self.ops[i].stack = Some(Arc::from(user));
         }
         self.ops
-    }
-}
-
-/// Writes [`HeapOp`]s as heap-provider events: TraceLogging self-describing records with the heap
-/// provider GUID, ids/opcodes 33/34/36 and heap.json field names (pointer-sized fields are 8 bytes,
-/// so the payload offsets equal heap.json's x64 layout), plus an `Api` field; stacks as STACK_TRACE64.
-pub struct HeapEventEncoder {
-    alloc: crate::tlg::TlSchema,
-    realloc: crate::tlg::TlSchema,
-    free: crate::tlg::TlSchema,
-    /// Last known size per (pid, address), for ReAlloc's OldAllocSize.
-    sizes: HashMap<(u32, u64), u64>,
-}
-
-impl HeapEventEncoder {
-    pub fn new() -> Result<HeapEventEncoder, crate::tlg::TlError> {
-        use crate::tlg::{InType as I, OutType as O, TlSchemaBuilder};
-        let b = |name: &str, id: u8| {
-            TlSchemaBuilder::new("HeapTraceProvider", name)
-                .provider_guid(HEAP_PROVIDER)
-                .id(id as u16)
-                .opcode(id)
-                .version(2)
-        };
-        Ok(HeapEventEncoder {
-            alloc: b("Alloc", EVENT_ALLOC)
-                .field("HeapHandle", I::U64, O::Hex)
-                .field("AllocSize", I::U64, O::Default)
-                .field("AllocAddress", I::U64, O::Hex)
-                .field("SourceId", I::U32, O::Default)
-                .field("Api", I::CStr8, O::Default)
-                .build()?,
-            realloc: b("ReAlloc", EVENT_REALLOC)
-                .field("HeapHandle", I::U64, O::Hex)
-                .field("NewAllocAddress", I::U64, O::Hex)
-                .field("OldAllocAddress", I::U64, O::Hex)
-                .field("NewAllocSize", I::U64, O::Default)
-                .field("OldAllocSize", I::U64, O::Default)
-                .field("SourceId", I::U32, O::Default)
-                .field("Api", I::CStr8, O::Default)
-                .build()?,
-            free: b("Free", EVENT_FREE)
-                .field("HeapHandle", I::U64, O::Hex)
-                .field("FreeAddress", I::U64, O::Hex)
-                .field("SourceId", I::U32, O::Default)
-                .field("Api", I::CStr8, O::Default)
-                .build()?,
-            sizes: HashMap::new(),
-        })
-    }
-
-    /// The record of one op (HeapHandle is 0: glibc has one process heap).
-    pub fn encode(&mut self, op: &HeapOp, cpu: u16) -> EventRecord<'static> {
-        use crate::tlg::{event_record_with_ext, TlInstance, TlPayload};
-        let mut p = TlPayload::with_capacity(64);
-        let schema = match op.kind {
-            HeapOpKind::Alloc { address, size } => {
-                self.sizes.insert((op.pid, address), size);
-                p.push_u64(0)
-                    .push_u64(size)
-                    .push_u64(address)
-                    .push_u32(0)
-                    .push_cstr(op.api);
-                &self.alloc
-            }
-            HeapOpKind::Realloc {
-                old_address,
-                new_address,
-                new_size,
-            } => {
-                let old = self.sizes.remove(&(op.pid, old_address)).unwrap_or(0);
-                self.sizes.insert((op.pid, new_address), new_size);
-                p.push_u64(0)
-                    .push_u64(new_address)
-                    .push_u64(old_address)
-                    .push_u64(new_size)
-                    .push_u64(old);
-                p.push_u32(0).push_cstr(op.api);
-                &self.realloc
-            }
-            HeapOpKind::Free { address } => {
-                self.sizes.remove(&(op.pid, address));
-                p.push_u64(0)
-                    .push_u64(address)
-                    .push_u32(0)
-                    .push_cstr(op.api);
-                &self.free
-            }
-        };
-        let inst = TlInstance {
-            pid: op.pid,
-            tid: op.tid,
-            cpu,
-            timestamp: op.timestamp,
-            activity_id: Guid::ZERO,
-        };
-        let ext = match &op.stack {
-            Some(s) => std::borrow::Cow::Owned(schema.ext_with_stack(&crate::event::Stack {
-                match_id: 0,
-                addresses: s.to_vec(),
-            })),
-            None => std::borrow::Cow::Owned(schema.ext().to_vec()),
-        };
-        event_record_with_ext(schema, &inst, p.into_bytes(), ext).into_owned()
     }
 }

@@ -1,3 +1,4 @@
 //! Answers on top of the event stream.
 
 pub mod heap;
+pub mod net;

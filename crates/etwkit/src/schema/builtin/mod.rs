@@ -23,6 +23,7 @@ use super::{
 use crate::guid::Guid;
 
 pub mod heap;
+pub mod heap_events;
 pub mod kernel_mof;
 pub mod manifests;
 pub mod winsock_afd;

@@ -12,6 +12,7 @@
 //! [`spawn_suspended`] starts a command stopped before its first instruction (PTRACE_TRACEME),
 //! so probes are armed before its first allocation; [`SuspendedChild::resume`] lets it run.
 
+pub mod inject;
 pub mod perf;
 pub mod probes;
 pub mod session;
@@ -27,8 +28,8 @@ use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::analysis::heap::{HeapOp, HeapOpKind};
 use crate::live::linux::unwind::{Mapping, Unwinder, UserRegs};
+use crate::schema::builtin::heap_events::{HeapOp, HeapOpKind};
 use perf::{reg_idx, PerfEventAttr, Ring};
 use probes::{Func, ProbeSite};
 
@@ -37,6 +38,8 @@ use probes::{Func, ProbeSite};
 pub enum HeapError {
     #[error("heap tracing needs root or CAP_PERFMON: {0}")]
     Permission(String),
+    #[error("{}", crate::live::LiveError::NotRoot)]
+    NotRoot,
     #[error("process {0} not found")]
     NoProcess(u32),
     #[error("{0}")]
@@ -245,6 +248,11 @@ pub fn heap_trace(pids: &[u32], stack_events: StackEvents) -> Result<HeapTrace, 
 
 impl HeapTrace {
     fn new(opts: HeapOptions) -> Result<HeapTrace, HeapError> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            // Uprobe definitions live in tracefs, which only root may mount and write.
+            return Err(HeapError::NotRoot);
+        }
         let defs = tracefs::UprobeDefs::new().map_err(HeapError::Setup)?;
         perf::raise_fd_limit();
         if !opts.ring_pages.is_power_of_two() {

@@ -8,10 +8,10 @@ use std::ops::ControlFlow;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::analysis::heap::{HeapEventEncoder, HEAP_PROVIDER};
 use crate::live::{
     Callback, EnableSpec, LiveError, LiveSession, ProviderRef, Result, SessionConfig, TraceSummary,
 };
+use crate::schema::builtin::heap_events::{HeapEventEncoder, HEAP_PROVIDER};
 
 use super::{spawn_suspended, HeapError, HeapOptions, HeapTrace, StackEvents};
 

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::{perf, HeapError, StackEvents};
-use crate::analysis::heap::{HeapOp, HeapOpKind};
 use crate::live::linux::unwind::{Mapping, ProcessMaps};
+use crate::schema::builtin::heap_events::{HeapOp, HeapOpKind};
 
 const MAGIC: u32 = u32::from_le_bytes(*b"HSPH");
 const T_ALLOC: u8 = 1;
@@ -28,6 +28,13 @@ const T_STACK: u8 = 4;
 const T_CLOCK: u8 = 5;
 const T_MODULE: u8 = 6;
 const T_TRANSIENT: u8 = 7;
+const T_MARK: u8 = 8;
+const T_BYE: u8 = 9;
+const CONFIG_MAGIC: u32 = u32::from_le_bytes(*b"HSCF");
+const DETACH_MAGIC: u32 = u32::from_le_bytes(*b"DTCH");
+/// How long a detaching process may take to send what it recorded (it may wait up to 2 s for its
+/// threads to get past the hooks, longer on a starved machine).
+const DETACH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 const APIS: [&str; 10] = [
     "malloc",
     "calloc",
@@ -58,6 +65,86 @@ pub fn find_shim() -> Option<PathBuf> {
     .find(|p| p.is_file())
 }
 
+/// The shim library in an anonymous memory file (memfd), e.g. from bytes embedded in an executable.
+/// Its path, `/proc/<our pid>/fd/<fd>`, opens for processes of our user while this value lives.
+pub struct ShimFile {
+    _fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl ShimFile {
+    pub fn from_bytes(bytes: &[u8]) -> io::Result<ShimFile> {
+        use std::io::Write;
+        // SAFETY: memfd_create reads a NUL-terminated name; the descriptor it returns is ours.
+        let fd = unsafe { libc::memfd_create(c"etwkit-heapshim.so".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut f = std::fs::File::from(fd.try_clone()?);
+        f.write_all(bytes)?;
+        Ok(ShimFile {
+            path: PathBuf::from(format!(
+                "/proc/{}/fd/{}",
+                std::process::id(),
+                fd.as_raw_fd()
+            )),
+            _fd: fd,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// A copy of the shim `bytes` on disk that any process can open (attach mode: the target loads it
+/// by path): `/run/etwkit` as root, else `$TMPDIR/etwkit-<uid>`, a directory of ours that only we
+/// can write, named by the bytes' hash (the same copy serves every attach of the same shim).
+pub fn installed_copy(bytes: &[u8]) -> io::Result<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let dir = if uid == 0 {
+        PathBuf::from("/run/etwkit")
+    } else {
+        std::env::temp_dir().join(format!("etwkit-{uid}"))
+    };
+    match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(&dir)?;
+    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o022 != 0 {
+        return Err(io::Error::other(format!(
+            "{} is not a directory that only this user can write",
+            dir.display()
+        )));
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let path = dir.join(format!("libetwkit_heapshim-{h:016x}.so"));
+    if std::fs::read(&path).is_ok_and(|b| b == bytes) {
+        return Ok(path);
+    }
+    let tmp = dir.join(format!(".shim-{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
+}
+
 /// Counters of a shim trace.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct ShimStats {
@@ -81,8 +168,68 @@ struct AddrState {
     frees: Vec<(u64, HeapOp)>,
 }
 
-/// A command running with the heap shim preloaded.
+/// How the shim records.
+#[derive(Clone, Copy, Debug)]
+pub struct ShimOptions {
+    /// The events that carry a stack.
+    pub stacks: StackEvents,
+    /// Send every operation, reallocations as such, delivered in time order (for writing them all,
+    /// e.g. to ETL). Otherwise short-lived pairs are counted in process ([`ShimTrace::transient`]),
+    /// reallocations arrive as a free and an allocation ([`ShimTrace::reallocs`] counts them), and
+    /// operations arrive in no particular order. Costs more in the traced process.
+    pub every_op: bool,
+}
+
+/// An operation held until every thread of its process has sent what came before it (every-op
+/// mode), ordered by (tsc, arrival).
+struct Held {
+    tsc: u64,
+    seq: u64,
+    op: HeapOp,
+}
+impl PartialEq for Held {
+    fn eq(&self, o: &Self) -> bool {
+        (self.tsc, self.seq) == (o.tsc, o.seq)
+    }
+}
+impl Eq for Held {}
+impl PartialOrd for Held {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Held {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        // Reversed: BinaryHeap pops the earliest first.
+        (o.tsc, o.seq).cmp(&(self.tsc, self.seq))
+    }
+}
+
+/// A command running with the heap shim preloaded, or a running process the shim was loaded into.
 pub struct ShimTrace {
+    every_op: bool,
+    /// Attach mode: the process, when the detach request went out, whether its BYE arrived.
+    attached: Option<u32>,
+    detach_sent: Option<std::time::Instant>,
+    /// Attach mode with forked children traced: every process sharing the socket must be asked.
+    follow: bool,
+    last_detach_request: Option<std::time::Instant>,
+    bye: bool,
+    clean_end: bool,
+    /// UTC FILETIME when tracing began.
+    started: i64,
+    /// Every-op mode: operations not yet released, and per process the tsc before which it has
+    /// sent everything (`u64::MAX` once it exited).
+    held: std::collections::BinaryHeap<Held>,
+    /// Attach mode, pairing in process: frees (and the free half of reallocations) wait here until
+    /// every thread has sent what came before them (the marks), then pair in time order. Allocations
+    /// kept back in process may come much later, but never a free: so a free always meets the
+    /// allocation it follows, not one of a later life of the same address.
+    held_frees: std::collections::BinaryHeap<Held>,
+    marks: HashMap<u32, u64>,
+    seq: u64,
+    /// Last delivered FILETIME (every-op mode delivers non-decreasing times).
+    last_time: i64,
     child: Option<Child>,
     sock: OwnedFd,
     stacks: HashMap<(u32, u64), Arc<[u64]>>,
@@ -107,6 +254,23 @@ impl ShimTrace {
         shim: &Path,
         stacks: StackEvents,
     ) -> Result<ShimTrace, HeapError> {
+        Self::spawn_with(
+            cmd,
+            shim,
+            ShimOptions {
+                stacks,
+                every_op: false,
+            },
+        )
+    }
+
+    /// Starts `cmd` with the shim preloaded, recording as `opts` says.
+    pub fn spawn_with(
+        cmd: &mut Command,
+        shim: &Path,
+        opts: ShimOptions,
+    ) -> Result<ShimTrace, HeapError> {
+        let stacks = opts.stacks;
         let mut fds = [0i32; 2];
         // SAFETY: socketpair writes two descriptors into the array we pass.
         let r = unsafe {
@@ -148,6 +312,11 @@ impl ShimTrace {
         cmd.env("LD_PRELOAD", preload)
             .env("ETWKIT_HEAP_FD", child_fd.to_string())
             .env("ETWKIT_HEAP_STACKS", mask.to_string());
+        if opts.every_op {
+            cmd.env("ETWKIT_HEAP_FULL", "1");
+        } else {
+            cmd.env_remove("ETWKIT_HEAP_FULL");
+        }
         // SAFETY: runs in the forked child before exec; fcntl is async-signal-safe. It keeps the
         // shim's socket open across exec.
         unsafe {
@@ -163,9 +332,32 @@ impl ShimTrace {
             source: e,
         })?;
         drop(theirs);
-        Ok(ShimTrace {
-            child: Some(child),
-            sock: ours,
+        Ok(ShimTrace::new(ours, Some(child), opts.every_op, None))
+    }
+
+    fn new(
+        sock: OwnedFd,
+        child: Option<Child>,
+        every_op: bool,
+        attached: Option<u32>,
+    ) -> ShimTrace {
+        let clock = perf::clocks_now();
+        ShimTrace {
+            attached,
+            detach_sent: None,
+            follow: false,
+            last_detach_request: None,
+            bye: false,
+            clean_end: false,
+            started: (clock.1 / 100) as i64 + 116_444_736_000_000_000,
+            every_op,
+            held: Default::default(),
+            held_frees: Default::default(),
+            marks: HashMap::new(),
+            seq: 0,
+            last_time: i64::MIN,
+            child,
+            sock,
             stacks: HashMap::new(),
             maps: HashMap::new(),
             addrs: HashMap::new(),
@@ -173,10 +365,94 @@ impl ShimTrace {
             transient: Vec::new(),
             reallocs: HashMap::new(),
             anchors: None,
-            clock: perf::clocks_now(),
+            clock,
             stop: Arc::new(AtomicBool::new(false)),
             stats: ShimStats::default(),
-        })
+        }
+    }
+
+    /// Loads the shim into running process `pid` (ptrace, its own dlopen; see [`super::inject`]) and
+    /// traces it from that moment until [`ShimTrace::stop_handle`] is set (then the process undoes
+    /// the interposition and sends what it recorded) or it exits. `shim` must be a path the process
+    /// can open. With `follow_forks`, children it forks later are traced too.
+    pub fn attach(
+        pid: u32,
+        shim: &Path,
+        opts: ShimOptions,
+        follow_forks: bool,
+    ) -> Result<ShimTrace, super::inject::InjectError> {
+        use super::inject::InjectError;
+        let failed = |what: &str, e: io::Error| InjectError::Failed(format!("{what}: {e}"));
+        let nonce = perf::clocks_now().0 ^ ((pid as u64) << 32);
+        let name = format!("etwkit-heap-{}-{nonce:x}", std::process::id());
+        let listener = abstract_listener(&name).map_err(|e| failed("listening for the shim", e))?;
+        let mask = opts.stacks.alloc as u32
+            | (opts.stacks.realloc as u32) << 1
+            | (opts.stacks.free as u32) << 2;
+        let flags = opts.every_op as u32 | (follow_forks as u32) << 1;
+        let give_up = Arc::new(AtomicBool::new(false));
+        let g = give_up.clone();
+        let acceptor = std::thread::spawn(move || {
+            accept_shim(listener, pid, [CONFIG_MAGIC, mask, flags, 0], &g)
+        });
+        let r = super::inject::inject_shim(pid, shim, nonce);
+        give_up.store(true, Ordering::Relaxed);
+        let sock = acceptor
+            .join()
+            .unwrap_or_else(|_| Err("the acceptor thread panicked".into()));
+        let n = r?;
+        if n < 0 {
+            let e = io::Error::from_raw_os_error(-n as i32);
+            return Err(InjectError::Failed(match -n as i32 {
+                libc::EBUSY => format!("process {pid} is already traced by an etwkit heap shim"),
+                _ => format!("the shim in process {pid} could not connect back: {e}"),
+            }));
+        }
+        let sock = sock.map_err(InjectError::Failed)?;
+        let size: libc::c_int = 4 << 20;
+        // SAFETY: setsockopt reads one c_int through a valid pointer.
+        unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                &size as *const _ as *const libc::c_void,
+                4,
+            );
+        }
+        let mut t = ShimTrace::new(sock, None, opts.every_op, Some(pid));
+        t.follow = follow_forks;
+        Ok(t)
+    }
+
+    fn request_detach(&mut self) {
+        let m = [DETACH_MAGIC, 0, 0, 0];
+        // SAFETY: send reads 16 bytes from our array.
+        unsafe {
+            libc::send(
+                self.sock.as_raw_fd(),
+                m.as_ptr() as *const libc::c_void,
+                16,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            );
+        }
+        self.last_detach_request = Some(std::time::Instant::now());
+    }
+
+    /// UTC FILETIME when tracing began (the attach, or the spawn).
+    pub fn started(&self) -> i64 {
+        self.started
+    }
+
+    /// The attached process, in attach mode.
+    pub fn attached_pid(&self) -> Option<u32> {
+        self.attached
+    }
+
+    /// Attach mode: the process confirmed the end of tracing (it undid its hooks and sent all it
+    /// had), or exited.
+    pub fn detached_cleanly(&self) -> bool {
+        self.clean_end
     }
 
     pub fn child_mut(&mut self) -> Option<&mut Child> {
@@ -207,7 +483,39 @@ impl ShimTrace {
         let mut buf = vec![0u8; 256 * 1024];
         loop {
             if self.stop.load(Ordering::Relaxed) {
-                break;
+                match (self.attached, self.detach_sent) {
+                    (None, _) => break,
+                    (Some(_), None) => {
+                        // Ask the process to undo its hooks and send the rest; read until it has.
+                        self.request_detach();
+                        self.detach_sent = Some(std::time::Instant::now());
+                    }
+                    (Some(_), Some(t)) => {
+                        if (self.bye && !self.follow) || t.elapsed() > DETACH_TIMEOUT {
+                            break;
+                        }
+                        // Followed children share the socket: each takes one request; ask again
+                        // until every copy of the socket is closed.
+                        if self.follow
+                            && self.last_detach_request.is_some_and(|r| {
+                                r.elapsed() > std::time::Duration::from_millis(200)
+                            })
+                        {
+                            self.request_detach();
+                        }
+                    }
+                }
+            }
+            if let Some(pid) = self.attached.filter(|_| !self.follow) {
+                if self.bye || (self.detach_sent.is_none() && !super::process_alive(pid)) {
+                    // Detached, or gone (its last records are already queued: drain them).
+                    self.stop.store(true, Ordering::Relaxed);
+                    if !self.bye && self.detach_sent.is_none() {
+                        self.detach_sent = Some(std::time::Instant::now());
+                        self.bye = true;
+                        self.clean_end = true;
+                    }
+                }
             }
             perf::poll_fds(&[self.sock.as_raw_fd()], 100).map_err(|e| HeapError::Io {
                 context: "poll on the heap shim socket".into(),
@@ -223,11 +531,16 @@ impl ShimTrace {
                 )
             };
             if n == 0 {
-                break; // every writer closed its end
+                // Every writer closed its end: for an attached process, it exited.
+                self.clean_end |= self.attached.is_some_and(|p| !super::process_alive(p));
+                break;
             }
             if n < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
+                    if self.bye && !self.follow {
+                        break; // nothing more queued
+                    }
                     continue;
                 }
                 return Err(HeapError::Io {
@@ -239,6 +552,18 @@ impl ShimTrace {
             let msg = buf[..n as usize].to_vec();
             self.parse(&msg);
             progress(self.stats.records);
+            if self.every_op {
+                // Released up to the earliest mark of the processes still sending.
+                let w = self.marks.values().copied().min().unwrap_or(0);
+                if self.release(w, &mut f).is_break() {
+                    return Ok(());
+                }
+                continue;
+            }
+            if self.attached.is_some() {
+                let w = self.marks.values().copied().min().unwrap_or(0);
+                self.apply_frees(w);
+            }
             // Completed pairs can go now (their order does not matter to the analysis).
             let ready = std::mem::take(&mut self.ready);
             for op in &ready {
@@ -247,6 +572,11 @@ impl ShimTrace {
                 }
             }
         }
+        if self.every_op {
+            let _ = self.release(u64::MAX, &mut f);
+            return Ok(());
+        }
+        self.apply_frees(u64::MAX);
         // Unpaired allocations are outstanding, unpaired frees hit blocks allocated before tracing
         // or inside the allocator; deliver them in time order after the pairs.
         let mut rest: Vec<(u64, HeapOp)> = Vec::new();
@@ -266,6 +596,56 @@ impl ShimTrace {
             }
         }
         Ok(())
+    }
+
+    /// Every-op mode: delivers, in time order, the held operations stamped before `w`.
+    fn release(
+        &mut self,
+        w: u64,
+        f: &mut impl FnMut(&HeapOp) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
+        while self.held.peek().is_some_and(|h| h.tsc < w) {
+            let Held { tsc, mut op, .. } = self.held.pop().expect("peeked");
+            // The tsc→time mapping is refined as anchors arrive: never let time go backwards.
+            let t = self.filetime(tsc).max(self.last_time);
+            self.last_time = t;
+            op.timestamp = t;
+            f(&op)?;
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Pairs the held frees stamped before `w`, in time order.
+    fn apply_frees(&mut self, w: u64) {
+        while self.held_frees.peek().is_some_and(|h| h.tsc < w) {
+            let Held { tsc, op, .. } = self.held_frees.pop().expect("peeked");
+            if let HeapOpKind::Free { address } = op.kind {
+                self.add_free(tsc, op, address);
+            }
+        }
+    }
+
+    /// A free to pair: at once, or (attach mode) once every thread has sent what came before it.
+    fn free_record(&mut self, tsc: u64, op: HeapOp, address: u64) {
+        if self.attached.is_some() {
+            self.seq += 1;
+            self.held_frees.push(Held {
+                tsc,
+                seq: self.seq,
+                op,
+            });
+        } else {
+            self.add_free(tsc, op, address);
+        }
+    }
+
+    fn hold(&mut self, tsc: u64, op: HeapOp) {
+        self.seq += 1;
+        self.held.push(Held {
+            tsc,
+            seq: self.seq,
+            op,
+        });
     }
 
     /// Alloc/free pairs the shim counted without sending them: (pid, stack, api, count, bytes).
@@ -359,6 +739,9 @@ impl ShimTrace {
             self.stats.malformed += 1;
             return;
         };
+        if self.every_op || self.attached.is_some() {
+            self.marks.entry(pid).or_insert(0);
+        }
         let end = (16 + len as usize).min(msg.len());
         let mut o = 16;
         while o + 8 <= end {
@@ -373,6 +756,8 @@ impl ShimTrace {
                 T_CLOCK => 3,
                 T_MODULE => 4 + count.div_ceil(8),
                 T_TRANSIENT => 4,
+                T_MARK => 2,
+                T_BYE => 2,
                 _ => {
                     self.stats.malformed += 1;
                     return;
@@ -408,7 +793,34 @@ impl ShimTrace {
                         },
                         stack,
                     };
-                    self.add_alloc(at(1), op, at(2));
+                    if self.every_op {
+                        self.hold(at(1), op);
+                    } else {
+                        self.add_alloc(at(1), op, at(2));
+                    }
+                }
+                T_REALLOC if self.every_op => {
+                    let op = HeapOp {
+                        pid,
+                        tid,
+                        timestamp: 0,
+                        api: api_name,
+                        kind: HeapOpKind::Realloc {
+                            old_address: at(2),
+                            new_address: at(3),
+                            new_size: at(4),
+                        },
+                        stack: stack_of(self, at(5)),
+                    };
+                    self.hold(at(1), op);
+                }
+                T_MARK => {
+                    let m = self.marks.entry(pid).or_insert(0);
+                    *m = (*m).max(at(1));
+                }
+                T_BYE if Some(pid) == self.attached => {
+                    self.bye = true;
+                    self.clean_end = true;
                 }
                 T_REALLOC => {
                     let stack = stack_of(self, at(5));
@@ -422,7 +834,7 @@ impl ShimTrace {
                         kind: HeapOpKind::Free { address: at(2) },
                         stack: None,
                     };
-                    self.add_free(at(1), free, at(2));
+                    self.free_record(at(1), free, at(2));
                     let alloc = HeapOp {
                         pid,
                         tid,
@@ -451,7 +863,11 @@ impl ShimTrace {
                         kind,
                         stack,
                     };
-                    self.add_free(at(1), op, at(2));
+                    if self.every_op {
+                        self.hold(at(1), op);
+                    } else {
+                        self.free_record(at(1), op, at(2));
+                    }
                 }
                 T_TRANSIENT => {
                     let stack = stack_of(self, at(1));
@@ -485,5 +901,104 @@ impl ShimTrace {
             }
             o += words * 8;
         }
+    }
+}
+
+/// A SOCK_SEQPACKET listener on the abstract Unix socket address `name`.
+fn abstract_listener(name: &str) -> io::Result<OwnedFd> {
+    // SAFETY: socket returns a fresh descriptor (checked).
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is fresh and ours.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_un is plain data.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (i, b) in name.bytes().enumerate() {
+        addr.sun_path[1 + i] = b as libc::c_char;
+    }
+    let len = (std::mem::size_of::<libc::sa_family_t>() + 1 + name.len()) as libc::socklen_t;
+    // SAFETY: bind and listen read a valid sockaddr_un of `len` bytes.
+    unsafe {
+        if libc::bind(
+            fd.as_raw_fd(),
+            &addr as *const _ as *const libc::sockaddr,
+            len,
+        ) != 0
+            || libc::listen(fd.as_raw_fd(), 4) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(fd)
+}
+
+/// Accepts the shim's connection from process `pid` (checked with SO_PEERCRED) and sends it the
+/// configuration; gives up when `give_up` is set and nothing came.
+fn accept_shim(
+    listener: OwnedFd,
+    pid: u32,
+    config: [u32; 4],
+    give_up: &AtomicBool,
+) -> Result<OwnedFd, String> {
+    loop {
+        perf::poll_fds(&[listener.as_raw_fd()], 100)
+            .map_err(|e| format!("waiting for the shim to connect: {e}"))?;
+        // SAFETY: accept4 with null address pointers returns a fresh descriptor or -1.
+        let fd = unsafe {
+            libc::accept4(
+                listener.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            )
+        };
+        if fd < 0 {
+            if give_up.load(Ordering::Relaxed) {
+                return Err(format!("the shim in process {pid} did not connect back"));
+            }
+            continue;
+        }
+        // SAFETY: fd is fresh and ours.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: ucred is plain data; getsockopt writes at most `len` bytes into it.
+        let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        let ok = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                &mut cred as *mut _ as *mut libc::c_void,
+                &mut len,
+            )
+        } == 0;
+        if !ok || cred.pid as u32 != pid {
+            continue; // not the process we loaded the shim into
+        }
+        // SAFETY: send reads 16 bytes from the array.
+        let sent = unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                config.as_ptr() as *const libc::c_void,
+                16,
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if sent != 16 {
+            return Err(format!(
+                "sending the configuration to process {pid}: {}",
+                io::Error::last_os_error()
+            ));
+        }
+        return Ok(fd);
     }
 }

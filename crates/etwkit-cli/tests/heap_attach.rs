@@ -1,0 +1,432 @@
+//! `etwkit heap --pid P` loading the allocator shim into running processes, as root against real
+//! programs: exact counts in the traced window (the program counts the calls that reached the shim
+//! itself), the interposition undone at the end (its GOT entry for malloc points into libc again,
+//! its rate recovers, the control thread is gone), a second attach, a SIGKILLed etwkit, C++ and
+//! Python targets.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+/// The tests here run one at a time: each storms the CPUs, and one compares rates over time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn progs() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../etwkit/tests/heap_progs")
+}
+
+fn compile(cc: &str, src: &str, out: &str, extra: &[&str]) -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(out);
+    let st = Command::new(cc)
+        .args(["-g", "-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(progs().join(src))
+        .args(extra)
+        .status()
+        .expect("compiler");
+    assert!(st.success(), "{cc} {src}");
+    bin
+}
+
+/// Starts `cmd` with stdout piped; its lines arrive on the receiver.
+fn start(cmd: &mut Command) -> (Child, Receiver<String>) {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().expect("start program");
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(l) = line else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+fn next_line(rx: &Receiver<String>) -> String {
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("a line from the program")
+}
+
+/// `RATE <calls/s> <module>` → (rate, module).
+fn rate(line: &str) -> (f64, String) {
+    let mut it = line.split_whitespace();
+    assert_eq!(it.next(), Some("RATE"), "{line}");
+    let r = it.next().unwrap().parse().unwrap();
+    (r, it.next().unwrap_or("").to_string())
+}
+
+/// Runs `etwkit heap ARGS --format json` (built-in shim): the report and the final stderr line.
+fn heap(args: &[&str]) -> (serde_json::Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+        .arg("heap")
+        .args(args)
+        .args(["--format", "json"])
+        .env_remove("ETWKIT_HEAPSHIM")
+        .output()
+        .expect("etwkit heap");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "etwkit heap {args:?}: {stderr}");
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    (report, stderr.lines().last().unwrap_or("").to_string())
+}
+
+fn tasks(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+#[test]
+fn attach_counts_exactly_and_detaches_cleanly() {
+    if !common::require_root("attach_counts_exactly_and_detaches_cleanly") {
+        return;
+    }
+    let _serial = serial();
+    let bin = compile(
+        "cc",
+        "attach_storm.c",
+        "attach_storm",
+        &["-fno-plt", "-ldl"],
+    );
+    let (mut child, rx) = start(Command::new(&bin).arg("9"));
+    let pid = child.id();
+    // Untraced rate: lines 2..5 (the first interval includes thread start).
+    let _ = next_line(&rx);
+    let before: Vec<f64> = (0..4)
+        .map(|_| rate(&next_line(&rx)))
+        .map(|(r, m)| {
+            assert_eq!(m, "libc.so.6");
+            r
+        })
+        .collect();
+    let untraced = median(before);
+    let threads_before = tasks(pid);
+
+    let (r1, last) = heap(&["--pid", &pid.to_string(), "--duration", "1"]);
+    assert!(
+        last.contains(&format!(
+            "allocator shim loaded into process {pid}, now taken out again"
+        )),
+        "{last}"
+    );
+    assert_eq!(r1["exact"], true, "{}", r1["notes"]);
+    assert!(r1["tracing_started"].is_string());
+    // While attached the GOT entry pointed into the shim; now into libc again, the shim unused.
+    let mut during = Vec::new();
+    let mut after = Vec::new();
+    while after.len() < 4 {
+        let (r, m) = rate(&next_line(&rx));
+        if m.contains("etwkit_heapshim") {
+            assert!(after.is_empty(), "the GOT entry went back to the shim");
+            during.push(r);
+        } else if !during.is_empty() {
+            assert_eq!(m, "libc.so.6");
+            after.push(r);
+        }
+    }
+    assert!(!during.is_empty(), "no interval saw the shim in the GOT");
+    let recovered = median(after[1..].to_vec());
+    eprintln!(
+        "untraced {untraced:.0}/s, attached {:?}, after detach {recovered:.0}/s",
+        during
+    );
+    assert!(
+        recovered > 0.3 * untraced,
+        "rate after detach {recovered:.0}/s vs {untraced:.0}/s before"
+    );
+    assert_eq!(
+        tasks(pid),
+        threads_before,
+        "the shim's control thread is still there"
+    );
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(
+        maps.contains("libetwkit_heapshim"),
+        "the shim stays mapped (unused)"
+    );
+
+    // A second attach works.
+    let (r2, last) = heap(&["--pid", &pid.to_string(), "--duration", "0.5"]);
+    assert!(last.contains("now taken out again"), "{last}");
+    assert_eq!(r2["exact"], true, "{}", r2["notes"]);
+
+    let mut totals = None;
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(30)) {
+        if let Some(rest) = l.strip_prefix("TRACED ") {
+            let v: Vec<u64> = rest
+                .split_whitespace()
+                .map(|x| x.parse().unwrap())
+                .collect();
+            totals = Some(v);
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    let t = totals.expect("TRACED line");
+    assert_eq!(t[2], 0, "allocations failed");
+    let sum = |k: &str| -> u64 {
+        [&r1, &r2]
+            .iter()
+            .map(|r| r["processes"][0][k].as_u64().unwrap())
+            .sum()
+    };
+    // Every call that reached the shim, counted by the program itself, is in the reports: mallocs
+    // as allocations; frees as frees, or frees of blocks allocated before tracing started.
+    assert_eq!(sum("allocs"), t[0], "mallocs");
+    assert_eq!(sum("frees") + sum("frees_of_unknown_blocks"), t[1], "frees");
+}
+
+#[test]
+fn killed_etwkit_leaves_the_target_running() {
+    if !common::require_root("killed_etwkit_leaves_the_target_running") {
+        return;
+    }
+    let _serial = serial();
+    let bin = compile(
+        "cc",
+        "attach_storm.c",
+        "attach_storm_kill",
+        &["-fno-plt", "-ldl"],
+    );
+    let (mut child, rx) = start(Command::new(&bin).arg("5"));
+    let pid = child.id();
+    let _ = next_line(&rx);
+    let mut etwkit = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+        .args(["heap", "--pid", &pid.to_string()])
+        .env_remove("ETWKIT_HEAPSHIM")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    loop {
+        let (_, m) = rate(&next_line(&rx));
+        if m.contains("etwkit_heapshim") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(15), "never attached");
+    }
+    etwkit.kill().unwrap(); // SIGKILL
+    etwkit.wait().unwrap();
+    // The shim notices, stops recording and restores the GOT; the program goes on allocating.
+    let mut back = false;
+    let mut totals = None;
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(30)) {
+        if l.starts_with("RATE") {
+            let (r, m) = rate(&l);
+            if m == "libc.so.6" {
+                back = true;
+            } else {
+                assert!(!back, "the shim came back");
+            }
+            if back {
+                assert!(r > 0.0);
+            }
+        } else if let Some(rest) = l.strip_prefix("TRACED ") {
+            totals = Some(rest.to_string());
+        }
+    }
+    assert!(back, "the GOT entry never went back to libc");
+    assert!(child.wait().unwrap().success());
+    let totals = totals.expect("TRACED line");
+    assert!(totals.ends_with(" 0"), "failed allocations: {totals}");
+}
+
+#[test]
+fn attach_to_cxx_and_python() {
+    if !common::require_root("attach_to_cxx_and_python") {
+        return;
+    }
+    let _serial = serial();
+    let bin = compile("g++", "attach_cxx.cpp", "attach_cxx", &[]);
+    let (mut child, rx) = start(Command::new(&bin).arg("4"));
+    assert_eq!(next_line(&rx), "READY");
+    std::thread::sleep(Duration::from_millis(300));
+    let (r, last) = heap(&["--pid", &child.id().to_string(), "--duration", "1"]);
+    assert!(
+        last.contains("allocator shim loaded into process"),
+        "{last}"
+    );
+    assert_eq!(r["exact"], true, "{}", r["notes"]);
+    // operator new calls malloc through libstdc++'s GOT: the caller shows under the allocator.
+    let site = r["top_allocating_stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|g| {
+            g["frames"].as_array().unwrap().iter().any(|f| {
+                f["function"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("cxx_attach_site"))
+            })
+        });
+    assert!(site, "{}", r["top_allocating_stacks"]);
+    assert!(r["processes"][0]["allocs"].as_u64().unwrap() > 100);
+    assert!(child.wait().unwrap().success());
+    drop(rx);
+
+    let script = "import time\nkept = []\nfor i in range(400):\n    kept.append(bytearray(1000 + i))\n    time.sleep(0.01)\n";
+    let (mut py, _rx) = start(Command::new("python3").args(["-c", script]));
+    std::thread::sleep(Duration::from_millis(800));
+    let etl = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("attach_python.etl");
+    let (r, last) = heap(&[
+        "--pid",
+        &py.id().to_string(),
+        "--duration",
+        "1",
+        "-o",
+        etl.to_str().unwrap(),
+    ]);
+    assert!(
+        last.contains("allocator shim loaded into process"),
+        "{last}"
+    );
+    assert_eq!(r["exact"], true, "{}", r["notes"]);
+    // ~100 bytearrays of 1000+ bytes a second, all kept.
+    let big: u64 = r["outstanding_by_stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["bytes"].as_u64().unwrap() >= 1000 * g["count"].as_u64().unwrap())
+        .map(|g| g["count"].as_u64().unwrap())
+        .sum();
+    assert!(big >= 50, "{}", r["outstanding_by_stack"]);
+    let (saved, _) = heap(&["--report", etl.to_str().unwrap()]);
+    assert_eq!(saved["processes"], r["processes"]);
+    assert_eq!(saved["outstanding_by_stack"], r["outstanding_by_stack"]);
+    assert!(py.wait().unwrap().success());
+}
+
+/// A static binary cannot load the shim: `--pid` falls back to uprobes and the final line says why
+/// in one sentence.
+#[test]
+fn attach_to_static_binary_falls_back_to_uprobes() {
+    if !common::require_root("attach_to_static_binary_falls_back_to_uprobes") {
+        return;
+    }
+    let _serial = serial();
+    let bin = compile("cc", "attach_storm.c", "attach_storm_static", &["-static"]);
+    let (mut child, rx) = start(Command::new(&bin).args(["3", "1"]));
+    let _ = next_line(&rx);
+    let pid = child.id();
+    let (r, last) = heap(&["--pid", &pid.to_string(), "--duration", "0.5"]);
+    assert!(
+        last.contains("traced with uprobes, because the allocator shim cannot be loaded")
+            && last.contains(&format!("process {pid} has no glibc libc.so mapped")),
+        "{last}"
+    );
+    assert!(r["operations"].as_u64().is_some());
+    // Keep reading its lines until it ends (a closed pipe would kill it).
+    assert!(child.wait().unwrap().success());
+    drop(rx);
+}
+
+/// `--follow-forks`: a child forked after the attach is traced under its own pid (its 100 kept
+/// blocks found at its allocation site); without the flag it is not. Ctrl-C (SIGINT) ends tracing
+/// like --duration.
+#[test]
+fn attach_follows_forks_when_asked() {
+    if !common::require_root("attach_follows_forks_when_asked") {
+        return;
+    }
+    let _serial = serial();
+    let bin = compile("cc", "fork_child.c", "fork_child", &[]);
+    for follow in [true, false] {
+        let (mut child, rx) = start(Command::new(&bin).args(["3", "1.2"]));
+        assert_eq!(next_line(&rx), "READY");
+        let pid = child.id();
+        let mut args = vec!["heap".to_string(), "--pid".into(), pid.to_string()];
+        args.extend(["--format".into(), "json".into()]);
+        if follow {
+            args.push("--follow-forks".into());
+        }
+        let etwkit = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+            .args(&args)
+            .env_remove("ETWKIT_HEAPSHIM")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The child is forked at 1.2 s and lives 0.2 s; stop at 2 s with Ctrl-C.
+        std::thread::sleep(Duration::from_millis(2000));
+        // SAFETY: kill sends SIGINT to our own child process.
+        unsafe { libc_kill(etwkit.id() as i32, 2) };
+        let out = etwkit.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains("now taken out again"), "{stderr}");
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let kids: Vec<&serde_json::Value> = r["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["pid"] != pid)
+            .collect();
+        if follow {
+            assert_eq!(kids.len(), 1, "{}", r["processes"]);
+            let site = r["outstanding_by_stack"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|g| g["frames"][0]["function"] == "child_allocation_site")
+                .unwrap_or_else(|| panic!("{}", r["outstanding_by_stack"]));
+            assert_eq!(
+                (site["count"].as_u64(), site["bytes"].as_u64()),
+                (Some(100), Some(77_700))
+            );
+        } else {
+            assert!(kids.is_empty(), "{}", r["processes"]);
+        }
+        assert!(child.wait().unwrap().success());
+        drop(rx);
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+/// Python threads started and ended all the time, blocks freed on other threads than the one that
+/// allocated them, addresses reused at once: attached, every free still meets its own allocation
+/// (the report is exact). Three attaches in a row.
+#[test]
+fn attach_to_python_threads_stays_exact() {
+    if !common::require_root("attach_to_python_threads_stays_exact") {
+        return;
+    }
+    let _serial = serial();
+    let script = "import threading, time\n\
+def work():\n    x = [bytearray(100) for _ in range(2000)]\n    time.sleep(0.01)\n\
+t0 = time.time()\n\
+while time.time() - t0 < 6:\n    ts = [threading.Thread(target=work) for _ in range(4)]\n    \
+for t in ts: t.start()\n    for t in ts: t.join()\n";
+    let (mut py, _rx) = start(Command::new("python3").args(["-c", script]));
+    std::thread::sleep(Duration::from_millis(700));
+    for _ in 0..3 {
+        let (r, last) = heap(&["--pid", &py.id().to_string(), "--duration", "1"]);
+        assert!(
+            last.contains("allocator shim loaded into process"),
+            "{last}"
+        );
+        assert_eq!(r["exact"], true, "{}", r["notes"]);
+        assert!(r["processes"][0]["allocs"].as_u64().unwrap() > 1000);
+    }
+    assert!(py.wait().unwrap().success());
+}
