@@ -60,7 +60,8 @@ sleep 1
 t_uprobe_end=$(date +%s.%N)
 sleep 1
 if command -v heaptrack >/dev/null; then
-  heaptrack -p "$spid" -o "$work/htp" >"$work/htp.log" 2>&1 || true
+  # From the scratch directory: heaptrack -p writes its data file into the current directory.
+  (cd "$work" && heaptrack -p "$spid" -o "$work/htp" >"$work/htp.log" 2>&1) || true
 fi
 wait "$spid"
 median() { sort -n | awk '{a[NR]=$1} END { if (NR) print a[int((NR+1)/2)]; else print 0 }'; }

@@ -4,8 +4,8 @@
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 
-use anyhow::{bail, Context};
-use etwkit::analysis::heap::{HeapAnalyzer, HeapReport, WindowsHeapEvents};
+use anyhow::bail;
+use etwkit::analysis::heap::{HeapAnalyzer, HeapReport};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -100,68 +100,23 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 }
 
 fn report_from_etl(file: &PathBuf, top: usize, frames: usize) -> anyhow::Result<HeapReport> {
-    let f =
-        etwkit::etl::EtlFile::open(file).with_context(|| format!("opening {}", file.display()))?;
-    let mut w = WindowsHeapEvents::new();
-    let summary = f.for_each(etwkit::etl::Order::Time, |r| {
-        w.push(&r.event);
-        ControlFlow::Continue(())
-    });
-    let mut an = HeapAnalyzer::new();
-    let lost = f.header().events_lost as u64 + summary.bad_records;
-    an.add_lost(lost);
-    if summary.bad_buffers > 0 {
-        an.add_note(format!(
-            "{} unreadable buffers were skipped",
-            summary.bad_buffers
-        ));
-    }
-    if w.malformed > 0 {
-        an.add_note(format!("{} heap events too short to decode", w.malformed));
-    }
-    if w.heap_events == 0 {
-        an.add_note(
-            "no heap events (HeapTraceProvider 222962ab-6180-4b88-a825-346b75f2a24a) in this file",
-        );
-    }
-    let images = std::mem::take(&mut w.images);
-    for op in w.finish() {
-        an.add(&op);
-    }
+    let f = etwkit::etl::EtlFile::open(file)?;
+    let (an, images) = etwkit::analysis::heap::analyze_file(&f);
     Ok(report_named(&an, &images, top, frames))
 }
 
 /// The report, stacks named through the executable mappings the file carries (Linux-born traces).
-#[cfg(target_os = "linux")]
-fn report_named(
+pub fn report_named(
     an: &HeapAnalyzer,
     images: &[etwkit::analysis::heap::ImageMapping],
     top: usize,
     frames: usize,
 ) -> HeapReport {
-    use etwkit::live::linux::unwind::{LinuxStackNamer, Mapping, ProcessMaps};
-    if images.is_empty() {
-        return an.report(None, top, frames);
+    #[cfg(target_os = "linux")]
+    if let Some(mut namer) = etwkit::live::linux::unwind::LinuxStackNamer::from_images(images) {
+        return an.report(Some(&mut namer), top, frames);
     }
-    let mut maps: std::collections::HashMap<u32, ProcessMaps> = Default::default();
-    for m in images {
-        maps.entry(m.pid).or_default().insert(Mapping {
-            start: m.start,
-            end: m.end,
-            pgoff: m.file_offset,
-            path: std::sync::Arc::from(std::path::Path::new(&m.path)),
-        });
-    }
-    an.report(Some(&mut LinuxStackNamer::new(maps)), top, frames)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn report_named(
-    an: &HeapAnalyzer,
-    _images: &[etwkit::analysis::heap::ImageMapping],
-    top: usize,
-    frames: usize,
-) -> HeapReport {
+    let _ = images;
     an.report(None, top, frames)
 }
 

@@ -38,54 +38,59 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         o.insert("closed_cleanly".into(), f.closed_cleanly().into());
         o.insert("buffers_in_file".into(), f.buffers().len().into());
         o.insert("header_error".into(), f.header_error().into());
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     if let Some(e) = f.header_error() {
-        println!("warning: {e}");
+        outln!("warning: {e}");
     }
-    println!(
+    outln!(
         "file                 {} ({} bytes, {} buffers)",
         a.file.display(),
         f.len(),
         f.buffers().len()
     );
-    println!("logger               {}", h.logger_name);
-    println!("log file name        {}", h.log_file_name);
-    println!(
+    outln!("logger               {}", h.logger_name);
+    outln!("log file name        {}", h.log_file_name);
+    outln!(
         "format version       {} (OS build {})",
         h.version_string(),
         h.provider_version
     );
-    println!(
+    outln!(
         "pointer size         {} (header layout {}-bit)",
         h.pointer_size,
         h.layout_pointer_size as u32 * 8
     );
-    println!(
+    outln!(
         "processors           {} ({} MHz)",
-        h.number_of_processors, h.cpu_speed_mhz
+        h.number_of_processors,
+        h.cpu_speed_mhz
     );
-    println!("buffer size          {} bytes (logical)", h.buffer_size);
-    println!("log file mode        0x{:08x}", h.log_file_mode);
-    println!(
+    outln!("buffer size          {} bytes (logical)", h.buffer_size);
+    outln!("log file mode        0x{:08x}", h.log_file_mode);
+    outln!(
         "clock                {:?}, perf frequency {} Hz, timer resolution {} x 100ns",
-        h.clock_type, h.perf_freq, h.timer_resolution
+        h.clock_type,
+        h.perf_freq,
+        h.timer_resolution
     );
-    println!("start time           {}", format_rfc3339(h.start_time));
+    outln!("start time           {}", format_rfc3339(h.start_time));
     if h.end_time != 0 {
-        println!("end time             {}", format_rfc3339(h.end_time));
+        outln!("end time             {}", format_rfc3339(h.end_time));
     } else {
-        println!("end time             (none: the logger did not close this file cleanly)");
+        outln!("end time             (none: the logger did not close this file cleanly)");
     }
-    println!("boot time            {}", format_rfc3339(h.boot_time));
-    println!(
+    outln!("boot time            {}", format_rfc3339(h.boot_time));
+    outln!(
         "time zone            bias {} min ({} / {})",
-        h.bias_minutes, h.time_zone_standard_name, h.time_zone_daylight_name
+        h.bias_minutes,
+        h.time_zone_standard_name,
+        h.time_zone_daylight_name
     );
-    println!("buffers written      {}", h.buffers_written);
-    println!("events lost          {}", h.events_lost);
-    println!("buffers lost         {}", h.buffers_lost);
-    println!("max file size        {} MB", h.maximum_file_size);
+    outln!("buffers written      {}", h.buffers_written);
+    outln!("events lost          {}", h.events_lost);
+    outln!("buffers lost         {}", h.buffers_lost);
+    outln!("max file size        {} MB", h.maximum_file_size);
     Ok(())
 }

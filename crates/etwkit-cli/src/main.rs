@@ -2,6 +2,15 @@
 
 use clap::{Parser, Subcommand};
 
+/// `println!` that returns the write error (`?`) instead of panicking: a closed pipe
+/// (`etwkit info f.etl | head -1`) then ends etwkit quietly with status 0, like any other error path.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($t)*)?
+    }};
+}
+
 mod child;
 mod demo;
 mod dump;

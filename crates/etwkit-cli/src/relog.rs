@@ -86,6 +86,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     a.filter
         .warn_if_nothing_kept(s.inputs.iter().map(|i| i.kept).sum(), &unknown);
-    println!("{}", serde_json::to_string(&s)?);
+    outln!("{}", serde_json::to_string(&s)?);
     Ok(())
 }

@@ -34,45 +34,52 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         Some(d) => etwkit::decode::file_stats(&f, d),
     };
     if a.format == TextOrJson::Json {
-        println!("{}", serde_json::to_string(&s)?);
+        outln!("{}", serde_json::to_string(&s)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "{}: {} records in {} buffers ({} compressed), {} bytes",
-        s.file, s.records, s.buffers, s.compressed_buffers, s.size
+        s.file,
+        s.records,
+        s.buffers,
+        s.compressed_buffers,
+        s.size
     );
-    println!(
+    outln!(
         "logger {:?}, pointer size {}, {} .. {}",
         s.logger_name,
         s.pointer_size,
         s.start_time.as_deref().unwrap_or("?"),
         s.end_time.as_deref().unwrap_or("(not closed cleanly)")
     );
-    println!(
+    outln!(
         "lost: {} events, {} buffers (header); {} buffers flagged",
-        s.events_lost, s.buffers_lost, s.buffers_flagged_lost
+        s.events_lost,
+        s.buffers_lost,
+        s.buffers_flagged_lost
     );
     if s.bad_buffers + s.bad_records > 0 {
-        println!(
+        outln!(
             "damaged: {} bad buffers, {} bad records",
-            s.bad_buffers, s.bad_records
+            s.bad_buffers,
+            s.bad_records
         );
     }
     if let Some(d) = s.decoded {
-        println!("decoded: {d} of {} records", s.records);
+        outln!("decoded: {d} of {} records", s.records);
     }
     if let (Some(i), Some(p)) = (s.decode_issues, s.pointer_size_fallbacks) {
         if i + p > 0 {
-            println!(
+            outln!(
                 "layout misfits: {i} records leave payload bytes unread or run short (dump shows decode_issue); {p} decoded with the other pointer size"
             );
         }
     }
-    println!("header types:");
+    outln!("header types:");
     for (k, v) in &s.header_types {
-        println!("  {v:>10}  {k}");
+        outln!("  {v:>10}  {k}");
     }
-    println!("providers:");
+    outln!("providers:");
     // Names: the decoder's registry (built-in, --manifest, embedded metadata); --raw: built-in and
     // --manifest only.
     let raw_names;
@@ -96,27 +103,27 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut p: Vec<_> = s.providers.iter().collect();
     p.sort_by(|a, b| b.1.cmp(a.1));
     for (k, v) in p {
-        println!("  {v:>10}  {k}  {}", name(k));
+        outln!("  {v:>10}  {k}  {}", name(k));
     }
     if !s.ext_types.is_empty() {
-        println!("extended data:");
+        outln!("extended data:");
         for (k, v) in &s.ext_types {
-            println!("  {v:>10}  {k}");
+            outln!("  {v:>10}  {k}");
         }
     }
     if !s.undecoded_by_provider.is_empty() {
-        println!("undecoded by provider:");
+        outln!("undecoded by provider:");
         let mut u: Vec<_> = s.undecoded_by_provider.iter().collect();
         u.sort_by(|a, b| b.1.cmp(a.1));
         for (k, v) in u {
-            println!("  {v:>10}  {k}  {}", name(k));
+            outln!("  {v:>10}  {k}  {}", name(k));
         }
     }
     for i in &s.issues {
-        println!("issue at {i}");
+        outln!("issue at {i}");
     }
     if s.issues_dropped > 0 {
-        println!("... and {} more issues", s.issues_dropped);
+        outln!("... and {} more issues", s.issues_dropped);
     }
     Ok(())
 }

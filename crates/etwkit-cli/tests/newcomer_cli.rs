@@ -490,3 +490,32 @@ fn every_bind_event_carries_the_port_the_kernel_chose() {
         assert!(!err.contains("bind events lack"), "run {run}: {err}");
     }
 }
+
+#[test]
+fn a_closed_stdout_ends_every_command_quietly() {
+    let Some(s) = samples("a_closed_stdout_ends_every_command_quietly") else {
+        return;
+    };
+    let f = s.join("perfview_smallEtlFile.etl");
+    let f = f.to_str().unwrap();
+    for args in [
+        vec!["info", f],
+        vec!["stats", f],
+        vec!["dump", f, "--format", "json"],
+        vec!["heap", "--report", f],
+        vec!["net", f, "--format", "json"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader goes away before etwkit writes (`etwkit ... | head -0`).
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(o.status.code().is_some(), "{args:?}: killed by a signal");
+    }
+}

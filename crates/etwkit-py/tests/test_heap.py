@@ -28,7 +28,9 @@ def test_heap_report_of_a_recorded_trace_equals_the_cli(tmp_path):
     run = subprocess.run([cli(), "heap", "--mode", "uprobe", "-o", str(etl), "--format", "json", "--",
                           sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    pid = int(run.stdout.splitlines()[0])  # the child's line comes before the CLI's report
+    # The traced command's stdout goes to etwkit's stderr (etwkit's stdout is the report alone).
+    pid = next(int(l) for l in run.stderr.splitlines() if l.strip().isdigit())
+    json.loads(run.stdout)
     report = etwkit.heap_report(etl, top=5, frames=4)
     cli_report = json.loads(subprocess.run([cli(), "heap", "--report", str(etl), "--format", "json",
                                             "--top", "5", "--frames", "4"],

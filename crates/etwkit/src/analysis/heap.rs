@@ -683,3 +683,36 @@ impl WindowsHeapEvents {
         self.ops
     }
 }
+
+/// Reads the heap events of a saved trace (HeapTraceProvider events: Windows traces, or etwkit's own
+/// `-o` files) in time order: the analysis, and the executable mappings the file carries (to name
+/// stacks with, e.g. `live::linux::unwind::LinuxStackNamer::from_images`). Unreadable parts, short
+/// events and a file without heap events become notes.
+pub fn analyze_file(file: &crate::etl::EtlFile) -> (HeapAnalyzer, Vec<ImageMapping>) {
+    let mut w = WindowsHeapEvents::new();
+    let summary = file.for_each(crate::etl::Order::Time, |r| {
+        w.push(&r.event);
+        std::ops::ControlFlow::Continue(())
+    });
+    let mut an = HeapAnalyzer::new();
+    an.add_lost(file.header().events_lost as u64 + summary.bad_records);
+    if summary.bad_buffers > 0 {
+        an.add_note(format!(
+            "{} unreadable buffers were skipped",
+            summary.bad_buffers
+        ));
+    }
+    if w.malformed > 0 {
+        an.add_note(format!("{} heap events too short to decode", w.malformed));
+    }
+    if w.heap_events == 0 {
+        an.add_note(
+            "no heap events (HeapTraceProvider 222962ab-6180-4b88-a825-346b75f2a24a) in this file",
+        );
+    }
+    let images = std::mem::take(&mut w.images);
+    for op in w.finish() {
+        an.add(&op);
+    }
+    (an, images)
+}

@@ -873,7 +873,6 @@ impl NetAnalyzer {
         }
     }
 
-    /// The rows, joins applied.
     /// Whether the analysis reads `rec` (AFD events; kernel process events name processes).
     pub fn wants(rec: &EventRecord<'_>) -> bool {
         rec.provider == AFD_PROVIDER
@@ -906,6 +905,7 @@ impl NetAnalyzer {
         }
     }
 
+    /// The rows, joins applied.
     pub fn report(&self) -> NetReport {
         let mut socks = self.socks.clone();
         join_clients(&mut socks, &self.indication_log);

@@ -467,6 +467,26 @@ impl LinuxStackNamer {
             maps,
         }
     }
+
+    /// A namer over the executable mappings a saved trace carries (its Image events), reading the
+    /// mapped files on this machine; `None` when there are none.
+    pub fn from_images(
+        images: &[crate::schema::builtin::heap_events::ImageMapping],
+    ) -> Option<LinuxStackNamer> {
+        if images.is_empty() {
+            return None;
+        }
+        let mut maps: HashMap<u32, ProcessMaps> = HashMap::new();
+        for m in images {
+            maps.entry(m.pid).or_default().insert(Mapping {
+                start: m.start,
+                end: m.end,
+                pgoff: m.file_offset,
+                path: std::sync::Arc::from(std::path::Path::new(&m.path)),
+            });
+        }
+        Some(LinuxStackNamer::new(maps))
+    }
 }
 
 impl StackNamer for LinuxStackNamer {
