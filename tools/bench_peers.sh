@@ -1,44 +1,68 @@
 #!/usr/bin/env bash
 # Speed of etwkit against dissect.etl (PyPI dissect-etl) on the same file, in the same run.
 #   tools/bench_peers.sh [FILE]     (default: ../shared/etl-samples/perfview_net.4.5.x86.etl)
-# Prints MB/s for etwkit's record walk and JSON dump, dissect.etl's record walk (+ payload parse),
-# and the ratios. dissect.etl lives in a venv under target/ (created on first run).
+# Prints, for the whole `etwkit` process (best of 3, output to /dev/null): `dump --format json` and
+# `--format csv` wall time and MB/s, peak RSS; dissect.etl's record walk + payload parse; the
+# ratios; and `stats` decoding CPU time per record (CPU of `stats` minus CPU of `stats --raw`,
+# divided by the records). Wall times on a loaded machine say little: the CPU-time ratio is printed too.
+# The peer venv is target/peer-venv (tests/peers/setup_venv.sh makes it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 file=${1:-$root/../shared/etl-samples/perfview_net.4.5.x86.etl}
 [ -f "$file" ] || { echo "bench_peers: no file $file (pass one, or clone next to ../shared)" >&2; exit 2; }
-venv=$root/target/peers-venv
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q dissect-etl
-fi
+venv=$root/target/peer-venv
+[ -x "$venv/bin/python" ] || sh "$root/tests/peers/setup_venv.sh" >&2
 cargo build -q --release -p etwkit-cli --manifest-path "$root/Cargo.toml"
 bin=$root/target/release/etwkit
-size=$(stat -c %s "$file")
 
-ours_walk=$(cargo bench -q -p etwkit --bench read --manifest-path "$root/Cargo.toml" -- "$file" 2>/dev/null | awk '/walk, file order/ {print $6}')
-start=$(date +%s.%N); "$bin" dump "$file" --format json --order file > /dev/null; end=$(date +%s.%N)
-ours_dump=$(python3 -c "print(round($size/1e6/($end-$start)))")
-
-dissect=$("$venv/bin/python" - "$file" <<'PY'
-import sys, time
+"$venv/bin/python" - "$file" "$bin" <<'PY'
+import os, resource, subprocess, sys, time, json
 from dissect.etl import ETL
-t = time.perf_counter(); n = 0; parsed = 0
-with open(sys.argv[1], "rb") as fh:
+
+path, exe = sys.argv[1], sys.argv[2]
+size = os.path.getsize(path)
+
+def run(args):
+    """Wall seconds, CPU seconds (user+sys) and peak RSS (KiB) of one etwkit run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    p = subprocess.Popen([exe] + args, stdout=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    assert os.waitstatus_to_exitcode(status) == 0, args
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss
+
+def best(args, n=3):
+    runs = [run(args) for _ in range(n)]
+    return min(r[0] for r in runs), min(r[1] for r in runs), max(r[2] for r in runs)
+
+json_w, json_cpu, json_rss = best(["dump", path, "--format", "json"], 5)
+csv_w, csv_cpu, csv_rss = best(["dump", path, "--format", "csv"], 5)
+json1_w, json1_cpu, _ = best(["dump", path, "--format", "json", "--threads", "1"])
+stats_w, stats_cpu, _ = best(["stats", path], 5)
+raw_w, raw_cpu, _ = best(["stats", path, "--raw"], 5)
+records = json.loads(subprocess.run([exe, "stats", path, "--raw", "--format", "json"],
+                                    capture_output=True, check=True).stdout)["records"]
+
+t = time.perf_counter(); c = time.process_time(); n = 0; parsed = 0
+with open(path, "rb") as fh:
     for rec in ETL(fh):
         n += 1
         try:
             rec.event; parsed += 1
         except Exception:
             pass
-dt = time.perf_counter() - t
-print(f"{n} {dt:.3f}")
+d_secs = time.perf_counter() - t
+d_cpu = time.process_time() - c
+
+mb = size / 1e6
+print(f"file: {path} ({mb:.1f} MB, {records} records), {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+print(f"etwkit dump --format json:      {json_w:6.3f} s  {mb/json_w:7.1f} MB/s  (CPU {json_cpu:.3f} s, peak RSS {json_rss/1024:.0f} MiB)")
+print(f"etwkit dump --format csv:       {csv_w:6.3f} s  {mb/csv_w:7.1f} MB/s  (CPU {csv_cpu:.3f} s, peak RSS {csv_rss/1024:.0f} MiB)")
+print(f"etwkit dump json --threads 1:   {json1_w:6.3f} s  {mb/json1_w:7.1f} MB/s  (CPU {json1_cpu:.3f} s)")
+print(f"dissect.etl walk + event:       {d_secs:6.3f} s  {mb/d_secs:7.2f} MB/s  (CPU {d_cpu:.3f} s; {n} records, {parsed} parsed)")
+print(f"ratio json dump: etwkit is {d_secs/json_w:.0f}x dissect.etl in wall time, {d_cpu/json_cpu:.0f}x in CPU time; "
+      f"csv/json time: {csv_w/json_w:.2f}")
+print(f"stats decoding: {(stats_cpu-raw_cpu)/records*1e6:.2f} us CPU per record "
+      f"(stats {stats_cpu:.3f} s CPU, stats --raw {raw_cpu:.3f} s)")
 PY
-)
-read -r d_records d_secs <<<"$dissect"
-d_rate=$(python3 -c "print(round($size/1e6/$d_secs, 2))")
-echo "file: $file ($((size/1000000)) MB)"
-echo "etwkit walk (1 core):        $ours_walk MB/s"
-echo "etwkit dump --format json:   $ours_dump MB/s (whole process, to /dev/null)"
-echo "dissect.etl walk + event:    $d_rate MB/s ($d_records records in $d_secs s)"
-python3 -c "print(f'ratio walk: etwkit is {float(\"$ours_walk\")/$d_rate:.0f}x dissect.etl; json dump: {$ours_dump/$d_rate:.0f}x')"

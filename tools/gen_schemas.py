@@ -109,10 +109,12 @@ def json_field(f, names_so_far, where):
     if "count" in f and isinstance(f["count"], int):
         count = ("fixed", f["count"])
     elif "count" in f:
-        # "(EventDataLength - 16) / PointerSize": frames to the end of the payload (StackWalk) — see header
+        # "(EventDataLength - 16) / PointerSize": frames to the end of the payload (StackWalk).
         if "EventDataLength" not in f["count"]:
             sys.exit(f"{where}: field {f['name']} has a count expression {f['count']!r}")
-        return None
+        count = ("toend",)
+        name = "Stack" if f["name"].startswith("Stack1..") else f["name"].removesuffix("[]")
+        return field(name, in_type, out_type, count=count, length=length, map_name=f.get("map"))
     return field(f["name"], in_type, out_type, count=count, length=length, map_name=f.get("map"))
 
 
@@ -161,7 +163,8 @@ class Emitter:
     def fields_src(self, fields):
         out = []
         for f in fields:
-            count = {"one": "CountDef::One", "fixed": "CountDef::Fixed({})", "field": "CountDef::Field({})"}[
+            count = {"one": "CountDef::One", "fixed": "CountDef::Fixed({})", "field": "CountDef::Field({})",
+                     "toend": "CountDef::ToEnd"}[
                 f["count"][0]].format(*f["count"][1:])
             length = {"natural": "LengthDef::Natural", "fixed": "LengthDef::Fixed({})",
                       "field": "LengthDef::Field({})"}[f["length"][0]].format(*f["length"][1:])
@@ -180,7 +183,7 @@ def emit_maps(maps):
     src = []
     for name, (is_bitmap, entries) in maps.items():
         ent = ", ".join(f"({v}, {rs_str(s)})" for v, s in entries)
-        src.append(f"static {map_ident(name)}: MapDef = MapDef {{ name: {rs_str(name)}, is_bitmap: "
+        src.append(f"pub(crate) static {map_ident(name)}: MapDef = MapDef {{ name: {rs_str(name)}, is_bitmap: "
                    f"{'true' if is_bitmap else 'false'}, entries: &[{ent}] }};\n")
     return "".join(src)
 
@@ -464,14 +467,33 @@ def gen_kernel(shared):
             dup["key"] = ("mof", proc, 10, ev["key"][3])
             events.append(dup)
 
+    # Kernel bit fields named as TraceEvent names them (kernel-mof-extra.json "maps"/"fieldMaps").
+    for name, m in extra.get("maps", {}).items():
+        maps[name] = (True, map_entries(m))
+    field_maps = {(fm["task"], fm["field"]): fm["map"] for fm in extra.get("fieldMaps", [])}
+    used = set()
+    for ev in events:
+        if any((ev["task_name"], f["name"]) in field_maps for f in ev["fields"]):
+            fields = []
+            for f in ev["fields"]:
+                k = (ev["task_name"], f["name"])
+                if k in field_maps:
+                    f = dict(f, map=field_maps[k])
+                    used.add(k)
+                fields.append(f)
+            ev["fields"] = fields
+    for k in field_maps:
+        if k not in used:
+            sys.exit(f"kernel-mof-extra.json fieldMaps: no field {k[1]} in any {k[0]} event")
+
     check_unique(events, "kernel")
     em = Emitter()
     body = emit_events(em, events, "EVENTS")
     src = header(["../shared/schemas/kernel-mof.json", "tools/kernel-mof-extra.json"],
                  "// Kernel MOF classes keyed (group/class GUID, event type, header version), plus KernelTraceControl's\n"
                  "// classic ImageID/DbgID/FileVersion and SysConfig events. StackWalk frame arrays (Stack1..StackN,\n"
-                 "// KeyCreate frames) run to the end of the payload and are not expressible as a property here; the\n"
-                 "// tables carry their fixed head (EventTimeStamp, StackProcess, StackThread / StackKey).\n")
+                 "// KeyCreate frames) run to the end of the payload: one array property (`Stack`, `StackFrame`)\n"
+                 "// counted to the end (CountDef::ToEnd).\n")
     src += "/// Kernel trace group (high byte of a HookId) -> (class GUID, group name).\n"
     src += "pub const GROUPS: &[(u8, Guid, &str)] = &[\n"
     for n, g, name in groups:

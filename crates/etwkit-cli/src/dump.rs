@@ -4,7 +4,7 @@ use std::io::Write;
 use std::ops::ControlFlow;
 
 use etwkit::etl::{EtlFile, Order};
-use etwkit::sink::Format;
+use etwkit::sink::{Format, Sink};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -23,6 +23,9 @@ pub struct Args {
     /// Do not decode payloads (`properties` stays null).
     #[arg(long)]
     raw: bool,
+    /// Threads decoding and rendering (default: every core). The output is the same for any number.
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 /// The registry that names a file's providers without decoding it: built-in layouts, the user's
@@ -88,39 +91,62 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let registry = decoder.as_ref().map(|d| d.registry()).unwrap_or(&registry);
     let filter = a.filter.to_filter(f.header().start_time, registry)?;
     let unknown = a.filter.unknown_providers(registry);
+    let format: Format = a.format.into();
     let stdout = std::io::stdout().lock();
-    let mut printer = crate::print::Printer::with_decoder(
-        a.format.into(),
+    let mut lines = etwkit::sink::Lines::new(
+        format,
         Box::new(std::io::BufWriter::with_capacity(1 << 16, stdout)),
-        decoder,
     );
     let order = match a.order {
         OrderArg::File => Order::File,
         OrderArg::Time => Order::Time,
     };
     let bar = crate::progress::bar(f.len());
-    let summary = f.for_each_progress(
+    let decoder = decoder.as_ref();
+    let mut error = None;
+    let rendered = f.par_render(
         order,
+        a.threads
+            .unwrap_or_else(etwkit::etl::parallel::default_threads),
+        || {
+            (
+                etwkit::sink::renderer(format),
+                crate::print::Scratch::default(),
+            )
+        },
+        |(renderer, scratch), r, out| {
+            let keep = match decoder {
+                Some(d) => d.matches(&filter, r),
+                None => filter.matches(r),
+            };
+            if !keep {
+                return false;
+            }
+            crate::print::render_record(decoder, renderer.as_mut(), scratch, r, out);
+            true
+        },
         &mut |done| {
             if let Some(b) = &bar {
                 b.set_position(done)
             }
         },
-        &mut |r| {
-            if !filter.matches(r) {
-                return ControlFlow::Continue(());
+        &mut |bytes| match lines.write_rendered(bytes) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                error = Some(e);
+                ControlFlow::Break(())
             }
-            printer.record(r)
         },
     );
+    let summary = rendered.read;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    if let Some(e) = printer.error.take() {
+    if let Some(e) = error {
         return Err(e.into());
     }
-    printer.finish()?;
-    a.filter.warn_if_nothing_kept(printer.count, &unknown);
+    lines.finish()?;
+    a.filter.warn_if_nothing_kept(rendered.emitted, &unknown);
     std::io::stderr().flush().ok();
     for i in &summary.issues {
         eprintln!("etwkit: warning: {i}");

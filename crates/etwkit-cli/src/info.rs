@@ -35,7 +35,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             },
         );
         o.insert("boot_time_utc".into(), format_rfc3339(h.boot_time).into());
-        o.insert("closed_cleanly".into(), h.closed_cleanly().into());
+        o.insert("closed_cleanly".into(), f.closed_cleanly().into());
         o.insert("buffers_in_file".into(), f.buffers().len().into());
         o.insert("header_error".into(), f.header_error().into());
         outln!("{}", serde_json::to_string_pretty(&v)?);

@@ -47,32 +47,11 @@ impl<'w> Printer<'w> {
         self.emit(ev, d)
     }
 
-    /// A record read from an ETL file (WPP records get their raw header items too).
-    pub fn record(&mut self, r: &Record<'_>) -> ControlFlow<()> {
-        let d = self.decoder.as_ref().map(|d| d.decode_etl(r));
-        self.emit(&r.event, d)
-    }
-
     fn emit(&mut self, ev: &EventRecord<'_>, d: Option<DecodedEvent>) -> ControlFlow<()> {
-        let mut v = EventView::bare(ev);
-        self.props.clear();
-        if let Some(d) = &d {
-            v.provider_name = d.provider_name.as_deref();
-            v.event_name = d.event_name.as_deref();
-            v.task_name = d.task_name.as_deref();
-            v.opcode_name = d.opcode_name.as_deref();
-            v.stack = d.stack.as_ref();
-            if d.is_decoded() {
-                self.decoded += 1;
-            }
-            if !d.properties.is_empty() {
-                d.properties.write_json(&mut self.props);
-                v.properties_json = std::str::from_utf8(&self.props).ok();
-            }
+        if d.as_ref().is_some_and(|d| d.is_decoded()) {
+            self.decoded += 1;
         }
-        if v.provider_name.is_none() {
-            v.provider_name = ev.traits_provider_name();
-        }
+        let v = EventView::decoded(ev, d.as_ref(), &mut self.props);
         self.count += 1;
         match self.sink.event(&v) {
             Ok(()) => ControlFlow::Continue(()),
@@ -85,5 +64,32 @@ impl<'w> Printer<'w> {
 
     pub fn finish(&mut self) -> std::io::Result<()> {
         self.sink.finish()
+    }
+}
+
+/// Per-thread scratch space of a parallel dump.
+#[derive(Default)]
+pub struct Scratch {
+    props: Vec<u8>,
+    text: String,
+}
+
+/// Renders one ETL record as `dump` prints it (the per-thread work of a parallel dump).
+pub fn render_record(
+    decoder: Option<&Decoder>,
+    renderer: &mut dyn etwkit::sink::Render,
+    scratch: &mut Scratch,
+    r: &Record<'_>,
+    out: &mut Vec<u8>,
+) {
+    match decoder {
+        Some(d) => {
+            let dec = d.decode_etl_json(r, &mut scratch.props, &mut scratch.text);
+            renderer.render(
+                &EventView::decoded_json(&r.event, &dec, &scratch.props),
+                out,
+            );
+        }
+        None => renderer.render(&EventView::decoded(&r.event, None, &mut scratch.props), out),
     }
 }

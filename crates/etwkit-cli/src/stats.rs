@@ -1,6 +1,6 @@
 //! `etwkit stats FILE`: counts, as text or one JSON object.
 
-use etwkit::etl::{stats::file_stats_with, EtlFile};
+use etwkit::etl::{stats::file_stats, EtlFile};
 
 use crate::info::TextOrJson;
 
@@ -23,9 +23,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let decoder = if a.raw {
         None
     } else {
-        Some(etwkit::decode::Decoder::for_file(crate::dump::registry(&a.manifest)?, &f).0)
+        // Counting needs the file's embedded layouts only (no stacks, threads or volumes): one
+        // serial metadata pass costs less CPU than the decoder's full pre-scan.
+        let mut reg = crate::dump::registry(&a.manifest)?;
+        reg.learn_from_file(&f);
+        Some(etwkit::decode::Decoder::new(reg))
     };
-    let s = file_stats_with(&f, decoder.as_ref());
+    let s = match &decoder {
+        None => file_stats(&f),
+        Some(d) => etwkit::decode::file_stats(&f, d),
+    };
     if a.format == TextOrJson::Json {
         outln!("{}", serde_json::to_string(&s)?);
         return Ok(());
@@ -60,6 +67,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     if let Some(d) = s.decoded {
         outln!("decoded: {d} of {} records", s.records);
+    }
+    if let (Some(i), Some(p)) = (s.decode_issues, s.pointer_size_fallbacks) {
+        if i + p > 0 {
+            outln!(
+                "layout misfits: {i} records leave payload bytes unread or run short (dump shows decode_issue); {p} decoded with the other pointer size"
+            );
+        }
     }
     outln!("header types:");
     for (k, v) in &s.header_types {

@@ -30,7 +30,7 @@ pub fn file_batches(
     let mut batches = Vec::new();
     let mut err = None;
     let summary = file.for_each(Order::Time, |r| {
-        if !filter.matches(r) {
+        if !decoder.matches(&filter, r) {
             return ControlFlow::Continue(());
         }
         let d = decoder.decode_etl(r);

@@ -99,7 +99,7 @@ pub fn read_events(
     let (decoder, _) = Decoder::for_file(Registry::with_builtins(), file);
     let filter = sel.filter(decoder.registry());
     file.for_each(Order::Time, |r| {
-        if !filter.matches(r) {
+        if !decoder.matches(&filter, r) {
             return ControlFlow::Continue(());
         }
         sink(OwnedEvent::new(&r.event, decoder.decode_etl(r)))

@@ -29,12 +29,14 @@ impl OwnedEvent {
         if decoded.provider_name.is_none() {
             decoded.provider_name = rec.traits_provider_name().map(Arc::from);
         }
+        // Kernel records whose header has no pid/tid: the ids the decoder attributed (as dump).
+        let (pid, tid) = decoded.ids.map_or((rec.pid, rec.tid), |i| (i.pid, i.tid));
         OwnedEvent {
             header_type: rec.header_type,
             provider: rec.provider,
             desc: rec.descriptor,
-            pid: rec.pid,
-            tid: rec.tid,
+            pid,
+            tid,
             cpu: rec.cpu,
             timestamp: rec.timestamp,
             activity_id: rec.activity_id,

@@ -48,7 +48,9 @@
 //!
 //! ANSI strings are read as UTF-8 when valid, otherwise as Latin-1.
 
+pub mod paths;
 pub mod stacks;
+pub mod threads;
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -347,6 +349,13 @@ struct PlanField {
     length: Length,
     map: Option<Arc<ValueMap>>,
     members: Option<Vec<PlanField>>,
+    /// Another field of this level takes its count or length from this one.
+    referenced: bool,
+    /// `"name":` as JSON.
+    json_key: Box<[u8]>,
+    /// A top-level field naming the record's process (1) or thread (2) — kernel records whose
+    /// header carries no pid/tid take them from here — or a file path (3) that may have a DOS form.
+    ids: u8,
 }
 
 /// A compiled [`EventSchema`].
@@ -368,8 +377,24 @@ struct PlanNames {
 impl Plan {
     pub fn new(schema: &EventSchema) -> Plan {
         let arc = |s: &Option<String>| s.as_deref().map(Arc::<str>::from);
+        let mut fields = compile(&schema.properties);
+        if schema.provider == crate::schema::builtin::KERNEL_FILE {
+            for f in fields.iter_mut().filter(|f| f.map.is_none()) {
+                f.map = crate::schema::builtin::kernel_file_flag_map(&f.name);
+            }
+        }
+        for f in &mut fields {
+            if f.members.is_none() && f.count == Count::One {
+                f.ids = match &*f.name {
+                    "ProcessId" | "PID" | "StackProcess" => 1,
+                    "TThreadId" | "ThreadId" | "IssuingThreadId" | "TTID" | "StackThread" => 2,
+                    "FileName" | "OpenPath" if f.in_type == it::UNICODESTRING => 3,
+                    _ => 0,
+                };
+            }
+        }
         Plan {
-            fields: compile(&schema.properties),
+            fields,
             names: PlanNames {
                 provider: arc(&schema.provider_name),
                 event: arc(&schema.event_name),
@@ -389,13 +414,27 @@ impl Plan {
         payload: &[u8],
         pointer_size: u8,
     ) -> Result<(Properties, usize), DecodeError> {
+        self.decode_ids(payload, pointer_size).0
+    }
+
+    /// As [`Plan::decode_counted`], also giving the process and thread ids the payload names.
+    fn decode_ids(
+        &self,
+        payload: &[u8],
+        pointer_size: u8,
+    ) -> (Result<(Properties, usize), DecodeError>, PayloadIds) {
         let mut cur = Cursor {
             d: payload,
             pos: 0,
             ptr: if pointer_size == 4 { 4 } else { 8 },
+            unterminated: false,
+            pid: None,
+            tid: None,
+            path: None,
+            capture: true,
         };
         let mut out = Properties(Vec::with_capacity(self.fields.len()));
-        match decode_level(&self.fields, &mut cur, &mut out) {
+        let r = match decode_level(&self.fields, &mut cur, &mut Dest::Props(&mut out)) {
             Ok(()) => Ok((out, cur.pos)),
             Err(f) => Err(DecodeError {
                 property: f.path,
@@ -403,12 +442,118 @@ impl Plan {
                 reason: f.reason,
                 partial: out,
             }),
+        };
+        let ids = cur.captured();
+        (r, ids)
+    }
+
+    /// The process and thread ids the payload names (measuring walk, no values built).
+    fn payload_ids(&self, payload: &[u8], pointer_size: u8) -> PayloadIds {
+        let mut cur = Cursor {
+            d: payload,
+            pos: 0,
+            ptr: if pointer_size == 4 { 4 } else { 8 },
+            unterminated: false,
+            pid: None,
+            tid: None,
+            path: None,
+            capture: true,
+        };
+        let _ = decode_level(&self.fields, &mut cur, &mut Dest::Measure);
+        cur.captured()
+    }
+}
+
+/// What a walk picked up from top-level fields: the process and thread ids the payload names
+/// (ProcessId/ThreadId-like fields) and its first file path field (FileName, OpenPath).
+#[derive(Clone, Debug, Default)]
+struct PayloadIds {
+    pid: Option<u64>,
+    tid: Option<u64>,
+    path: Option<(usize, String)>,
+}
+
+impl Cursor<'_> {
+    fn captured(&mut self) -> PayloadIds {
+        PayloadIds {
+            pid: self.pid,
+            tid: self.tid,
+            path: self.path.take(),
+        }
+    }
+}
+
+impl Plan {
+    /// Appends the properties' JSON object (exactly what [`Properties::write_json`] writes for
+    /// [`Plan::decode`]'s result) straight from the payload, and returns the bytes consumed. On
+    /// error `out` holds a partial object: callers truncate it and take the value path.
+    fn write_json(
+        &self,
+        payload: &[u8],
+        pointer_size: u8,
+        out: &mut Vec<u8>,
+        scratch: &mut String,
+    ) -> Result<(usize, PayloadIds), ()> {
+        let mut cur = Cursor {
+            d: payload,
+            pos: 0,
+            ptr: if pointer_size == 4 { 4 } else { 8 },
+            unterminated: false,
+            pid: None,
+            tid: None,
+            path: None,
+            capture: true,
+        };
+        out.push(b'{');
+        decode_level(&self.fields, &mut cur, &mut Dest::Json(out, scratch)).map_err(|_| ())?;
+        out.push(b'}');
+        Ok((cur.pos, cur.captured()))
+    }
+
+    /// As [`Plan::measure`], but `None` unless every terminated string has its terminator: a
+    /// string running to the end of the payload would make any layout "fit".
+    fn measure_strict(&self, payload: &[u8], pointer_size: u8) -> Option<usize> {
+        let mut cur = Cursor {
+            d: payload,
+            pos: 0,
+            ptr: if pointer_size == 4 { 4 } else { 8 },
+            unterminated: false,
+            pid: None,
+            tid: None,
+            path: None,
+            capture: false,
+        };
+        decode_level(&self.fields, &mut cur, &mut Dest::Measure).ok()?;
+        (!cur.unterminated).then_some(cur.pos)
+    }
+
+    /// How many payload bytes the properties take, without building values (no allocation): what
+    /// `etwkit stats` needs to count records whose layout leaves bytes unread or runs short.
+    pub fn measure(&self, payload: &[u8], pointer_size: u8) -> Result<usize, DecodeError> {
+        let mut cur = Cursor {
+            d: payload,
+            pos: 0,
+            ptr: if pointer_size == 4 { 4 } else { 8 },
+            unterminated: false,
+            pid: None,
+            tid: None,
+            path: None,
+            capture: false,
+        };
+        match decode_level(&self.fields, &mut cur, &mut Dest::Measure) {
+            Ok(()) => Ok(cur.pos),
+            Err(f) => Err(DecodeError {
+                property: f.path,
+                offset: f.offset,
+                reason: f.reason,
+                partial: Properties::default(),
+            }),
         }
     }
 }
 
 fn compile(props: &[Property]) -> Vec<PlanField> {
-    props
+    let mut fields: Vec<PlanField> = props
         .iter()
         .map(|p| {
             let (in_type, out_type, members) = match &p.kind {
@@ -423,9 +568,37 @@ fn compile(props: &[Property]) -> Vec<PlanField> {
                 length: p.length.clone(),
                 map: p.map.clone(),
                 members,
+                referenced: false,
+                ids: 0,
+                json_key: {
+                    let mut k = Vec::with_capacity(p.name.len() + 3);
+                    crate::sink::json::escape(&mut k, &p.name);
+                    k.push(b':');
+                    k.into_boxed_slice()
+                },
             }
         })
-        .collect()
+        .collect();
+    for p in props {
+        for j in [
+            match p.count {
+                Count::FromProperty(j) => Some(j),
+                _ => None,
+            },
+            match p.length {
+                Length::FromProperty(j) => Some(j),
+                _ => None,
+            },
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let Some(f) = fields.get_mut(j) {
+                f.referenced = true;
+            }
+        }
+    }
+    fields
 }
 
 /// Decodes `payload` against `schema` (pointer size per record: 4 or 8). On failure the error names
@@ -443,6 +616,15 @@ struct Cursor<'a> {
     d: &'a [u8],
     pos: usize,
     ptr: u8,
+    /// A terminated string ran to the end of the payload without its terminator.
+    unterminated: bool,
+    /// Values of the top-level fields naming the record's process and thread (see `PlanField::ids`).
+    pid: Option<u64>,
+    tid: Option<u64>,
+    /// The first top-level file path field: its index and text.
+    path: Option<(usize, String)>,
+    /// Whether to pick up `pid`, `tid` and `path` (not when only measuring).
+    capture: bool,
 }
 
 struct Fail {
@@ -472,9 +654,6 @@ impl<'a> Cursor<'a> {
         self.pos = self.d.len();
         s
     }
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take(1)?[0])
-    }
     fn u16(&mut self) -> Result<u16, String> {
         Ok(u16::from_le_bytes(
             self.take(2)?.try_into().unwrap_or_default(),
@@ -485,28 +664,46 @@ impl<'a> Cursor<'a> {
             self.take(4)?.try_into().unwrap_or_default(),
         ))
     }
-    fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().unwrap_or_default(),
-        ))
-    }
-    fn ptr(&mut self) -> Result<u64, String> {
-        if self.ptr == 4 {
-            self.u32().map(|v| v as u64)
-        } else {
-            self.u64()
+}
+
+/// Where a walk puts what it reads.
+enum Dest<'o> {
+    /// Nowhere: the walk only measures (no allocation).
+    Measure,
+    /// Values, pushed to a property list.
+    Props(&'o mut Properties),
+    /// JSON text (exactly [`Properties::write_json`]'s), appended to a buffer; `scratch` is reused
+    /// for UTF-16 strings.
+    Json(&'o mut Vec<u8>, &'o mut String),
+}
+
+impl Dest<'_> {
+    fn reborrow(&mut self) -> Dest<'_> {
+        match self {
+            Dest::Measure => Dest::Measure,
+            Dest::Props(p) => Dest::Props(p),
+            Dest::Json(b, s) => Dest::Json(b, s),
         }
     }
 }
 
+/// Walks one level of fields into `out`. Decoding, measuring and JSON writing all go through this
+/// walk, so they agree on every byte.
 fn decode_level(
     fields: &[PlanField],
     cur: &mut Cursor<'_>,
-    out: &mut Properties,
+    out: &mut Dest<'_>,
 ) -> Result<(), Fail> {
     // Integer values of this level's properties, for count=/length= references.
-    let mut nums: Vec<Option<u64>> = Vec::with_capacity(fields.len());
-    for f in fields {
+    let mut small = [None::<u64>; 32];
+    let mut big;
+    let nums: &mut [Option<u64>] = if fields.len() <= small.len() {
+        &mut small[..fields.len()]
+    } else {
+        big = vec![None; fields.len()];
+        &mut big
+    };
+    for (idx, f) in fields.iter().enumerate() {
         let start = cur.pos;
         let fail = |reason: String, at: usize| Fail {
             path: f.name.to_string(),
@@ -534,12 +731,53 @@ fn decode_level(
                 cur.u16()
                     .map_err(|r| fail(format!("array count: {r}"), start))? as u64,
             ),
+            Count::ToEnd => {
+                // Whole elements of a fixed-size in-type up to the end of the payload.
+                let size = match f.in_type {
+                    it::POINTER | it::SIZET => cur.ptr as u64,
+                    it::INT8 | it::UINT8 => 1,
+                    it::INT16 | it::UINT16 => 2,
+                    it::INT32 | it::UINT32 | it::HEXINT32 => 4,
+                    it::INT64 | it::UINT64 | it::HEXINT64 => 8,
+                    other => {
+                        return Err(fail(
+                            format!("in-type {other} cannot fill the rest of the payload"),
+                            start,
+                        ))
+                    }
+                };
+                Some(cur.d.len().saturating_sub(cur.pos) as u64 / size)
+            }
         };
+        if let Dest::Json(buf, _) = out {
+            if idx > 0 {
+                buf.push(b',');
+            }
+            buf.extend_from_slice(&f.json_key);
+        }
         match n {
-            None => match one(f, cur, len) {
+            None => match one(
+                f,
+                cur,
+                len,
+                out,
+                f.referenced || (cur.capture && f.ids != 0),
+            ) {
                 Ok(v) => {
-                    nums.push(v.as_u64());
-                    out.0.push((f.name.clone(), v));
+                    nums[idx] = v.as_ref().and_then(Value::as_u64);
+                    match if cur.capture { f.ids } else { 0 } {
+                        1 => cur.pid = nums[idx],
+                        2 => cur.tid = nums[idx],
+                        3 if cur.path.is_none() => {
+                            if let Some(Value::String(p)) = &v {
+                                cur.path = Some((idx, p.clone()));
+                            }
+                        }
+                        _ => {}
+                    }
+                    if let Dest::Props(o) = out {
+                        o.0.push((f.name.clone(), v.unwrap_or(Value::Null)));
+                    }
                 }
                 Err(mut e) => {
                     if e.path.is_empty() {
@@ -562,44 +800,163 @@ fn decode_level(
                         start,
                     ));
                 }
-                let mut arr = Vec::with_capacity(n.min(remaining + 1) as usize);
+                let building = matches!(out, Dest::Props(_));
+                let mut arr = Vec::with_capacity(if building {
+                    n.min(remaining + 1) as usize
+                } else {
+                    0
+                });
+                if let Dest::Json(buf, _) = out {
+                    buf.push(b'[');
+                }
                 for i in 0..n {
-                    match one(f, cur, len) {
-                        Ok(v) => arr.push(v),
+                    if i > 0 {
+                        if let Dest::Json(buf, _) = out {
+                            buf.push(b',');
+                        }
+                    }
+                    match one(f, cur, len, out, false) {
+                        Ok(v) => {
+                            if let Some(v) = v.filter(|_| building) {
+                                arr.push(v)
+                            }
+                        }
                         Err(mut e) => {
                             e.path = if e.path.is_empty() {
                                 format!("{}[{i}]", f.name)
                             } else {
                                 format!("{}[{i}].{}", f.name, e.path)
                             };
-                            out.0.push((f.name.clone(), Value::Array(arr)));
+                            if let Dest::Props(o) = out {
+                                o.0.push((f.name.clone(), Value::Array(arr)));
+                            }
                             return Err(e);
                         }
                     }
                 }
-                nums.push(None);
-                out.0.push((f.name.clone(), Value::Array(arr)));
+                match out {
+                    Dest::Props(o) => o.0.push((f.name.clone(), Value::Array(arr))),
+                    Dest::Json(buf, _) => buf.push(b']'),
+                    Dest::Measure => {}
+                }
             }
         }
     }
     Ok(())
 }
 
-/// One element of a field. A returned `Fail` has an empty path when it is about `f` itself.
-fn one(f: &PlanField, cur: &mut Cursor<'_>, len: Option<u64>) -> Result<Value, Fail> {
+/// One element of a field, into `out`. Returns the value when `out` collects values, or when
+/// `want` asks for it (a count or length other fields refer to). A returned `Fail` has an empty
+/// path when it is about `f` itself.
+fn one(
+    f: &PlanField,
+    cur: &mut Cursor<'_>,
+    len: Option<u64>,
+    out: &mut Dest<'_>,
+    want: bool,
+) -> Result<Option<Value>, Fail> {
     let at = cur.pos;
     if let Some(members) = &f.members {
-        let mut p = Properties(Vec::with_capacity(members.len()));
-        return match decode_level(members, cur, &mut p) {
-            Ok(()) => Ok(Value::Struct(p)),
-            Err(e) => Err(e),
+        return match out {
+            Dest::Props(_) => {
+                let mut p = Properties(Vec::with_capacity(members.len()));
+                decode_level(members, cur, &mut Dest::Props(&mut p))?;
+                Ok(Some(Value::Struct(p)))
+            }
+            Dest::Json(buf, _) => {
+                buf.push(b'{');
+                decode_level(members, cur, &mut out.reborrow())?;
+                if let Dest::Json(buf, _) = out {
+                    buf.push(b'}');
+                }
+                Ok(None)
+            }
+            Dest::Measure => decode_level(members, cur, &mut Dest::Measure).map(|()| None),
         };
     }
-    scalar(f.in_type, f.out_type, f.map.as_deref(), cur, len).map_err(|reason| Fail {
+    let b = span(f.in_type, f.out_type, cur, len).map_err(|reason| Fail {
         path: String::new(),
         offset: at,
         reason,
-    })
+    })?;
+    let map = f.map.as_deref();
+    match out {
+        Dest::Props(_) => Ok(Some(build_value(f.in_type, f.out_type, map, b, len))),
+        Dest::Json(buf, scratch) => {
+            if want {
+                let v = build_value(f.in_type, f.out_type, map, b, len);
+                v.write_json(buf);
+                Ok(Some(v))
+            } else {
+                write_scalar_json(f.in_type, f.out_type, map, b, len, buf, scratch);
+                Ok(None)
+            }
+        }
+        Dest::Measure if want => Ok(Some(build_value(f.in_type, f.out_type, map, b, len))),
+        Dest::Measure => Ok(None),
+    }
+}
+
+/// Appends a scalar's JSON as `build_value(..).write_json(..)` would, without building strings and
+/// byte vectors.
+fn write_scalar_json(
+    in_t: InType,
+    out: OutType,
+    map: Option<&ValueMap>,
+    b: &[u8],
+    len: Option<u64>,
+    buf: &mut Vec<u8>,
+    scratch: &mut String,
+) {
+    let utf16_json = |buf: &mut Vec<u8>, scratch: &mut String, b: &[u8]| {
+        scratch.clear();
+        let units = b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
+        scratch.extend(char::decode_utf16(units).map(|r| r.unwrap_or('\u{FFFD}')));
+        crate::sink::json::escape(buf, scratch);
+    };
+    match in_t {
+        it::UNICODESTRING if len.is_none() => utf16_json(buf, scratch, b),
+        it::UNICODESTRING
+        | it::MANIFEST_COUNTEDSTRING
+        | it::COUNTEDSTRING
+        | it::REVERSEDCOUNTEDSTRING => utf16_json(buf, scratch, trim_nuls_utf16(b)),
+        it::NONNULLTERMINATEDSTRING | it::UNICODECHAR => utf16_json(buf, scratch, b),
+        it::ANSISTRING
+        | it::MANIFEST_COUNTEDANSISTRING
+        | it::COUNTEDANSISTRING
+        | it::REVERSEDCOUNTEDANSISTRING
+        | it::NONNULLTERMINATEDANSISTRING => {
+            let t = if in_t == it::NONNULLTERMINATEDANSISTRING {
+                b
+            } else {
+                trim_nuls(b)
+            };
+            match std::str::from_utf8(t) {
+                Ok(s) => crate::sink::json::escape(buf, s),
+                Err(_) => {
+                    scratch.clear();
+                    scratch.extend(t.iter().map(|&c| c as char));
+                    crate::sink::json::escape(buf, scratch);
+                }
+            }
+        }
+        it::BINARY | it::MANIFEST_COUNTEDBINARY
+            if !matches!(
+                out,
+                ot::IPV6 | ot::IPV4 | ot::SOCKETADDRESS | ot::STRING | ot::UTF8
+            ) =>
+        {
+            buf.extend_from_slice(b"\"0x");
+            crate::sink::push_hex(buf, b);
+            buf.push(b'"');
+        }
+        it::HEXDUMP => {
+            buf.extend_from_slice(b"\"0x");
+            crate::sink::push_hex(buf, b);
+            buf.push(b'"');
+        }
+        _ => build_value(in_t, out, map, b, len).write_json(buf),
+    }
 }
 
 fn utf16(b: &[u8]) -> String {
@@ -642,6 +999,7 @@ fn cstr16<'a>(cur: &mut Cursor<'a>) -> &'a [u8] {
         i += 2;
     }
     cur.pos = cur.d.len();
+    cur.unterminated = true;
     rest
 }
 
@@ -654,6 +1012,7 @@ fn cstr8<'a>(cur: &mut Cursor<'a>) -> &'a [u8] {
         }
         None => {
             cur.pos = cur.d.len();
+            cur.unterminated = true;
             rest
         }
     }
@@ -669,16 +1028,14 @@ fn sid_string(b: &[u8]) -> String {
     s
 }
 
-fn read_sid(cur: &mut Cursor<'_>) -> Result<Value, String> {
+fn sid_span<'a>(cur: &mut Cursor<'a>) -> Result<&'a [u8], String> {
     let head = cur
         .d
         .get(cur.pos..cur.pos + 8)
         .ok_or_else(|| "SID header needs 8 bytes".to_string())?;
     let n = head[1] as usize;
-    let b = cur
-        .take(8 + 4 * n)
-        .map_err(|r| format!("SID with {n} sub-authorities: {r}"))?;
-    Ok(Value::Sid(sid_string(b)))
+    cur.take(8 + 4 * n)
+        .map_err(|r| format!("SID with {n} sub-authorities: {r}"))
 }
 
 fn socket_address(b: &[u8]) -> Option<SocketAddr> {
@@ -797,169 +1154,194 @@ fn int_value(
     }
 }
 
-fn scalar(
+/// The bytes of one scalar — its content, without count prefix or terminator — with the cursor
+/// moved past it. The one place that knows how many bytes each in-type takes: decoding and the
+/// allocation-free measuring walk both go through it.
+fn span<'a>(
     in_t: InType,
     out: OutType,
-    map: Option<&ValueMap>,
-    cur: &mut Cursor<'_>,
+    cur: &mut Cursor<'a>,
     len: Option<u64>,
-) -> Result<Value, String> {
+) -> Result<&'a [u8], String> {
     let len_bytes = |n: u64, unit: u64| -> Result<usize, String> {
         n.checked_mul(unit)
             .and_then(|v| usize::try_from(v).ok())
             .ok_or_else(|| format!("length {n} is too large"))
     };
     Ok(match in_t {
-        it::NULL => Value::Null,
+        it::NULL => &[],
         it::UNICODESTRING => match len {
-            None => Value::String(utf16(cstr16(cur))),
-            Some(n) => Value::String(utf16(trim_nuls_utf16(cur.take(len_bytes(n, 2)?)?))),
+            None => cstr16(cur),
+            Some(n) => cur.take(len_bytes(n, 2)?)?,
         },
-        it::ANSISTRING => {
-            let b = match len {
-                None => cstr8(cur),
-                Some(n) => trim_nuls(cur.take(len_bytes(n, 1)?)?),
-            };
-            Value::String(ansi(b))
-        }
-        it::INT8 => {
-            let v = cur.u8()?;
-            int_value(v as u64, Some(v as i8 as i64), 1, out, map)
-        }
-        it::UINT8 => int_value(cur.u8()? as u64, None, 1, out, map),
-        it::INT16 => {
-            let v = cur.u16()?;
-            int_value(v as u64, Some(v as i16 as i64), 2, out, map)
-        }
-        it::UINT16 => int_value(cur.u16()? as u64, None, 2, out, map),
-        it::INT32 => {
-            let v = cur.u32()?;
-            int_value(v as u64, Some(v as i32 as i64), 4, out, map)
-        }
-        it::UINT32 => int_value(cur.u32()? as u64, None, 4, out, map),
-        it::INT64 => {
-            let v = cur.u64()?;
-            int_value(v, Some(v as i64), 8, out, map)
-        }
-        it::UINT64 => int_value(cur.u64()?, None, 8, out, map),
-        it::FLOAT => Value::F32(f32::from_bits(cur.u32()?)),
-        it::DOUBLE => Value::F64(f64::from_bits(cur.u64()?)),
-        it::BOOLEAN => {
-            let v = cur.u32()?;
-            match map.and_then(|m| map_name(m, v as u64)) {
-                Some(name) => Value::Mapped {
-                    value: v as u64,
-                    name,
-                },
-                None => Value::Bool(v != 0),
-            }
-        }
-        it::BINARY => {
-            let b = match len {
-                Some(n) => cur.take(len_bytes(n, 1)?)?,
-                None if out == ot::IPV6 => cur.take(16)?,
-                None => cur.rest(),
-            };
-            binary_value(b, out)
-        }
-        it::GUID => Value::Guid(Guid::from_le_bytes(cur.take(16)?).unwrap_or_default()),
-        it::POINTER => {
-            let v = cur.ptr()?;
-            match out {
-                ot::UNSIGNEDLONG | ot::UNSIGNEDINT | ot::LONG => Value::U64(v),
-                _ => Value::Pointer(v),
-            }
-        }
-        it::SIZET => {
-            let v = cur.ptr()?;
-            match out {
-                ot::HEXINT64 | ot::HEXINT32 => Value::Hex(v),
-                _ => Value::U64(v),
-            }
-        }
-        it::FILETIME => Value::FileTime(cur.u64()? as i64),
-        it::SYSTEMTIME => {
-            let b = cur.take(16)?;
-            let mut t = [0u16; 8];
-            for (i, c) in b.chunks_exact(2).enumerate() {
-                t[i] = u16::from_le_bytes([c[0], c[1]]);
-            }
-            Value::SystemTime(t)
-        }
-        it::SID => read_sid(cur)?,
-        it::HEXINT32 => {
-            let v = cur.u32()? as u64;
-            match map.and_then(|m| map_name(m, v)) {
-                Some(name) => Value::Mapped { value: v, name },
-                None => Value::Hex(v),
-            }
-        }
-        it::HEXINT64 => {
-            let v = cur.u64()?;
-            match map.and_then(|m| map_name(m, v)) {
-                Some(name) => Value::Mapped { value: v, name },
-                None => Value::Hex(v),
-            }
-        }
-        it::MANIFEST_COUNTEDSTRING | it::COUNTEDSTRING => {
+        it::ANSISTRING => match len {
+            None => cstr8(cur),
+            Some(n) => cur.take(len_bytes(n, 1)?)?,
+        },
+        it::INT8 | it::UINT8 | it::ANSICHAR => cur.take(1)?,
+        it::INT16 | it::UINT16 | it::UNICODECHAR => cur.take(2)?,
+        it::INT32 | it::UINT32 | it::FLOAT | it::BOOLEAN | it::HEXINT32 => cur.take(4)?,
+        it::INT64 | it::UINT64 | it::DOUBLE | it::FILETIME | it::HEXINT64 => cur.take(8)?,
+        it::BINARY => match len {
+            Some(n) => cur.take(len_bytes(n, 1)?)?,
+            None if out == ot::IPV6 => cur.take(16)?,
+            None => cur.rest(),
+        },
+        it::GUID | it::SYSTEMTIME => cur.take(16)?,
+        it::POINTER | it::SIZET => cur.take(if cur.ptr == 4 { 4 } else { 8 })?,
+        it::SID => sid_span(cur)?,
+        it::MANIFEST_COUNTEDSTRING
+        | it::COUNTEDSTRING
+        | it::MANIFEST_COUNTEDANSISTRING
+        | it::COUNTEDANSISTRING
+        | it::MANIFEST_COUNTEDBINARY => {
             let n = cur.u16()? as usize;
-            Value::String(utf16(trim_nuls_utf16(cur.take(n)?)))
+            cur.take(n)?
         }
-        it::MANIFEST_COUNTEDANSISTRING | it::COUNTEDANSISTRING => {
-            let n = cur.u16()? as usize;
-            let b = trim_nuls(cur.take(n)?);
-            Value::String(ansi(b))
-        }
-        it::MANIFEST_COUNTEDBINARY => {
-            let n = cur.u16()? as usize;
-            binary_value(cur.take(n)?, out)
-        }
-        it::REVERSEDCOUNTEDSTRING => {
+        it::REVERSEDCOUNTEDSTRING | it::REVERSEDCOUNTEDANSISTRING => {
             let n = cur.u16()?.swap_bytes() as usize;
-            Value::String(utf16(trim_nuls_utf16(cur.take(n)?)))
+            cur.take(n)?
         }
-        it::REVERSEDCOUNTEDANSISTRING => {
-            let n = cur.u16()?.swap_bytes() as usize;
-            Value::String(ansi(trim_nuls(cur.take(n)?)))
-        }
-        it::NONNULLTERMINATEDSTRING => {
-            let b = match len {
-                Some(n) => cur.take(len_bytes(n, 2)?)?,
-                None => cur.rest(),
-            };
-            Value::String(utf16(b))
-        }
-        it::NONNULLTERMINATEDANSISTRING => {
-            let b = match len {
-                Some(n) => cur.take(len_bytes(n, 1)?)?,
-                None => cur.rest(),
-            };
-            Value::String(ansi(b))
-        }
-        it::UNICODECHAR => Value::String(utf16(cur.take(2)?)),
-        it::ANSICHAR => Value::String((cur.u8()? as char).to_string()),
+        it::NONNULLTERMINATEDSTRING => match len {
+            Some(n) => cur.take(len_bytes(n, 2)?)?,
+            None => cur.rest(),
+        },
+        it::NONNULLTERMINATEDANSISTRING => match len {
+            Some(n) => cur.take(len_bytes(n, 1)?)?,
+            None => cur.rest(),
+        },
         it::HEXDUMP => {
             let n = cur.u32()? as usize;
-            Value::Binary(cur.take(n)?.to_vec())
+            cur.take(n)?
         }
         it::WBEMSID => {
             // TOKEN_USER: {PSID Sid, DWORD Attributes} padded to two pointers, then the SID itself.
-            // A first u32 of 0 means "no SID" and takes 4 bytes.
+            // A first u32 of 0 means "no SID" and takes 4 bytes (an empty span).
             let first = cur
                 .d
                 .get(cur.pos..cur.pos + 4)
                 .ok_or_else(|| "WBEMSID needs at least 4 bytes".to_string())?;
             if first == [0, 0, 0, 0] {
                 cur.take(4)?;
-                Value::Null
+                &[]
             } else {
                 cur.take(2 * cur.ptr as usize)
                     .map_err(|r| format!("WBEMSID TOKEN_USER header: {r}"))?;
-                read_sid(cur)?
+                sid_span(cur)?
             }
         }
         other => return Err(format!("in-type {other} is not supported")),
     })
+}
+
+/// Little-endian unsigned integer of up to 8 bytes.
+#[inline]
+fn le(b: &[u8]) -> u64 {
+    match *b {
+        [a] => a as u64,
+        [a, b] => u16::from_le_bytes([a, b]) as u64,
+        [a, b, c, d] => u32::from_le_bytes([a, b, c, d]) as u64,
+        [a, b, c, d, e, f, g, h] => u64::from_le_bytes([a, b, c, d, e, f, g, h]),
+        _ => {
+            let mut w = [0u8; 8];
+            let n = b.len().min(8);
+            w[..n].copy_from_slice(&b[..n]);
+            u64::from_le_bytes(w)
+        }
+    }
+}
+
+/// The value of a scalar from its [`span`]; `len` says whether the length was given (fixed or from
+/// a property) or natural (terminated).
+fn build_value(
+    in_t: InType,
+    out: OutType,
+    map: Option<&ValueMap>,
+    b: &[u8],
+    len: Option<u64>,
+) -> Value {
+    match in_t {
+        it::NULL => Value::Null,
+        it::UNICODESTRING => match len {
+            None => Value::String(utf16(b)),
+            Some(_) => Value::String(utf16(trim_nuls_utf16(b))),
+        },
+        it::ANSISTRING => Value::String(ansi(trim_nuls(b))),
+        it::INT8 => {
+            let v = b[0];
+            int_value(v as u64, Some(v as i8 as i64), 1, out, map)
+        }
+        it::UINT8 => int_value(b[0] as u64, None, 1, out, map),
+        it::INT16 => {
+            let v = le(b) as u16;
+            int_value(v as u64, Some(v as i16 as i64), 2, out, map)
+        }
+        it::UINT16 => int_value(le(b), None, 2, out, map),
+        it::INT32 => {
+            let v = le(b) as u32;
+            int_value(v as u64, Some(v as i32 as i64), 4, out, map)
+        }
+        it::UINT32 => int_value(le(b), None, 4, out, map),
+        it::INT64 => {
+            let v = le(b);
+            int_value(v, Some(v as i64), 8, out, map)
+        }
+        it::UINT64 => int_value(le(b), None, 8, out, map),
+        it::FLOAT => Value::F32(f32::from_bits(le(b) as u32)),
+        it::DOUBLE => Value::F64(f64::from_bits(le(b))),
+        it::BOOLEAN => {
+            let v = le(b);
+            match map.and_then(|m| map_name(m, v)) {
+                Some(name) => Value::Mapped { value: v, name },
+                None => Value::Bool(v != 0),
+            }
+        }
+        it::BINARY | it::MANIFEST_COUNTEDBINARY => binary_value(b, out),
+        it::GUID => Value::Guid(Guid::from_le_bytes(b).unwrap_or_default()),
+        it::POINTER => {
+            let v = le(b);
+            match out {
+                ot::UNSIGNEDLONG | ot::UNSIGNEDINT | ot::LONG => Value::U64(v),
+                _ => Value::Pointer(v),
+            }
+        }
+        it::SIZET => {
+            let v = le(b);
+            match out {
+                ot::HEXINT64 | ot::HEXINT32 => Value::Hex(v),
+                _ => Value::U64(v),
+            }
+        }
+        it::FILETIME => Value::FileTime(le(b) as i64),
+        it::SYSTEMTIME => {
+            let mut t = [0u16; 8];
+            for (i, c) in b.chunks_exact(2).enumerate() {
+                t[i] = u16::from_le_bytes([c[0], c[1]]);
+            }
+            Value::SystemTime(t)
+        }
+        it::SID => Value::Sid(sid_string(b)),
+        it::HEXINT32 | it::HEXINT64 => {
+            let v = le(b);
+            match map.and_then(|m| map_name(m, v)) {
+                Some(name) => Value::Mapped { value: v, name },
+                None => Value::Hex(v),
+            }
+        }
+        it::MANIFEST_COUNTEDSTRING | it::COUNTEDSTRING | it::REVERSEDCOUNTEDSTRING => {
+            Value::String(utf16(trim_nuls_utf16(b)))
+        }
+        it::MANIFEST_COUNTEDANSISTRING | it::COUNTEDANSISTRING | it::REVERSEDCOUNTEDANSISTRING => {
+            Value::String(ansi(trim_nuls(b)))
+        }
+        it::NONNULLTERMINATEDSTRING | it::UNICODECHAR => Value::String(utf16(b)),
+        it::NONNULLTERMINATEDANSISTRING => Value::String(ansi(b)),
+        it::ANSICHAR => Value::String((b[0] as char).to_string()),
+        it::HEXDUMP => Value::Binary(b.to_vec()),
+        it::WBEMSID if b.is_empty() => Value::Null,
+        it::WBEMSID => Value::Sid(sid_string(b)),
+        _ => Value::Null,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -982,10 +1364,56 @@ pub struct DecodedEvent {
     /// TDH ignores them too; they are reported so that nothing is lost silently.
     #[serde(skip_serializing_if = "is_zero")]
     pub unread_bytes: usize,
+    /// The layout does not fit the payload: bytes left unread, or a property running past the end
+    /// (then `undecoded` says the same). `None` when the payload was consumed exactly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_issue: Option<String>,
+    /// Set when the layout fitted only with the other pointer size than the record header's (then
+    /// the properties were decoded with it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layout_pointer_size: Option<u8>,
+    /// For a kernel record whose header carries no process or thread id: the ids filled in, and
+    /// where they came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ids: Option<Ids>,
+    /// A file path field (FileName, OpenPath; as logged, an NT path) and its DOS form, when the
+    /// trace's own volume mapping (KernelTraceControl VolumeMapping events) covers it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dos_path: Option<(Arc<str>, String)>,
     /// The record's stack: its EVENT_HEADER stack item, with kernel StackWalk frames appended when
     /// the decoder has a [`stacks::StackIndex`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stack: Option<Stack>,
+}
+
+/// Process and thread ids attributed to a record (`u32::MAX`: still unknown).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Ids {
+    pub pid: u32,
+    pub tid: u32,
+    /// Where `pid` came from; `None`: the record header.
+    pub pid_source: Option<IdSource>,
+    /// Where `tid` came from; `None`: the record header.
+    pub tid_source: Option<IdSource>,
+}
+
+/// Where an attributed id came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdSource {
+    /// A field of the payload (ProcessId, ThreadId, TTID, StackProcess...).
+    Payload,
+    /// The trace's thread table (kernel Thread events), from the thread id.
+    ThreadTable,
+}
+
+impl IdSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            IdSource::Payload => "payload",
+            IdSource::ThreadTable => "thread_table",
+        }
+    }
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -1008,13 +1436,26 @@ pub struct Decoder {
     registry: Registry,
     plans: RwLock<PlanCache>,
     stacks: Option<stacks::StackIndex>,
+    threads: Option<threads::ThreadTable>,
+    volumes: Option<paths::VolumeMap>,
     live: crate::schema::registry::Learner,
 }
 
-/// The on-disk markers of an EventSource manifest chunk (Id/Task 0xFFFE, Opcode 254).
-pub fn is_eventsource_manifest(rec: &EventRecord<'_>) -> bool {
-    rec.header_type.is_event_header() && rec.descriptor.id == 0xFFFE && rec.descriptor.opcode == 254
+/// Records the file pre-scan of [`Decoder::for_file`] learns from: kernel StackWalk events (stacks and
+/// stack keys), kernel Thread events (the thread table), KernelTraceControl VolumeMapping (DOS paths)
+/// and embedded metadata (EventInfo/EventMapInfo, EventSource manifest chunks).
+fn prescan_wants(rec: &EventRecord<'_>) -> bool {
+    let kernel_group =
+        |g: u16| rec.header_type.is_kernel() && rec.hook_id.is_some_and(|h| h >> 8 == g);
+    (rec.header_type.is_kernel() && rec.provider == stacks::STACKWALK_GUID)
+        || kernel_group(0x05)
+        || (rec.header_type.is_classic()
+            && rec.provider == crate::schema::builtin::kernel_mof::KTC_SYS_CONFIG)
+        || crate::schema::registry::Learner::is_metadata(rec)
 }
+
+/// The on-disk markers of an EventSource manifest chunk (a schema fact, kept in `schema::registry`).
+pub use crate::schema::registry::is_eventsource_manifest;
 
 impl std::fmt::Debug for Decoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -1035,6 +1476,8 @@ impl Decoder {
             registry,
             plans: RwLock::new(PlanCache::default()),
             stacks: None,
+            threads: None,
+            volumes: None,
             live: Default::default(),
         }
     }
@@ -1061,23 +1504,49 @@ impl Decoder {
     }
 
     /// A decoder for one file: a single pre-scan pass feeds `registry` the file's embedded metadata
-    /// (EventInfo/EventMapInfo, EventSource manifests) and indexes its kernel StackWalk events.
+    /// (EventInfo/EventMapInfo, EventSource manifests), indexes its kernel StackWalk events and
+    /// builds its thread table (kernel Thread events).
     pub fn for_file(
         mut registry: Registry,
         file: &crate::etl::EtlFile,
     ) -> (Decoder, crate::schema::registry::LearnSummary) {
         let mut learner = crate::schema::registry::Learner::default();
         let mut index = stacks::StackIndex::new();
-        file.for_each(crate::etl::Order::File, |r| {
-            if !index.observe(&r.event) {
-                learner.observe(&r.event);
+        let mut threads = threads::ThreadTable::new();
+        let mut volumes = paths::VolumeMap::default();
+        // The records the pre-scan needs are few: pick them out on every core, then feed them in
+        // file order.
+        type Picked = Vec<(usize, usize, EventRecord<'static>)>;
+        let (mut picked, _) = file.par_fold(
+            Picked::new,
+            |v: &mut Picked, r| {
+                if prescan_wants(&r.event) {
+                    v.push((r.buffer_index, r.offset, r.event.to_owned_record()));
+                }
+            },
+            |mut a, mut b| {
+                a.append(&mut b);
+                a
+            },
+        );
+        picked.sort_unstable_by_key(|p| (p.0, p.1));
+        for (_, _, e) in &picked {
+            if !index.observe(e) && !threads.observe(e) && !volumes.observe(e) {
+                learner.observe(e);
             }
-            std::ops::ControlFlow::Continue(())
-        });
+        }
         let summary = learner.finish(&mut registry);
         let mut d = Decoder::new(registry);
         if index.stackwalk_events() > 0 {
             d.stacks = Some(index);
+        }
+        threads.finish();
+        if !threads.is_empty() {
+            d.threads = Some(threads);
+        }
+        volumes.finish();
+        if !volumes.is_empty() {
+            d.volumes = Some(volumes);
         }
         (d, summary)
     }
@@ -1125,6 +1594,11 @@ impl Decoder {
                 d: &rec.payload,
                 pos: 0,
                 ptr: rec.pointer_size,
+                unterminated: false,
+                pid: None,
+                tid: None,
+                path: None,
+                capture: false,
             };
             ev.properties
                 .push("String", Value::String(utf16(cstr16(&mut cur))));
@@ -1182,21 +1656,255 @@ impl Decoder {
         ev.task_name = plan.names.task.clone();
         ev.opcode_name = plan.names.opcode.clone();
         ev.source = Some(schema.source);
-        match plan.decode_counted(&rec.payload, rec.pointer_size) {
+        let (first, ids) = plan.decode_ids(&rec.payload, rec.pointer_size);
+        if !matches!(first, Ok((_, used)) if used == rec.payload.len()) {
+            if let Some(other) = other_pointer_size(&plan, rec) {
+                if let (Ok((p, _)), ids) = plan.decode_ids(&rec.payload, other) {
+                    ev.properties = p;
+                    ev.layout_pointer_size = Some(other);
+                    ev.ids = self.attribute(rec, &ids);
+                    ev.dos_path = self.dos_path(&plan, &ids);
+                    return ev;
+                }
+            }
+        }
+        ev.ids = self.attribute(rec, &ids);
+        ev.dos_path = self.dos_path(&plan, &ids);
+        match first {
             Ok((p, used)) => {
                 ev.properties = p;
                 ev.unread_bytes = rec.payload.len() - used;
+                if ev.unread_bytes > 0 {
+                    ev.decode_issue = Some(unread_issue(ev.unread_bytes, rec.payload.len()));
+                }
             }
             Err(e) => {
                 ev.undecoded = Some(e.to_string());
+                ev.decode_issue = ev.undecoded.clone();
                 ev.properties = e.partial;
             }
         }
         ev
     }
+
+    /// What `etwkit stats` needs of a record, without building its values (no allocation on the
+    /// common path): whether a layout applies, and whether it fits the payload.
+    pub fn check(&self, rec: &EventRecord<'_>) -> Check {
+        let decoded = |d: bool| Check {
+            decoded: d,
+            ..Default::default()
+        };
+        if rec.header_type == HeaderType::Message {
+            return decoded(false);
+        }
+        if rec.header_type.is_event_header() && rec.flags & flags::STRING_ONLY != 0 {
+            return decoded(true);
+        }
+        if is_eventsource_manifest(rec) {
+            return decoded(rec.payload.len() >= 8);
+        }
+        if rec.header_type.is_classic() && rec.provider == crate::schema::tdh::METADATA_CLASS {
+            return decoded(self.decode(rec).is_decoded());
+        }
+        let Ok(Some(schema)) = self.registry.try_lookup(rec) else {
+            return decoded(false);
+        };
+        let plan = self.plan(&schema);
+        let len = rec.payload.len();
+        match plan.measure(&rec.payload, rec.pointer_size) {
+            Ok(used) if used == len => decoded(true),
+            _ if other_pointer_size(&plan, rec).is_some() => Check {
+                decoded: true,
+                issue: false,
+                pointer_size_fallback: true,
+            },
+            _ => Check {
+                decoded: true,
+                issue: true,
+                pointer_size_fallback: false,
+            },
+        }
+    }
+}
+
+/// What [`Decoder::check`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Check {
+    /// A layout applies (as [`DecodedEvent::is_decoded`]).
+    pub decoded: bool,
+    /// The layout leaves payload bytes unread or runs past the payload (a `decode_issue`).
+    pub issue: bool,
+    /// The layout fits only with the other pointer size.
+    pub pointer_size_fallback: bool,
+}
+
+/// For a classic or kernel (MOF) record whose layout does not fit its payload with the header's
+/// pointer size: the other pointer size, when the layout then consumes the payload exactly, every
+/// string with its terminator (a 32-bit logger carrying 64-bit kernel payloads, or the reverse).
+fn other_pointer_size(plan: &Plan, rec: &EventRecord<'_>) -> Option<u8> {
+    if !(rec.header_type.is_kernel() || rec.header_type.is_classic()) {
+        return None;
+    }
+    let other = if rec.pointer_size == 4 { 8 } else { 4 };
+    (plan.measure_strict(&rec.payload, other)? == rec.payload.len()).then_some(other)
+}
+
+fn unread_issue(unread: usize, len: usize) -> String {
+    format!("the layout leaves {unread} of the {len} payload bytes unread")
 }
 
 impl Decoder {
+    /// Process and thread ids for a kernel record whose header carries none (compact and PERFINFO
+    /// headers): from the payload's own ProcessId/ThreadId-like fields, else (for the process) from
+    /// the trace's thread table. `None` when nothing was filled in.
+    fn attribute(&self, rec: &EventRecord<'_>, payload: &PayloadIds) -> Option<Ids> {
+        if !rec.header_type.is_kernel() || (rec.pid != u32::MAX && rec.tid != u32::MAX) {
+            return None;
+        }
+        let small = |v: Option<u64>| {
+            v.and_then(|v| u32::try_from(v).ok())
+                .filter(|&v| v != u32::MAX)
+        };
+        let mut ids = Ids {
+            pid: rec.pid,
+            tid: rec.tid,
+            pid_source: None,
+            tid_source: None,
+        };
+        if ids.tid == u32::MAX {
+            if let Some(t) = small(payload.tid) {
+                ids.tid = t;
+                ids.tid_source = Some(IdSource::Payload);
+            }
+        }
+        if ids.pid == u32::MAX {
+            if let Some(p) = small(payload.pid) {
+                ids.pid = p;
+                ids.pid_source = Some(IdSource::Payload);
+            } else if let Some(p) = (ids.tid != u32::MAX)
+                .then(|| self.threads.as_ref()?.pid_of(ids.tid, rec.timestamp))
+                .flatten()
+            {
+                ids.pid = p;
+                ids.pid_source = Some(IdSource::ThreadTable);
+            }
+        }
+        (ids.pid_source.is_some() || ids.tid_source.is_some()).then_some(ids)
+    }
+
+    /// The DOS form of the record's file path field, when the trace maps its volume.
+    fn dos_path(&self, plan: &Plan, ids: &PayloadIds) -> Option<(Arc<str>, String)> {
+        let (i, nt) = ids.path.as_ref()?;
+        let dos = self.volumes.as_ref()?.to_dos(nt)?;
+        Some((plan.fields[*i].name.clone(), dos))
+    }
+
+    /// The process and thread ids [`Decoder::decode`] would attribute to `rec` (see
+    /// [`DecodedEvent::ids`]), without decoding it: for filters (`--pid`) that run before decoding.
+    pub fn ids(&self, rec: &EventRecord<'_>) -> Option<Ids> {
+        if !rec.header_type.is_kernel() || (rec.pid != u32::MAX && rec.tid != u32::MAX) {
+            return None;
+        }
+        let payload = match self.layout_route(rec) {
+            Some((_, plan)) => {
+                let ids = plan.payload_ids(&rec.payload, rec.pointer_size);
+                match other_pointer_size(&plan, rec) {
+                    Some(other)
+                        if plan.measure(&rec.payload, rec.pointer_size).ok()
+                            != Some(rec.payload.len()) =>
+                    {
+                        plan.payload_ids(&rec.payload, other)
+                    }
+                    _ => ids,
+                }
+            }
+            None => PayloadIds::default(),
+        };
+        self.attribute(rec, &payload)
+    }
+
+    /// `filter.matches(rec)`, where a kernel record whose header carries no process id is matched
+    /// by the id its payload or the trace's thread table gives it (see [`Decoder::ids`]) — what
+    /// `dump --pid` and the Python reader's `pids=` select.
+    pub fn matches(&self, filter: &crate::filter::EventFilter, rec: &EventRecord<'_>) -> bool {
+        if filter.matches(rec) {
+            return true;
+        }
+        if filter.pids.is_empty() || rec.pid != u32::MAX {
+            return false;
+        }
+        match self.ids(rec) {
+            Some(ids) => {
+                let mut e = rec.clone();
+                e.pid = ids.pid;
+                e.tid = ids.tid;
+                filter.matches(&e)
+            }
+            None => false,
+        }
+    }
+
+    /// The plan of a record decoded through its registry layout — the route [`Decoder::decode`]
+    /// takes for every record but WPP, STRING_ONLY, EventSource manifest and metadata records.
+    fn layout_route(&self, rec: &EventRecord<'_>) -> Option<(Arc<EventSchema>, Arc<Plan>)> {
+        if rec.header_type == HeaderType::Message
+            || (rec.header_type.is_event_header() && rec.flags & flags::STRING_ONLY != 0)
+            || is_eventsource_manifest(rec)
+            || (rec.header_type.is_classic() && rec.provider == crate::schema::tdh::METADATA_CLASS)
+        {
+            return None;
+        }
+        let schema = self.registry.try_lookup(rec).ok()??;
+        let plan = self.plan(&schema);
+        Some((schema, plan))
+    }
+
+    /// As [`Decoder::decode_etl`], but the properties go to `json` as their JSON object text
+    /// (cleared first; left empty when there are none) and the result's `properties` stays empty.
+    /// Records whose layout fits their payload are written straight from the payload, without
+    /// building values; the rest take the value path. `scratch` is reused between calls.
+    pub fn decode_etl_json(
+        &self,
+        r: &crate::etl::Record<'_>,
+        json: &mut Vec<u8>,
+        scratch: &mut String,
+    ) -> DecodedEvent {
+        json.clear();
+        let rec = &r.event;
+        if let Some((schema, plan)) = self.layout_route(rec) {
+            let written = if plan.fields.is_empty() {
+                None
+            } else {
+                plan.write_json(&rec.payload, rec.pointer_size, json, scratch)
+                    .ok()
+                    .filter(|&(used, _)| used == rec.payload.len())
+            };
+            if let Some((_, ids)) = written {
+                return DecodedEvent {
+                    ids: self.attribute(rec, &ids),
+                    dos_path: self.dos_path(&plan, &ids),
+                    provider_name: self
+                        .registry
+                        .provider_name(rec)
+                        .or_else(|| plan.names.provider.clone()),
+                    event_name: plan.names.event.clone(),
+                    task_name: plan.names.task.clone(),
+                    opcode_name: plan.names.opcode.clone(),
+                    source: Some(schema.source),
+                    stack: record_stack(rec, self.stacks.as_ref()),
+                    ..Default::default()
+                };
+            }
+            json.clear();
+        }
+        let mut ev = self.decode_etl(r);
+        if !ev.properties.is_empty() {
+            ev.properties.write_json(json);
+            ev.properties = Properties::default();
+        }
+        ev
+    }
+
     /// As [`Decoder::decode`], for a record read from an ETL file: WPP MESSAGE records also get the
     /// optional header items the [`EventRecord`] does not carry (sequence number, component id,
     /// option flags), read from the raw record.
@@ -1292,11 +2000,17 @@ pub struct DecodeStats {
     pub records: u64,
     pub decoded: u64,
     pub undecoded_by_provider: std::collections::BTreeMap<String, u64>,
+    /// Records whose layout leaves bytes unread or runs short.
+    pub decode_issues: u64,
+    /// Records decoded with the other pointer size than their header's.
+    pub pointer_size_fallbacks: u64,
 }
 
 impl DecodeStats {
     pub fn add(&mut self, rec: &EventRecord<'_>, d: &DecodedEvent) {
         self.records += 1;
+        self.decode_issues += d.decode_issue.is_some() as u64;
+        self.pointer_size_fallbacks += d.layout_pointer_size.is_some() as u64;
         if d.is_decoded() {
             self.decoded += 1;
         } else {
@@ -1311,10 +2025,56 @@ impl DecodeStats {
     pub fn merge(&mut self, o: DecodeStats) {
         self.records += o.records;
         self.decoded += o.decoded;
+        self.decode_issues += o.decode_issues;
+        self.pointer_size_fallbacks += o.pointer_size_fallbacks;
         for (k, v) in o.undecoded_by_provider {
             *self.undecoded_by_provider.entry(k).or_default() += v;
         }
     }
+}
+
+/// `etwkit stats` with the decoding counts: which records `decoder` decodes (in the same parallel
+/// pass as the container counts, checking layouts without building values).
+pub fn file_stats(file: &crate::etl::EtlFile, decoder: &Decoder) -> crate::etl::stats::FileStats {
+    #[derive(Default)]
+    struct Acc {
+        decoded: u64,
+        issues: u64,
+        fallbacks: u64,
+        undecoded: std::collections::BTreeMap<Guid, u64>,
+    }
+    let (mut s, a) = crate::etl::stats::file_stats_and(
+        file,
+        Acc::default,
+        |a: &mut Acc, r| {
+            let c = decoder.check(&r.event);
+            if c.decoded {
+                a.decoded += 1;
+            } else {
+                *a.undecoded.entry(r.provider).or_default() += 1;
+            }
+            a.issues += c.issue as u64;
+            a.fallbacks += c.pointer_size_fallback as u64;
+        },
+        |mut a, b| {
+            a.decoded += b.decoded;
+            a.issues += b.issues;
+            a.fallbacks += b.fallbacks;
+            for (k, v) in b.undecoded {
+                *a.undecoded.entry(k).or_default() += v;
+            }
+            a
+        },
+    );
+    s.decoded = Some(a.decoded);
+    s.decode_issues = Some(a.issues);
+    s.pointer_size_fallbacks = Some(a.fallbacks);
+    s.undecoded_by_provider = a
+        .undecoded
+        .into_iter()
+        .map(|(g, n)| (g.to_string(), n))
+        .collect();
+    s
 }
 
 /// A WPP MESSAGE record's raw fields (no TMF: the argument blob cannot be formatted).

@@ -70,8 +70,8 @@ fn tdh_in(f: &J) -> Option<u16> {
 }
 
 /// Lays out one JSON field list: fixed types by size, strings "ab" + NUL, a SID as the kernel's
-/// 4-byte "no SID", arrays with their count field set to 2. Fields whose count is an expression over
-/// the payload length (StackWalk frames) end the list. Returns (names, in-types, offsets, payload).
+/// 4-byte "no SID", arrays with their count field set to 2. A field whose count is an expression over
+/// the payload length (StackWalk frames) ends the list, with no elements. Returns (names, in-types, offsets, payload).
 type Built = (Vec<String>, Vec<Option<u16>>, Vec<usize>, Vec<u8>);
 fn build(fields: &[J], ptr: usize, path: &str) -> Built {
     let arch = if ptr == 4 { "x86" } else { "x64" };
@@ -82,6 +82,17 @@ fn build(fields: &[J], ptr: usize, path: &str) -> Built {
             .as_str()
             .is_some_and(|c| c.contains("EventDataLength"))
         {
+            // Frames to the end of the payload: one array property in the tables (`Stack` for
+            // "Stack1..StackN", `StackFrame` for "StackFrame[]"), here with no frames.
+            let name = f["name"].as_str().unwrap();
+            let name = if name.starts_with("Stack1..") {
+                "Stack"
+            } else {
+                name.trim_end_matches("[]")
+            };
+            offs.push(p.len());
+            names.push(name.to_string());
+            types.push(tdh_in(f));
             break;
         }
         let name = f["name"].as_str().unwrap();

@@ -118,7 +118,7 @@ fn decoded_is_at_least_what_each_peer_decodes_on_every_sample() {
         let path = common::sample(name, t).unwrap();
         let file = EtlFile::open(&path).unwrap();
         let (dec, _) = Decoder::for_file(Registry::with_builtins(), &file);
-        let st = etwkit::etl::stats::file_stats_with(&file, Some(&dec));
+        let st = etwkit::decode::file_stats(&file, &dec);
         let ours = st.decoded.unwrap();
         report.insert(name.to_string(), (ours, st.records, dis, ep));
         if ours < dis.max(ep) {

@@ -19,6 +19,7 @@ pub mod compression;
 pub mod kernel;
 pub mod logfile_header;
 mod mmap;
+pub mod parallel;
 pub mod reader;
 pub mod record;
 pub mod relog;

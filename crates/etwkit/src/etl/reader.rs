@@ -117,7 +117,7 @@ pub struct ReadSummary {
 pub const MAX_ISSUES: usize = 1000;
 
 impl ReadSummary {
-    fn issue(&mut self, i: ReadIssue) {
+    pub(super) fn issue(&mut self, i: ReadIssue) {
         if self.issues.len() < MAX_ISSUES {
             self.issues.push(i);
         } else {
@@ -125,7 +125,7 @@ impl ReadSummary {
         }
     }
 
-    fn merge(mut self, o: ReadSummary) -> ReadSummary {
+    pub(super) fn merge(mut self, o: ReadSummary) -> ReadSummary {
         self.records += o.records;
         self.buffers += o.buffers;
         self.compressed_buffers += o.compressed_buffers;
@@ -168,6 +168,8 @@ pub struct EtlFile {
     chain_issues: Vec<ReadIssue>,
     /// Buffers the chain walk had to skip over (corrupt headers).
     chain_bad_buffers: u64,
+    /// Whole buffers the logger wrote (BuffersWritten) that the file does not hold.
+    missing_buffers: usize,
 }
 
 impl std::fmt::Debug for EtlFile {
@@ -366,8 +368,22 @@ impl EtlFile {
             buffers,
             chain_issues,
             chain_bad_buffers,
+            missing_buffers: 0,
         };
         f.read_logfile_header();
+        // A file cut exactly at a buffer boundary: every buffer present is whole, but the logger
+        // wrote more (a copy stopped early, a disk that filled up).
+        let held = f.buffers.len();
+        let written = f.header.buffers_written as usize;
+        if f.header_error.is_none() && written > held && !f.buffers.iter().any(|b| b.truncated) {
+            f.missing_buffers = written - held;
+            f.chain_issues.push(ReadIssue {
+                file_offset: f.data.len() as u64,
+                buffer_index: None,
+                record_offset: None,
+                reason: format!("file holds {held} of the {written} buffers the logger wrote"),
+            });
+        }
         // Touching each buffer header faulted whole regions in (fault-around); give them back so a
         // walk keeps only the buffers in flight resident.
         if let Data::Map(m) = &f.data {
@@ -453,6 +469,20 @@ impl EtlFile {
         &self.buffers
     }
 
+    /// Whether the file is whole and its logger stopped cleanly: the logfile header is readable and
+    /// has its EndTime, no buffer is cut short and none the logger wrote is missing.
+    pub fn closed_cleanly(&self) -> bool {
+        self.header_error.is_none()
+            && self.header.closed_cleanly()
+            && self.missing_buffers == 0
+            && !self.buffers.iter().any(|b| b.truncated)
+    }
+
+    /// Buffers the logger wrote (the header's BuffersWritten) that are not in the file.
+    pub fn missing_buffers(&self) -> usize {
+        self.missing_buffers
+    }
+
     /// Issues found while walking the buffer chain (corrupt headers, truncation).
     pub fn chain_issues(&self) -> &[ReadIssue] {
         &self.chain_issues
@@ -504,7 +534,11 @@ impl EtlFile {
 
     /// [`EtlFile::buffer_data`], counting the buffer (read, compressed, truncated) in `summary`; an
     /// unusable buffer is counted bad, described in `summary`, and gives `None`.
-    fn load_buffer(&self, b: &BufferInfo, summary: &mut ReadSummary) -> Option<Cow<'_, [u8]>> {
+    pub(super) fn load_buffer(
+        &self,
+        b: &BufferInfo,
+        summary: &mut ReadSummary,
+    ) -> Option<Cow<'_, [u8]>> {
         summary.buffers += 1;
         if b.header.is_compressed() {
             summary.compressed_buffers += 1;
@@ -572,13 +606,13 @@ impl EtlFile {
     }
 
     /// Drops the pages of a buffer we are done with from this process's resident set (mapped files).
-    fn release(&self, b: &BufferInfo) {
+    pub(super) fn release(&self, b: &BufferInfo) {
         if let Data::Map(m) = &self.data {
             super::mmap::release(m, b.file_offset as usize, b.header.buffer_size as usize);
         }
     }
 
-    fn start_summary(&self) -> ReadSummary {
+    pub(super) fn start_summary(&self) -> ReadSummary {
         let mut s = ReadSummary {
             bad_buffers: self.chain_bad_buffers,
             ..Default::default()
@@ -707,14 +741,9 @@ impl EtlFile {
         record::raw_timestamp_at(&prefix, BUFFER_HEADER_SIZE)
     }
 
-    fn merge_by_time(
-        &self,
-        summary: &mut ReadSummary,
-        progress: &mut dyn FnMut(u64),
-        f: &mut dyn FnMut(&Record<'_>) -> ControlFlow<()>,
-    ) {
-        // Buffers sorted by their first timestamp; a buffer joins the merge once the merge reaches
-        // that time, so only overlapping buffers (about one per CPU) are held at once.
+    /// Buffers as the time merge admits them: (raw timestamp of the first record, buffer index),
+    /// sorted.
+    pub(super) fn time_order(&self) -> Vec<(i64, usize)> {
         let mut order: Vec<(i64, usize)> = self
             .buffers
             .par_iter()
@@ -724,6 +753,18 @@ impl EtlFile {
         if let Data::Map(m) = &self.data {
             super::mmap::release(m, 0, m.len());
         }
+        order
+    }
+
+    fn merge_by_time(
+        &self,
+        summary: &mut ReadSummary,
+        progress: &mut dyn FnMut(u64),
+        f: &mut dyn FnMut(&Record<'_>) -> ControlFlow<()>,
+    ) {
+        // Buffers sorted by their first timestamp; a buffer joins the merge once the merge reaches
+        // that time, so only overlapping buffers (about one per CPU) are held at once.
+        let order = self.time_order();
         struct Cursor<'f> {
             info: &'f BufferInfo,
             data: Cow<'f, [u8]>,

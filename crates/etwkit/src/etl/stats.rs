@@ -43,31 +43,46 @@ pub struct FileStats {
     pub decoded: Option<u64>,
     /// Provider GUID → records of it without a known layout (empty without decoding).
     pub undecoded_by_provider: BTreeMap<String, u64>,
+    /// Records whose layout leaves payload bytes unread or runs past the payload (null without
+    /// decoding); `dump` gives each a `decode_issue`.
+    pub decode_issues: Option<u64>,
+    /// Classic/kernel records whose layout fitted only with the other pointer size than their
+    /// header's, and were decoded with it (null without decoding).
+    pub pointer_size_fallbacks: Option<u64>,
 }
 
-#[derive(Default)]
-struct Acc {
+struct Acc<A> {
     header_types: [u64; 32],
     providers: BTreeMap<crate::Guid, u64>,
     ext_types: [u64; 20],
     first: i64,
     last: i64,
-    decoded: u64,
-    undecoded: BTreeMap<crate::Guid, u64>,
+    extra: A,
 }
 
-/// Computes the statistics of a file (in parallel by buffer).
+/// Computes the statistics of a file (in parallel by buffer). The decoding counts stay null: a layer
+/// above the container fills them (`decode::file_stats`).
 pub fn file_stats(file: &EtlFile) -> FileStats {
-    file_stats_with(file, None)
+    file_stats_and(file, || (), |_, _| {}, |_, _| ()).0
 }
 
-/// As [`file_stats`], also counting which records `decoder` decodes.
-pub fn file_stats_with(file: &EtlFile, decoder: Option<&crate::decode::Decoder>) -> FileStats {
+/// As [`file_stats`], folding `extra` work over every record in the same parallel pass (`fold`
+/// sees the records of one buffer in order; `reduce` joins the results of two parts).
+pub fn file_stats_and<A, I, F, R>(file: &EtlFile, init: I, fold: F, reduce: R) -> (FileStats, A)
+where
+    A: Send,
+    I: Fn() -> A + Sync + Send,
+    F: Fn(&mut A, &super::Record<'_>) + Sync + Send,
+    R: Fn(A, A) -> A + Sync + Send,
+{
     let (acc, summary) = file.par_fold(
         || Acc {
+            header_types: [0; 32],
+            providers: BTreeMap::new(),
+            ext_types: [0; 20],
             first: i64::MAX,
             last: i64::MIN,
-            ..Default::default()
+            extra: init(),
         },
         |a, r| {
             a.header_types[r.header_type.to_byte() as usize & 31] += 1;
@@ -77,13 +92,7 @@ pub fn file_stats_with(file: &EtlFile, decoder: Option<&crate::decode::Decoder>)
             }
             a.first = a.first.min(r.timestamp);
             a.last = a.last.max(r.timestamp);
-            if let Some(d) = decoder {
-                if d.decode_etl(r).is_decoded() {
-                    a.decoded += 1;
-                } else {
-                    *a.undecoded.entry(r.provider).or_default() += 1;
-                }
-            }
+            fold(&mut a.extra, r);
         },
         |mut a, b| {
             for i in 0..32 {
@@ -97,10 +106,7 @@ pub fn file_stats_with(file: &EtlFile, decoder: Option<&crate::decode::Decoder>)
             }
             a.first = a.first.min(b.first);
             a.last = a.last.max(b.last);
-            a.decoded += b.decoded;
-            for (k, v) in b.undecoded {
-                *a.undecoded.entry(k).or_default() += v;
-            }
+            a.extra = reduce(a.extra, b.extra);
             a
         },
     );
@@ -120,7 +126,7 @@ pub fn file_stats_with(file: &EtlFile, decoder: Option<&crate::decode::Decoder>)
         }
     }
     let header_ok = file.header_error().is_none();
-    FileStats {
+    let stats = FileStats {
         file: file.path().display().to_string(),
         size: file.len(),
         records: summary.records,
@@ -152,14 +158,13 @@ pub fn file_stats_with(file: &EtlFile, decoder: Option<&crate::decode::Decoder>)
         end_time: (header_ok && h.end_time != 0).then(|| format_rfc3339(h.end_time)),
         first_event: (acc.first != i64::MAX).then(|| format_rfc3339(acc.first)),
         last_event: (acc.last != i64::MIN).then(|| format_rfc3339(acc.last)),
-        closed_cleanly: header_ok && h.closed_cleanly(),
+        closed_cleanly: file.closed_cleanly(),
         issues: summary.issues,
         issues_dropped: summary.issues_dropped,
-        decoded: decoder.map(|_| acc.decoded),
-        undecoded_by_provider: acc
-            .undecoded
-            .into_iter()
-            .map(|(g, n)| (g.to_string(), n))
-            .collect(),
-    }
+        decoded: None,
+        undecoded_by_provider: BTreeMap::new(),
+        decode_issues: None,
+        pointer_size_fallbacks: None,
+    };
+    (stats, acc.extra)
 }

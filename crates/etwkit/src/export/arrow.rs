@@ -229,8 +229,10 @@ impl EventColumns {
         if c.channel {
             self.channel.append_value(k.channel);
         }
-        self.pid.append_option((e.pid != u32::MAX).then_some(e.pid));
-        self.tid.append_option((e.tid != u32::MAX).then_some(e.tid));
+        // Kernel records whose header has no pid/tid: the ids the decoder attributed (as dump).
+        let (pid, tid) = d.ids.map_or((e.pid, e.tid), |i| (i.pid, i.tid));
+        self.pid.append_option((pid != u32::MAX).then_some(pid));
+        self.tid.append_option((tid != u32::MAX).then_some(tid));
         self.cpu.append_value(e.cpu);
         if e.activity_id == Guid::ZERO {
             self.activity_id

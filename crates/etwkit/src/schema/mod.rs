@@ -32,6 +32,8 @@ pub enum Count {
     FromProperty(usize),
     /// A TraceLogging variable array: a u16 element count precedes the elements.
     Prefixed,
+    /// As many elements as the rest of the payload holds (kernel StackWalk frames).
+    ToEnd,
 }
 
 /// How many bytes (or characters, for strings) a single value takes, when the type does not say.

@@ -107,6 +107,11 @@ pub struct Learner {
     summary: LearnSummary,
 }
 
+/// The on-disk markers of an EventSource manifest chunk (Id/Task 0xFFFE, Opcode 254).
+pub fn is_eventsource_manifest(rec: &EventRecord<'_>) -> bool {
+    rec.header_type.is_event_header() && rec.descriptor.id == 0xFFFE && rec.descriptor.opcode == 254
+}
+
 impl Learner {
     /// Whether collected metadata waits for [`Learner::flush`].
     pub fn has_pending(&self) -> bool {
@@ -155,7 +160,7 @@ impl Learner {
     /// Whether `rec` is embedded metadata (EventInfo/EventMapInfo record or EventSource manifest chunk).
     pub fn is_metadata(rec: &EventRecord<'_>) -> bool {
         (rec.header_type.is_classic() && rec.provider == tdh::METADATA_CLASS)
-            || crate::decode::is_eventsource_manifest(rec)
+            || is_eventsource_manifest(rec)
     }
 
     /// Looks at one record; keeps it if it is embedded metadata.
@@ -179,7 +184,7 @@ impl Learner {
                 },
                 _ => {}
             }
-        } else if crate::decode::is_eventsource_manifest(rec) {
+        } else if is_eventsource_manifest(rec) {
             self.observe_chunk(rec);
         }
     }

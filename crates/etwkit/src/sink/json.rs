@@ -9,11 +9,7 @@ use crate::time::write_rfc3339;
 pub struct JsonLines<W: Write> {
     out: W,
     line: Vec<u8>,
-    ts: String,
-    /// Cache of the `YYYY-MM-DDTHH:MM:SS` text of the last whole second rendered.
-    sec_cache: (i64, [u8; 19]),
-    /// Cache of the last provider GUID rendered (consecutive events mostly share a provider).
-    guid_cache: (crate::Guid, [u8; 36]),
+    r: JsonRender,
 }
 
 impl<W: Write> JsonLines<W> {
@@ -21,13 +17,45 @@ impl<W: Write> JsonLines<W> {
         JsonLines {
             out,
             line: Vec::with_capacity(4096),
+            r: JsonRender::default(),
+        }
+    }
+
+    /// Renders one event as a JSON object (no newline) into `line`.
+    pub fn render(&mut self, v: &EventView<'_, '_>) {
+        self.line.clear();
+        self.r.render_into(v, &mut self.line);
+    }
+
+    /// The last rendered line.
+    pub fn line(&self) -> &[u8] {
+        &self.line
+    }
+}
+
+/// Caches for rendering timestamps and provider GUIDs (consecutive events mostly share the second
+/// and the provider): the state of a JSON or CSV renderer.
+pub(crate) struct TextCache {
+    ts: String,
+    /// The `YYYY-MM-DDTHH:MM:SS` text of the last whole second rendered.
+    sec_cache: (i64, [u8; 19]),
+    /// The last provider GUID rendered.
+    guid_cache: (crate::Guid, [u8; 36]),
+}
+
+impl Default for TextCache {
+    fn default() -> Self {
+        TextCache {
             ts: String::with_capacity(32),
             sec_cache: (i64::MIN, [0; 19]),
             guid_cache: (crate::Guid::ZERO, *ZERO_GUID),
         }
     }
+}
 
-    fn push_timestamp(&mut self, filetime: i64) {
+impl TextCache {
+    /// Appends the RFC 3339 rendering of a FILETIME (7 fractional digits, `Z`).
+    pub(crate) fn push_timestamp(&mut self, l: &mut Vec<u8>, filetime: i64) {
         let sec = filetime.div_euclid(10_000_000);
         let frac = filetime.rem_euclid(10_000_000) as u32;
         if self.sec_cache.0 != sec {
@@ -37,31 +65,49 @@ impl<W: Write> JsonLines<W> {
             b.copy_from_slice(&self.ts.as_bytes()[..19]);
             self.sec_cache = (sec, b);
         }
-        self.line.extend_from_slice(&self.sec_cache.1);
+        l.extend_from_slice(&self.sec_cache.1);
         let mut digits = [b'.', 0, 0, 0, 0, 0, 0, 0, b'Z'];
         let mut f = frac;
         for i in (1..8).rev() {
             digits[i] = b'0' + (f % 10) as u8;
             f /= 10;
         }
-        self.line.extend_from_slice(&digits);
+        l.extend_from_slice(&digits);
     }
 
-    /// Renders one event as a JSON object (no newline) into `line`.
-    pub fn render(&mut self, v: &EventView<'_, '_>) {
-        let e = v.event;
-        self.line.clear();
-        self.line.extend_from_slice(b"{\"timestamp\":\"");
-        self.push_timestamp(e.timestamp);
-        self.line.extend_from_slice(b"\",\"provider\":\"");
-        if self.guid_cache.0 != e.provider {
-            let mut g = Vec::with_capacity(36);
-            push_guid(&mut g, &e.provider);
-            self.guid_cache.1.copy_from_slice(&g);
-            self.guid_cache.0 = e.provider;
+    /// Appends a provider GUID (8-4-4-4-12, lowercase).
+    pub(crate) fn push_provider(&mut self, l: &mut Vec<u8>, g: &crate::Guid) {
+        if self.guid_cache.0 != *g {
+            let mut b = Vec::with_capacity(36);
+            push_guid(&mut b, g);
+            self.guid_cache.1.copy_from_slice(&b);
+            self.guid_cache.0 = *g;
         }
-        self.line.extend_from_slice(&self.guid_cache.1);
-        let l = &mut self.line;
+        l.extend_from_slice(&self.guid_cache.1);
+    }
+}
+
+/// Renders events as JSON lines.
+#[derive(Default)]
+pub struct JsonRender {
+    c: TextCache,
+}
+
+impl super::Render for JsonRender {
+    fn render(&mut self, v: &EventView<'_, '_>, out: &mut Vec<u8>) {
+        self.render_into(v, out);
+        out.push(b'\n');
+    }
+}
+
+impl JsonRender {
+    /// Appends one event as a JSON object (no newline).
+    pub fn render_into(&mut self, v: &EventView<'_, '_>, l: &mut Vec<u8>) {
+        let e = v.event;
+        l.extend_from_slice(b"{\"timestamp\":\"");
+        self.c.push_timestamp(l, e.timestamp);
+        l.extend_from_slice(b"\",\"provider\":\"");
+        self.c.push_provider(l, &e.provider);
         l.push(b'"');
         opt_str(l, "provider_name", v.provider_name);
         opt_str(l, "event_name", v.event_name);
@@ -83,8 +129,8 @@ impl<W: Write> JsonLines<W> {
         push_hex_u64(l, d.keywords);
         l.extend_from_slice(b"\",\"channel\":");
         l.extend_from_slice(n.format(d.channel).as_bytes());
-        num_or_null(l, b",\"pid\":", e.pid);
-        num_or_null(l, b",\"tid\":", e.tid);
+        num_or_null(l, b",\"pid\":", v.pid());
+        num_or_null(l, b",\"tid\":", v.tid());
         l.extend_from_slice(b",\"cpu\":");
         l.extend_from_slice(n.format(e.cpu).as_bytes());
         l.extend_from_slice(b",\"header_type\":\"");
@@ -124,12 +170,23 @@ impl<W: Write> JsonLines<W> {
         }
         l.extend_from_slice(b",\"properties\":");
         l.extend_from_slice(v.properties_json.unwrap_or("null").as_bytes());
+        opt_str(l, "decode_issue", v.decode_issue);
+        if let Some(p) = v.layout_pointer_size {
+            l.extend_from_slice(b",\"layout_pointer_size\":");
+            l.extend_from_slice(n.format(p).as_bytes());
+        }
+        if let Some(ids) = v.ids {
+            opt_str(l, "pid_source", ids.pid_source.map(|s| s.name()));
+            opt_str(l, "tid_source", ids.tid_source.map(|s| s.name()));
+        }
+        if let Some((name, path)) = v.dos_path {
+            l.extend_from_slice(b",\"dos_paths\":{");
+            escape(l, name);
+            l.push(b':');
+            escape(l, path);
+            l.push(b'}');
+        }
         l.push(b'}');
-    }
-
-    /// The last rendered line.
-    pub fn line(&self) -> &[u8] {
-        &self.line
     }
 }
 
@@ -296,16 +353,16 @@ mod tests {
             push_hex_u64(&mut l, v);
             assert_eq!(String::from_utf8(l).unwrap(), format!("{v:x}"));
         }
-        let mut j = JsonLines::new(Vec::new());
+        let mut j = TextCache::default();
         for t in [
             132_670_374_579_762_397i64,
             132_670_374_579_762_398,
             132_670_374_589_000_001,
         ] {
-            j.line.clear();
-            j.push_timestamp(t);
+            let mut l = Vec::new();
+            j.push_timestamp(&mut l, t);
             assert_eq!(
-                String::from_utf8(j.line.clone()).unwrap(),
+                String::from_utf8(l).unwrap(),
                 crate::time::format_rfc3339(t)
             );
         }

@@ -5,7 +5,14 @@
 //! `provider`, `provider_name`, `event_name`, `task_name`, `opcode_name`, `id`, `version`, `level`,
 //! `opcode`, `task`, `keywords` (hex string), `channel`, `pid`, `tid` (null when the record carries none),
 //! `cpu`, `header_type`, `pointer_size`, `activity_id`, `payload` (hex), `stack` (hex addresses or null),
-//! `properties` (object, or null when the layout is unknown).
+//! `properties` (object, or null when the layout is unknown); then, only when they apply,
+//! `decode_issue` (why the layout does not fit the payload: bytes left unread, or a property
+//! running past its end) and `layout_pointer_size` (the pointer size a classic/kernel layout was
+//! decoded with when only the other size than the header's fits the payload exactly), `pid_source`
+//! and `tid_source` (`"payload"` or `"thread_table"`: a kernel record whose header carries no
+//! process or thread id got the `pid`/`tid` shown from its payload or the trace's thread table),
+//! `dos_paths` (`{"FileName":"C:\\..."}`: the DOS form of a file path field logged as an NT path,
+//! by the volume mapping the trace carries; the property itself stays as logged).
 
 use std::io::{self, Write};
 
@@ -26,9 +33,87 @@ pub struct EventView<'a, 'r> {
     pub properties_json: Option<&'a str>,
     /// Stack to show: the record's own stack item, or one attached by the decoder.
     pub stack: Option<&'a Stack>,
+    /// Why the layout does not fit the payload (JSON `decode_issue`, present only when set).
+    pub decode_issue: Option<&'a str>,
+    /// The pointer size the layout was decoded with when it is not the header's (JSON
+    /// `layout_pointer_size`, present only when set).
+    pub layout_pointer_size: Option<u8>,
+    /// Process/thread ids filled in for a kernel record whose header carries none (JSON `pid`/`tid`
+    /// show them; `pid_source`/`tid_source` say where they came from).
+    pub ids: Option<crate::decode::Ids>,
+    /// A file path field and its DOS form (JSON `dos_paths`: `{"FileName":"C:\\..."}`).
+    pub dos_path: Option<(&'a str, &'a str)>,
 }
 
 impl<'a, 'r> EventView<'a, 'r> {
+    /// What the sinks print for a record and its decoding; `props` receives the properties' JSON
+    /// text (cleared first).
+    pub fn decoded(
+        event: &'a EventRecord<'r>,
+        d: Option<&'a crate::decode::DecodedEvent>,
+        props: &'a mut Vec<u8>,
+    ) -> Self {
+        let mut v = EventView::bare(event);
+        props.clear();
+        if let Some(d) = d {
+            v.provider_name = d.provider_name.as_deref();
+            v.event_name = d.event_name.as_deref();
+            v.task_name = d.task_name.as_deref();
+            v.opcode_name = d.opcode_name.as_deref();
+            v.stack = d.stack.as_ref();
+            v.decode_issue = d.decode_issue.as_deref();
+            v.layout_pointer_size = d.layout_pointer_size;
+            v.ids = d.ids;
+            v.dos_path = d.dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
+            if !d.properties.is_empty() {
+                d.properties.write_json(props);
+            }
+        }
+        if !props.is_empty() {
+            v.properties_json = std::str::from_utf8(props).ok();
+        }
+        if v.provider_name.is_none() {
+            v.provider_name = event.traits_provider_name();
+        }
+        v
+    }
+
+    /// As [`EventView::decoded`], for [`crate::decode::Decoder::decode_etl_json`]'s result and
+    /// the properties' JSON text it wrote (empty: none).
+    pub fn decoded_json(
+        event: &'a EventRecord<'r>,
+        d: &'a crate::decode::DecodedEvent,
+        props_json: &'a [u8],
+    ) -> Self {
+        let mut v = EventView::bare(event);
+        v.provider_name = d.provider_name.as_deref();
+        v.event_name = d.event_name.as_deref();
+        v.task_name = d.task_name.as_deref();
+        v.opcode_name = d.opcode_name.as_deref();
+        v.stack = d.stack.as_ref();
+        v.decode_issue = d.decode_issue.as_deref();
+        v.layout_pointer_size = d.layout_pointer_size;
+        v.ids = d.ids;
+        v.dos_path = d.dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
+        if !props_json.is_empty() {
+            v.properties_json = std::str::from_utf8(props_json).ok();
+        }
+        if v.provider_name.is_none() {
+            v.provider_name = event.traits_provider_name();
+        }
+        v
+    }
+
+    /// The process id to show: attributed, else the header's (`u32::MAX`: none).
+    pub fn pid(&self) -> u32 {
+        self.ids.map_or(self.event.pid, |i| i.pid)
+    }
+
+    /// The thread id to show: attributed, else the header's (`u32::MAX`: none).
+    pub fn tid(&self) -> u32 {
+        self.ids.map_or(self.event.tid, |i| i.tid)
+    }
+
     pub fn bare(event: &'a EventRecord<'r>) -> Self {
         EventView {
             event,
@@ -38,6 +123,10 @@ impl<'a, 'r> EventView<'a, 'r> {
             opcode_name: None,
             properties_json: None,
             stack: None,
+            decode_issue: None,
+            layout_pointer_size: None,
+            ids: None,
+            dos_path: None,
         }
     }
 }
@@ -48,6 +137,13 @@ pub trait Sink {
     fn finish(&mut self) -> io::Result<()>;
 }
 
+/// Turns one event into its line of text (newline included), appended to `out`. Renderers keep
+/// only caches, so a line does not depend on the events rendered before it: lines rendered by
+/// several renderers (one per thread) and concatenated equal the lines of one renderer.
+pub trait Render: Send {
+    fn render(&mut self, v: &EventView<'_, '_>, out: &mut Vec<u8>);
+}
+
 /// Output formats by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -56,13 +152,86 @@ pub enum Format {
     Csv,
 }
 
+impl Format {
+    /// The header line written before the first event (CSV's column names, the table's titles).
+    pub fn header(self) -> Option<String> {
+        match self {
+            Format::Json => None,
+            Format::Csv => Some(format!("{}\n", csv::COLUMNS)),
+            Format::Table => Some(table::header()),
+        }
+    }
+    /// Whether the header is written even when no event is (CSV: a file of columns, no rows).
+    fn header_when_empty(self) -> bool {
+        self == Format::Csv
+    }
+}
+
+/// A renderer of the given format.
+pub fn renderer(format: Format) -> Box<dyn Render> {
+    match format {
+        Format::Json => Box::new(json::JsonRender::default()),
+        Format::Csv => Box::new(csv::CsvRender::default()),
+        Format::Table => Box::new(table::TableRender),
+    }
+}
+
+/// A [`Sink`] writing rendered lines (its own, or lines rendered elsewhere through
+/// [`Lines::write_rendered`]) with the format's header first.
+pub struct Lines<'w> {
+    out: Box<dyn Write + 'w>,
+    format: Format,
+    header_written: bool,
+    r: Box<dyn Render>,
+    buf: Vec<u8>,
+}
+
+impl<'w> Lines<'w> {
+    pub fn new(format: Format, out: Box<dyn Write + 'w>) -> Self {
+        Lines {
+            out,
+            format,
+            header_written: false,
+            r: renderer(format),
+            buf: Vec::with_capacity(4096),
+        }
+    }
+
+    fn header(&mut self) -> io::Result<()> {
+        if !self.header_written {
+            self.header_written = true;
+            if let Some(h) = self.format.header() {
+                self.out.write_all(h.as_bytes())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes lines rendered by a [`Render`] of this format (one or more events).
+    pub fn write_rendered(&mut self, lines: &[u8]) -> io::Result<()> {
+        self.header()?;
+        self.out.write_all(lines)
+    }
+}
+
+impl Sink for Lines<'_> {
+    fn event(&mut self, v: &EventView<'_, '_>) -> io::Result<()> {
+        self.buf.clear();
+        self.r.render(v, &mut self.buf);
+        self.header()?;
+        self.out.write_all(&self.buf)
+    }
+    fn finish(&mut self) -> io::Result<()> {
+        if self.format.header_when_empty() {
+            self.header()?;
+        }
+        self.out.flush()
+    }
+}
+
 /// Makes a sink of the given format writing to `out`.
 pub fn make_sink<'w>(format: Format, out: Box<dyn Write + 'w>) -> Box<dyn Sink + 'w> {
-    match format {
-        Format::Json => Box::new(json::JsonLines::new(out)),
-        Format::Csv => Box::new(csv::Csv::new(out)),
-        Format::Table => Box::new(table::Table::new(out)),
-    }
+    Box::new(Lines::new(format, out))
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";

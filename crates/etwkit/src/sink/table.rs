@@ -1,34 +1,23 @@
 //! One aligned line per event for people.
 
-use std::io::{self, Write};
+use std::io::Write;
 
-use super::{EventView, Sink};
+use super::{EventView, Render};
 use crate::time::format_rfc3339;
 
-pub struct Table<W: Write> {
-    out: W,
-    header_written: bool,
+/// The title line.
+pub fn header() -> String {
+    format!(
+        "{:<28} {:>3} {:>7} {:>7} {:<40} {:>5} {:>3} {:>3}  details\n",
+        "TIME (UTC)", "CPU", "PID", "TID", "PROVIDER / EVENT", "ID", "VER", "OP"
+    )
 }
 
-impl<W: Write> Table<W> {
-    pub fn new(out: W) -> Self {
-        Table {
-            out,
-            header_written: false,
-        }
-    }
-}
+/// Renders events as aligned table lines.
+pub struct TableRender;
 
-impl<W: Write> Sink for Table<W> {
-    fn event(&mut self, v: &EventView<'_, '_>) -> io::Result<()> {
-        if !self.header_written {
-            writeln!(
-                self.out,
-                "{:<28} {:>3} {:>7} {:>7} {:<40} {:>5} {:>3} {:>3}  details",
-                "TIME (UTC)", "CPU", "PID", "TID", "PROVIDER / EVENT", "ID", "VER", "OP"
-            )?;
-            self.header_written = true;
-        }
+impl Render for TableRender {
+    fn render(&mut self, v: &EventView<'_, '_>, out: &mut Vec<u8>) {
         let e = v.event;
         let provider = match v.provider_name {
             Some(p) => p.to_string(),
@@ -43,22 +32,22 @@ impl<W: Write> Sink for Table<W> {
             (None, None, Some(o)) => format!("{provider}/{o}"),
             (None, None, None) => provider,
         };
-        let pid = if e.pid == u32::MAX {
+        let pid = if v.pid() == u32::MAX {
             "-".to_string()
         } else {
-            e.pid.to_string()
+            v.pid().to_string()
         };
-        let tid = if e.tid == u32::MAX {
+        let tid = if v.tid() == u32::MAX {
             "-".to_string()
         } else {
-            e.tid.to_string()
+            v.tid().to_string()
         };
         let details = match v.properties_json {
             Some(p) => p.to_string(),
             None => format!("{} payload {} bytes", e.header_type.name(), e.payload.len()),
         };
-        writeln!(
-            self.out,
+        let _ = writeln!(
+            out,
             "{:<28} {:>3} {:>7} {:>7} {:<40} {:>5} {:>3} {:>3}  {}",
             format_rfc3339(e.timestamp),
             e.cpu,
@@ -69,9 +58,6 @@ impl<W: Write> Sink for Table<W> {
             e.descriptor.version,
             e.descriptor.opcode,
             details
-        )
-    }
-    fn finish(&mut self) -> io::Result<()> {
-        self.out.flush()
+        );
     }
 }

@@ -113,6 +113,8 @@ pub fn layout_from(
             Count::Prefixed => {
                 return Err(format!("{}: prefixed count in a built-in table", p.name))
             }
+            // Whole pointer-size frames to the end of the payload (StackWalk).
+            Count::ToEnd => payload.len().saturating_sub(off) / ptr,
         };
         let len = match p.length {
             Length::Natural => None,

@@ -123,7 +123,7 @@ pub mod field {
     pub const UCRLENGTH: &str = "UCRLength";
 }
 
-static MAP_HEAPSOURCEID: MapDef = MapDef {
+pub(crate) static MAP_HEAPSOURCEID: MapDef = MapDef {
     name: "HeapSourceId",
     is_bitmap: false,
     entries: &[
@@ -138,7 +138,7 @@ static MAP_HEAPSOURCEID: MapDef = MapDef {
         ),
     ],
 };
-static MAP_HEAPLOGCALLER: MapDef = MapDef {
+pub(crate) static MAP_HEAPLOGCALLER: MapDef = MapDef {
     name: "HeapLogCaller",
     is_bitmap: false,
     entries: &[
@@ -157,7 +157,7 @@ static MAP_HEAPLOGCALLER: MapDef = MapDef {
         (13, "HEAP_LOG_DECOMMIT_PAGE_RANGE"),
     ],
 };
-static MAP_HEAPFLAGS: MapDef = MapDef {
+pub(crate) static MAP_HEAPFLAGS: MapDef = MapDef {
     name: "HeapFlags",
     is_bitmap: true,
     entries: &[

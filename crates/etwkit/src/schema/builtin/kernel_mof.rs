@@ -3,8 +3,8 @@
 // (facts gathered in ../shared/schemas; re-run the script after they change).
 // Kernel MOF classes keyed (group/class GUID, event type, header version), plus KernelTraceControl's
 // classic ImageID/DbgID/FileVersion and SysConfig events. StackWalk frame arrays (Stack1..StackN,
-// KeyCreate frames) run to the end of the payload and are not expressible as a property here; the
-// tables carry their fixed head (EventTimeStamp, StackProcess, StackThread / StackKey).
+// KeyCreate frames) run to the end of the payload: one array property (`Stack`, `StackFrame`)
+// counted to the end (CountDef::ToEnd).
 
 #![allow(clippy::all)]
 
@@ -179,10 +179,86 @@ pub const KTC_SYS_CONFIG: Guid = Guid::from_str_const("9b79ee91-b5fd-41c0-a243-4
 /// KernelTraceControl ImageID event class.
 pub const KTC_IMAGE_ID: Guid = Guid::from_str_const("b3e675d7-2554-4f18-830b-2762732560de");
 
-static MAP_PROCESSFLAGS: MapDef = MapDef {
+pub(crate) static MAP_PROCESSFLAGS: MapDef = MapDef {
     name: "ProcessFlags",
     is_bitmap: true,
     entries: &[(1, "PackageFullName"), (2, "Wow64"), (4, "Protected")],
+};
+pub(crate) static MAP_IRPFLAGS: MapDef = MapDef {
+    name: "IrpFlags",
+    is_bitmap: true,
+    entries: &[
+        (0, "None"),
+        (1, "Nocache"),
+        (2, "MountCompletion"),
+        (4, "SynchronousApi"),
+        (8, "AssociatedIrp"),
+        (16, "BufferedIO"),
+        (32, "DeallocateBuffer"),
+        (64, "InputOperation"),
+        (128, "Create"),
+        (256, "Read"),
+        (512, "Write"),
+        (1024, "Close"),
+        (2048, "DeferIOCompletion"),
+        (4096, "ObQueryName"),
+        (8192, "HoldDeviceQueue"),
+    ],
+};
+pub(crate) static MAP_SHAREACCESS: MapDef = MapDef {
+    name: "ShareAccess",
+    is_bitmap: true,
+    entries: &[(0, "None"), (1, "Read"), (2, "Write"), (4, "Delete")],
+};
+pub(crate) static MAP_CREATEOPTIONS: MapDef = MapDef {
+    name: "CreateOptions",
+    is_bitmap: true,
+    entries: &[
+        (1, "DirectoryFile"),
+        (2, "WriteThrough"),
+        (4, "SequentialOnly"),
+        (8, "NoIntermediateBuffering"),
+        (16, "SynchronousIoAlert"),
+        (32, "SynchronousIoNonAlert"),
+        (64, "NonDirectoryFile"),
+        (128, "CreateTreeConnection"),
+        (256, "CompleteIfOplocked"),
+        (512, "NoEaKnowledge"),
+        (1024, "OpenRemoteInstance"),
+        (2048, "RandomAccess"),
+        (4096, "DeleteOnClose"),
+        (8192, "OpenByFileId"),
+        (16384, "OpenForBackupIntent"),
+        (32768, "NoCompression"),
+        (65536, "OpenRequiringOplock"),
+        (1048576, "ReserveOpfilter"),
+        (2097152, "OpenReparsePoint"),
+        (4194304, "OpenNoRecall"),
+        (8388608, "OpenForFreeSpaceQuery"),
+    ],
+};
+pub(crate) static MAP_FILEATTRIBUTES: MapDef = MapDef {
+    name: "FileAttributes",
+    is_bitmap: true,
+    entries: &[
+        (1, "FILE_ATTRIBUTE_READONLY"),
+        (2, "FILE_ATTRIBUTE_HIDDEN"),
+        (4, "FILE_ATTRIBUTE_SYSTEM"),
+        (16, "FILE_ATTRIBUTE_DIRECTORY"),
+        (32, "FILE_ATTRIBUTE_ARCHIVE"),
+        (64, "FILE_ATTRIBUTE_DEVICE"),
+        (128, "FILE_ATTRIBUTE_NORMAL"),
+        (256, "FILE_ATTRIBUTE_TEMPORARY"),
+        (512, "FILE_ATTRIBUTE_SPARSE_FILE"),
+        (1024, "FILE_ATTRIBUTE_REPARSE_POINT"),
+        (2048, "FILE_ATTRIBUTE_COMPRESSED"),
+        (4096, "FILE_ATTRIBUTE_OFFLINE"),
+        (8192, "FILE_ATTRIBUTE_NOT_CONTENT_INDEXED"),
+        (16384, "FILE_ATTRIBUTE_ENCRYPTED"),
+        (32768, "FILE_ATTRIBUTE_INTEGRITY_STREAM"),
+        (65536, "FILE_ATTRIBUTE_VIRTUAL"),
+        (131072, "FILE_ATTRIBUTE_NO_SCRUB_DATA"),
+    ],
 };
 
 const T41904AED: &[FieldDef] = &[
@@ -3135,7 +3211,7 @@ const TFA63F975: &[FieldDef] = &[
         members: &[],
     },
 ];
-const TB24D61E5: &[FieldDef] = &[
+const T2C7B4119: &[FieldDef] = &[
     FieldDef {
         name: "EventTimeStamp",
         in_type: 10,
@@ -3163,16 +3239,36 @@ const TB24D61E5: &[FieldDef] = &[
         map: None,
         members: &[],
     },
+    FieldDef {
+        name: "Stack",
+        in_type: 16,
+        out_type: 0,
+        count: CountDef::ToEnd,
+        length: LengthDef::Natural,
+        map: None,
+        members: &[],
+    },
 ];
-const T44C12F42: &[FieldDef] = &[FieldDef {
-    name: "StackKey",
-    in_type: 16,
-    out_type: 0,
-    count: CountDef::One,
-    length: LengthDef::Natural,
-    map: None,
-    members: &[],
-}];
+const T7D3492F2: &[FieldDef] = &[
+    FieldDef {
+        name: "StackKey",
+        in_type: 16,
+        out_type: 0,
+        count: CountDef::One,
+        length: LengthDef::Natural,
+        map: None,
+        members: &[],
+    },
+    FieldDef {
+        name: "StackFrame",
+        in_type: 16,
+        out_type: 0,
+        count: CountDef::ToEnd,
+        length: LengthDef::Natural,
+        map: None,
+        members: &[],
+    },
+];
 const T4C0731C2: &[FieldDef] = &[
     FieldDef {
         name: "EventTimeStamp",
@@ -3211,7 +3307,7 @@ const T4C0731C2: &[FieldDef] = &[
         members: &[],
     },
 ];
-const T0F5EAD35: &[FieldDef] = &[
+const T86901586: &[FieldDef] = &[
     FieldDef {
         name: "DiskNumber",
         in_type: 8,
@@ -3227,7 +3323,7 @@ const T0F5EAD35: &[FieldDef] = &[
         out_type: 18,
         count: CountDef::One,
         length: LengthDef::Natural,
-        map: None,
+        map: Some(&MAP_IRPFLAGS),
         members: &[],
     },
     FieldDef {
@@ -3285,7 +3381,7 @@ const T0F5EAD35: &[FieldDef] = &[
         members: &[],
     },
 ];
-const T50E3F14D: &[FieldDef] = &[
+const TC28280D6: &[FieldDef] = &[
     FieldDef {
         name: "DiskNumber",
         in_type: 8,
@@ -3301,7 +3397,7 @@ const T50E3F14D: &[FieldDef] = &[
         out_type: 18,
         count: CountDef::One,
         length: LengthDef::Natural,
-        map: None,
+        map: Some(&MAP_IRPFLAGS),
         members: &[],
     },
     FieldDef {
@@ -3397,7 +3493,7 @@ const T4CE0F01E: &[FieldDef] = &[
         members: &[],
     },
 ];
-const T699ACC2A: &[FieldDef] = &[
+const TC0EB0335: &[FieldDef] = &[
     FieldDef {
         name: "DiskNumber",
         in_type: 8,
@@ -3413,7 +3509,7 @@ const T699ACC2A: &[FieldDef] = &[
         out_type: 18,
         count: CountDef::One,
         length: LengthDef::Natural,
-        map: None,
+        map: Some(&MAP_IRPFLAGS),
         members: &[],
     },
     FieldDef {
@@ -3435,7 +3531,7 @@ const T699ACC2A: &[FieldDef] = &[
         members: &[],
     },
 ];
-const TBF829A68: &[FieldDef] = &[
+const TFFBBB844: &[FieldDef] = &[
     FieldDef {
         name: "DiskNumber",
         in_type: 8,
@@ -3451,7 +3547,7 @@ const TBF829A68: &[FieldDef] = &[
         out_type: 18,
         count: CountDef::One,
         length: LengthDef::Natural,
-        map: None,
+        map: Some(&MAP_IRPFLAGS),
         members: &[],
     },
     FieldDef {
@@ -3578,7 +3674,7 @@ const T64319708: &[FieldDef] = &[
         members: &[],
     },
 ];
-const T97BD21E8: &[FieldDef] = &[
+const T053AB6F9: &[FieldDef] = &[
     FieldDef {
         name: "IrpPtr",
         in_type: 16,
@@ -3612,7 +3708,7 @@ const T97BD21E8: &[FieldDef] = &[
         out_type: 18,
         count: CountDef::One,
         length: LengthDef::Natural,
-        map: None,
+        map: Some(&MAP_CREATEOPTIONS),
         members: &[],
     },
     FieldDef {
@@ -3621,7 +3717,7 @@ const T97BD21E8: &[FieldDef] = &[
         out_type: 18,
         count: CountDef::One,
         length: LengthDef::Natural,
-        map: None,
+        map: Some(&MAP_FILEATTRIBUTES),
         members: &[],
     },
     FieldDef {
@@ -3630,7 +3726,7 @@ const T97BD21E8: &[FieldDef] = &[
         out_type: 18,
         count: CountDef::One,
         length: LengthDef::Natural,
-        map: None,
+        map: Some(&MAP_SHAREACCESS),
         members: &[],
     },
     FieldDef {
@@ -7258,7 +7354,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("StackWalk"),
         opcode_name: Some("Stack"),
         keywords_name: None,
-        fields: TB24D61E5,
+        fields: T2C7B4119,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7272,7 +7368,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("StackWalk"),
         opcode_name: Some("KeyCreate"),
         keywords_name: None,
-        fields: T44C12F42,
+        fields: T7D3492F2,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7286,7 +7382,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("StackWalk"),
         opcode_name: Some("KeyDelete"),
         keywords_name: None,
-        fields: T44C12F42,
+        fields: T7D3492F2,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7300,7 +7396,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("StackWalk"),
         opcode_name: Some("KeyRundown"),
         keywords_name: None,
-        fields: T44C12F42,
+        fields: T7D3492F2,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7342,7 +7438,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("DiskIo"),
         opcode_name: Some("Read"),
         keywords_name: None,
-        fields: T0F5EAD35,
+        fields: T86901586,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7356,7 +7452,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("DiskIo"),
         opcode_name: Some("Write"),
         keywords_name: None,
-        fields: T0F5EAD35,
+        fields: T86901586,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7370,7 +7466,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("DiskIo"),
         opcode_name: Some("Read"),
         keywords_name: None,
-        fields: T50E3F14D,
+        fields: TC28280D6,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7384,7 +7480,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("DiskIo"),
         opcode_name: Some("Write"),
         keywords_name: None,
-        fields: T50E3F14D,
+        fields: TC28280D6,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7482,7 +7578,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("DiskIo"),
         opcode_name: Some("FlushBuffers"),
         keywords_name: None,
-        fields: T699ACC2A,
+        fields: TC0EB0335,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7496,7 +7592,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("DiskIo"),
         opcode_name: Some("FlushBuffers"),
         keywords_name: None,
-        fields: TBF829A68,
+        fields: TFFBBB844,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -7664,7 +7760,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("FileIo"),
         opcode_name: Some("Create"),
         keywords_name: None,
-        fields: T97BD21E8,
+        fields: T053AB6F9,
     },
     EventDef {
         key: SchemaKey::Mof {

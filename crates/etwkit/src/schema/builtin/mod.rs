@@ -37,6 +37,8 @@ pub(crate) enum CountDef {
     Fixed(u16),
     /// Index of an earlier field at the same level holding the count.
     Field(usize),
+    /// To the end of the payload.
+    ToEnd,
 }
 
 /// Length of a table field's single value (see [`Length`]).
@@ -126,6 +128,7 @@ impl Converter {
                 CountDef::One => Count::One,
                 CountDef::Fixed(n) => Count::Fixed(n),
                 CountDef::Field(i) => Count::FromProperty(i),
+                CountDef::ToEnd => Count::ToEnd,
             },
             length: match f.length {
                 LengthDef::Natural => Length::Natural,
@@ -208,6 +211,43 @@ pub fn provider_names() -> Vec<(Guid, &'static str)> {
 pub const KTC_METADATA: Guid = Guid::from_str_const("bbccf6c1-6cd1-48c4-80ff-839482e37671");
 /// KernelTraceControl's own provider GUID (TraceEvent's KernelTraceControl; never written in records).
 pub const KTC_PROVIDER: Guid = Guid::from_str_const("b3e675d7-2554-4f18-830b-2762732560de");
+
+/// Microsoft-Windows-Kernel-File, whose manifest gives ShareAccess, CreateOptions and FileAttributes
+/// no maps (HexInt32): the kernel FileIo flag maps name them (see [`kernel_file_flag_map`]).
+pub const KERNEL_FILE: Guid = Guid::from_str_const("edd08927-9cc4-4e65-b970-c2560fb5c289");
+
+/// The kernel FileIo flag map TraceEvent applies to a Microsoft-Windows-Kernel-File field of this
+/// name (ShareAccess, CreateOptions, FileAttributes).
+pub fn kernel_file_flag_map(field: &str) -> Option<Arc<ValueMap>> {
+    let name = match field {
+        "ShareAccess" => kernel_mof::MAP_SHAREACCESS.name,
+        "CreateOptions" => kernel_mof::MAP_CREATEOPTIONS.name,
+        "FileAttributes" => kernel_mof::MAP_FILEATTRIBUTES.name,
+        _ => return None,
+    };
+    static MAPS: std::sync::OnceLock<HashMap<&'static str, Arc<ValueMap>>> =
+        std::sync::OnceLock::new();
+    let maps = MAPS.get_or_init(|| {
+        [
+            &kernel_mof::MAP_SHAREACCESS,
+            &kernel_mof::MAP_CREATEOPTIONS,
+            &kernel_mof::MAP_FILEATTRIBUTES,
+        ]
+        .into_iter()
+        .map(|m| {
+            (
+                m.name,
+                Arc::new(ValueMap {
+                    name: m.name.to_string(),
+                    is_bitmap: m.is_bitmap,
+                    entries: m.entries.iter().map(|(v, s)| (*v, s.to_string())).collect(),
+                }),
+            )
+        })
+        .collect()
+    });
+    maps.get(name).cloned()
+}
 
 /// The class name of a kernel trace group GUID (`Thread`, `Process`, `DiskIo`...).
 pub fn kernel_class_name(guid: &Guid) -> Option<&'static str> {

@@ -34,7 +34,7 @@ pub const LEVELS: &[(u8, &str)] = &[
     (5, "win:Verbose"),
 ];
 
-static MAP_WINSOCK_SOCKETTYPE_VALUEMAP: MapDef = MapDef {
+pub(crate) static MAP_WINSOCK_SOCKETTYPE_VALUEMAP: MapDef = MapDef {
     name: "WINSOCK_SocketType_ValueMap",
     is_bitmap: false,
     entries: &[
@@ -45,7 +45,7 @@ static MAP_WINSOCK_SOCKETTYPE_VALUEMAP: MapDef = MapDef {
         (5, "SOCK_SEQPACKET"),
     ],
 };
-static MAP_AFD_OPTION_VALUEMAP: MapDef = MapDef {
+pub(crate) static MAP_AFD_OPTION_VALUEMAP: MapDef = MapDef {
     name: "AFD_OPTION_ValueMap",
     is_bitmap: false,
     entries: &[
@@ -59,7 +59,7 @@ static MAP_AFD_OPTION_VALUEMAP: MapDef = MapDef {
         (15, "SIO_UDP_NETRESET"),
     ],
 };
-static MAP_AFD_ABORT_VALUEMAP: MapDef = MapDef {
+pub(crate) static MAP_AFD_ABORT_VALUEMAP: MapDef = MapDef {
     name: "AFD_ABORT_ValueMap",
     is_bitmap: false,
     entries: &[
@@ -90,7 +90,7 @@ static MAP_AFD_ABORT_VALUEMAP: MapDef = MapDef {
         (19, "Plug and play event caused abort"),
     ],
 };
-static MAP_AFD_DGRAM_DROP_VALUEMAP: MapDef = MapDef {
+pub(crate) static MAP_AFD_DGRAM_DROP_VALUEMAP: MapDef = MapDef {
     name: "AFD_DGRAM_DROP_ValueMap",
     is_bitmap: false,
     entries: &[
@@ -107,7 +107,7 @@ static MAP_AFD_DGRAM_DROP_VALUEMAP: MapDef = MapDef {
         (5, "Indicated datagram too large - integer overflow"),
     ],
 };
-static MAP_RIO_NOTIFICATION_TYPE_VALUEMAP: MapDef = MapDef {
+pub(crate) static MAP_RIO_NOTIFICATION_TYPE_VALUEMAP: MapDef = MapDef {
     name: "RIO_NOTIFICATION_TYPE_ValueMap",
     is_bitmap: false,
     entries: &[(0, "None"), (1, "Event"), (2, "IOCP")],

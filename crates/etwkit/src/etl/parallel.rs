@@ -1,0 +1,248 @@
+//! Turning a file's records into bytes on every core, in the order a single-threaded walk gives.
+//!
+//! Worker threads take buffers in the order the walk meets them and turn each record into bytes (a
+//! JSON line, a CSV row, nothing for a record a filter drops), noting each record's raw timestamp.
+//! The calling thread puts the buffers back in order — one after the other for [`Order::File`],
+//! through the same k-way merge as [`EtlFile::for_each`] for [`Order::Time`] (every record takes
+//! part in the merge, dropped ones too, so the merge makes the same choices) — and hands the bytes
+//! on. The output is the single-threaded output, byte for byte (tested on every sample).
+//!
+//! Memory: at most `4 × threads + 2` rendered buffers wait ahead of the merge, beside the buffers
+//! the time merge holds open (about one per CPU of the traced machine).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Condvar, Mutex};
+
+use super::reader::{EtlFile, Order, ReadSummary, Record};
+
+/// What a parallel walk read and produced.
+#[derive(Clone, Debug, Default)]
+pub struct RenderSummary {
+    pub read: ReadSummary,
+    /// Records for which the render function reported output.
+    pub emitted: u64,
+}
+
+/// One buffer's records, rendered.
+#[derive(Default)]
+struct Rendered {
+    bytes: Vec<u8>,
+    /// Per record: its raw timestamp and the end of its bytes in `bytes`.
+    recs: Vec<(i64, usize)>,
+    summary: ReadSummary,
+    emitted: u64,
+    /// The buffer's size in the file (progress).
+    size: u64,
+    end_offset: u64,
+}
+
+/// The number of threads to use when the caller does not say: every core.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+impl EtlFile {
+    /// Renders every record with `render` on `threads` worker threads and passes the bytes to `out`
+    /// in `order`, until `out` returns `Break`. `init` makes each worker's state (a renderer, scratch
+    /// space); `render` appends a record's bytes to the buffer it is given and returns whether it
+    /// produced output (counted in [`RenderSummary::emitted`]). `progress(bytes_done)` is called as
+    /// buffers are finished.
+    pub fn par_render<S, I, F>(
+        &self,
+        order: Order,
+        threads: usize,
+        init: I,
+        render: F,
+        progress: &mut dyn FnMut(u64),
+        out: &mut dyn FnMut(&[u8]) -> ControlFlow<()>,
+    ) -> RenderSummary
+    where
+        I: Fn() -> S + Sync,
+        F: Fn(&mut S, &Record<'_>, &mut Vec<u8>) -> bool + Sync,
+    {
+        let threads = threads.max(1);
+        let seq: Vec<(i64, usize)> = match order {
+            Order::File => self.buffers().iter().map(|b| (0, b.index)).collect(),
+            Order::Time => self.time_order(),
+        };
+        let window = 4 * threads + 2;
+        let next_job = AtomicUsize::new(0);
+        let admitted = Mutex::new(0usize);
+        let cv = Condvar::new();
+        let stop = AtomicBool::new(false);
+        let (tx, rx) = mpsc::channel::<(usize, Rendered)>();
+        let mut total = RenderSummary {
+            read: self.start_summary(),
+            emitted: 0,
+        };
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                let tx = tx.clone();
+                let (seq, next_job, admitted, cv, stop) = (&seq, &next_job, &admitted, &cv, &stop);
+                let (init, render) = (&init, &render);
+                scope.spawn(move || {
+                    let mut state = init();
+                    loop {
+                        let j = next_job.fetch_add(1, Ordering::SeqCst);
+                        if j >= seq.len() {
+                            break;
+                        }
+                        {
+                            let mut a = admitted.lock().unwrap_or_else(|e| e.into_inner());
+                            while j >= *a + window && !stop.load(Ordering::SeqCst) {
+                                a = cv.wait(a).unwrap_or_else(|e| e.into_inner());
+                            }
+                        }
+                        if stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        let b = &self.buffers()[seq[j].1];
+                        let mut r = Rendered {
+                            size: b.header.buffer_size as u64,
+                            end_offset: b.file_offset + b.header.buffer_size as u64,
+                            ..Default::default()
+                        };
+                        if let Some(data) = self.load_buffer(b, &mut r.summary) {
+                            // Rendered text is a few times the binary (hex payloads, names).
+                            r.bytes.reserve(data.len() * 4);
+                            let Rendered {
+                                bytes,
+                                recs,
+                                summary,
+                                emitted,
+                                ..
+                            } = &mut r;
+                            let _ = self.walk_buffer(b, &data, summary, &mut |rec| {
+                                if render(&mut state, rec, bytes) {
+                                    *emitted += 1;
+                                }
+                                recs.push((rec.event.raw_timestamp, bytes.len()));
+                                ControlFlow::Continue(())
+                            });
+                        } else {
+                            // Not loadable: the merge skips it without counting its bytes done.
+                            r.size = 0;
+                        }
+                        self.release(b);
+                        if tx.send((j, r)).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            drop(tx);
+            let mut pending: HashMap<usize, Rendered> = HashMap::new();
+            let mut take = |j: usize| -> Rendered {
+                let r = loop {
+                    if let Some(r) = pending.remove(&j) {
+                        break r;
+                    }
+                    match rx.recv() {
+                        Ok((k, r)) => {
+                            pending.insert(k, r);
+                        }
+                        // A worker died (its panic resurfaces when the scope ends).
+                        Err(_) => break Rendered::default(),
+                    }
+                };
+                *admitted.lock().unwrap_or_else(|e| e.into_inner()) = j + 1;
+                cv.notify_all();
+                r
+            };
+            match order {
+                Order::File => {
+                    for j in 0..seq.len() {
+                        let r = take(j);
+                        total.read = std::mem::take(&mut total.read).merge(r.summary);
+                        total.emitted += r.emitted;
+                        if !r.bytes.is_empty() && out(&r.bytes).is_break() {
+                            break;
+                        }
+                        progress(r.end_offset);
+                    }
+                }
+                Order::Time => merge(&seq, &mut take, &mut total, progress, out),
+            }
+            stop.store(true, Ordering::SeqCst);
+            cv.notify_all();
+            drop(rx);
+        });
+        // Buffers finish out of order: put issues back in file order.
+        total
+            .read
+            .issues
+            .sort_by_key(|i| (i.file_offset, i.record_offset));
+        total
+    }
+}
+
+/// The time merge of `EtlFile::merge_by_time`, over rendered buffers: buffers join in `seq` order
+/// once the merge reaches their first timestamp; the earliest head (ties: the buffer that joined
+/// first) goes next.
+fn merge(
+    seq: &[(i64, usize)],
+    take: &mut dyn FnMut(usize) -> Rendered,
+    total: &mut RenderSummary,
+    progress: &mut dyn FnMut(u64),
+    out: &mut dyn FnMut(&[u8]) -> ControlFlow<()>,
+) {
+    struct Cur {
+        r: Rendered,
+        i: usize,
+        start: usize,
+    }
+    let mut cursors: Vec<Option<Cur>> = Vec::new();
+    let mut heap: BinaryHeap<Reverse<(i64, usize, usize, usize)>> = BinaryHeap::new();
+    let mut next = 0usize;
+    let mut done_bytes = 0u64;
+    let mut run: Option<(usize, usize)> = None;
+    loop {
+        while next < seq.len() && heap.peek().is_none_or(|Reverse((t, ..))| seq[next].0 <= *t) {
+            let mut r = take(next);
+            total.read = std::mem::take(&mut total.read).merge(std::mem::take(&mut r.summary));
+            total.emitted += r.emitted;
+            if let Some(&(t, _)) = r.recs.first() {
+                heap.push(Reverse((t, next, 0, cursors.len())));
+                cursors.push(Some(Cur { r, i: 0, start: 0 }));
+            } else {
+                done_bytes += r.size;
+            }
+            next += 1;
+        }
+        let Some(Reverse((_, s, _, slot))) = heap.pop() else {
+            break;
+        };
+        // Consecutive records of one buffer are handed on as one run (one write, not one per
+        // record): `run` is the slot and start of the bytes not yet passed on.
+        if run.is_some_and(|(r, _)| r != slot) {
+            let (r, from) = run.take().expect("checked");
+            let c = cursors[r].as_ref().expect("run's cursor");
+            if c.start > from && out(&c.r.bytes[from..c.start]).is_break() {
+                return;
+            }
+        }
+        let c = cursors[slot].as_mut().expect("cursor in heap");
+        if run.is_none() {
+            run = Some((slot, c.start));
+        }
+        c.start = c.r.recs[c.i].1;
+        c.i += 1;
+        match c.r.recs.get(c.i) {
+            Some(&(t, _)) => heap.push(Reverse((t, s, c.i, slot))),
+            None => {
+                let (_, from) = run.take().expect("run of this slot");
+                if c.start > from && out(&c.r.bytes[from..c.start]).is_break() {
+                    return;
+                }
+                done_bytes += c.r.size;
+                progress(done_bytes);
+                cursors[slot] = None;
+            }
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! A file cut exactly at a buffer boundary (every buffer present is whole) is reported as truncated:
+//! an issue naming how many of the logger's buffers it holds, and `closed_cleanly` false — for every
+//! boundary of real samples.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+
+use etwkit::etl::{stats::file_stats, EtlFile, Order};
+
+#[test]
+fn samples_cut_at_every_buffer_boundary_report_truncation() {
+    let mut cuts = 0;
+    for name in [
+        "perfview_gcevents.etl",
+        "tx_WsRm01.etl",
+        "krabsetw_powershell.etl",
+        "pktmonvpn_PktMon.etl",
+    ] {
+        let Some(p) = common::sample(name, "samples_cut_at_every_buffer_boundary") else {
+            return;
+        };
+        let bytes = std::fs::read(&p).unwrap();
+        let whole = EtlFile::open(&p).unwrap();
+        assert!(whole.closed_cleanly(), "{name}");
+        assert_eq!(whole.missing_buffers(), 0);
+        let written = whole.header().buffers_written as usize;
+        assert_eq!(written, whole.buffers().len(), "{name}");
+        // Records per buffer in the whole file.
+        let mut per_buffer: BTreeMap<usize, u64> = BTreeMap::new();
+        whole.for_each(Order::File, |r| {
+            *per_buffer.entry(r.buffer_index).or_default() += 1;
+            ControlFlow::Continue(())
+        });
+        for k in 1..written {
+            let cut = whole.buffers()[k].file_offset as usize;
+            let f = EtlFile::from_vec(bytes[..cut].to_vec()).unwrap();
+            assert_eq!(f.buffers().len(), k);
+            assert_eq!(f.missing_buffers(), written - k, "{name} cut {k}");
+            assert!(!f.closed_cleanly(), "{name} cut {k}");
+            let want = format!("file holds {k} of the {written} buffers the logger wrote");
+            let s = file_stats(&f);
+            assert!(!s.closed_cleanly, "{name} cut {k}");
+            assert!(
+                s.issues.iter().any(|i| i.reason == want),
+                "{name} cut {k}: {:?}",
+                s.issues
+            );
+            // Everything present is still read.
+            let expect: u64 = per_buffer.range(..k).map(|(_, n)| n).sum();
+            assert_eq!(s.records, expect, "{name} cut {k}");
+            assert_eq!(s.bad_buffers + s.bad_records, 0, "{name} cut {k}");
+            cuts += 1;
+        }
+    }
+    assert!(cuts > 30, "{cuts}");
+}
+
+#[test]
+fn dump_warns_about_a_file_cut_at_a_buffer_boundary() {
+    let Some(p) = common::sample("perfview_gcevents.etl", "dump_warns_about_a_file_cut") else {
+        return;
+    };
+    let bytes = std::fs::read(&p).unwrap();
+    let whole = EtlFile::open(&p).unwrap();
+    let cut = whole.buffers()[2].file_offset as usize;
+    let dir = std::env::temp_dir().join(format!("etwkit-trunc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("cut.etl");
+    std::fs::write(&path, &bytes[..cut]).unwrap();
+    let f = EtlFile::open(&path).unwrap();
+    assert!(!f.closed_cleanly());
+    let s = f.for_each(Order::Time, |_| ControlFlow::Continue(()));
+    assert!(s
+        .issues
+        .iter()
+        .any(|i| i.reason == "file holds 2 of the 5 buffers the logger wrote"));
+    std::fs::remove_dir_all(&dir).ok();
+}
