@@ -53,3 +53,28 @@ pub fn exit_code(status: ExitStatus) -> i32 {
     }
     1
 }
+
+/// Waits for a traced command on its own thread; once it has exited (and the kernel's tail of its
+/// work, FINs, resets, drops, had time to reach the rings), stops the trace. Joins to its status.
+pub fn stop_when_exits(
+    mut child: std::process::Child,
+    stop: etwkit::live::StopHandle,
+) -> std::thread::JoinHandle<Option<ExitStatus>> {
+    std::thread::spawn(move || {
+        let st = child.wait();
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        stop.stop();
+        st.ok()
+    })
+}
+
+/// `--duration S`: stops the trace after that many seconds.
+pub fn stop_after(seconds: Option<f64>, stop: &etwkit::live::StopHandle) {
+    if let Some(d) = seconds {
+        let s = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs_f64(d.max(0.0)));
+            s.stop();
+        });
+    }
+}

@@ -2,8 +2,6 @@
 //! and IPv6, a refused connect, a bind to a busy port, a peer reset, a UDP burst into a small receive
 //! buffer) runs under the Winsock provider and its events print.
 
-use std::time::Duration;
-
 use etwkit::live::{Etw, Level};
 use etwkit::sink::Format;
 
@@ -32,15 +30,8 @@ pub fn run() -> anyhow::Result<()> {
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("__demo-workload")
         .stdout(crate::child::stdout_target(None)?);
-    let mut child = trace.spawn(&mut cmd)?;
-    let s = stop.clone();
-    let waiter = std::thread::spawn(move || {
-        let st = child.wait();
-        // Let the softirq tail of the workload (FINs, resets) reach the ring.
-        std::thread::sleep(Duration::from_millis(100));
-        s.stop();
-        st
-    });
+    let child = trace.spawn(&mut cmd)?;
+    let waiter = crate::child::stop_when_exits(child, stop.clone());
     let mut printer = Printer::new(
         Format::Table,
         Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
@@ -61,7 +52,8 @@ pub fn run() -> anyhow::Result<()> {
     let sum = sum?;
     let st = waiter
         .join()
-        .map_err(|_| anyhow::anyhow!("demo waiter panicked"))??;
+        .map_err(|_| anyhow::anyhow!("demo waiter panicked"))?
+        .ok_or_else(|| anyhow::anyhow!("waiting for the demo workload failed"))?;
     report(&sum, Format::Table, &mut std::io::stdout().lock())?;
     net.print_table()?;
     if !st.success() {

@@ -4,7 +4,6 @@
 use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::bail;
 use etwkit::analysis::net::{
@@ -207,29 +206,16 @@ fn live(a: &Args) -> anyhow::Result<(NetReport, Option<i32>)> {
     } else {
         // The command's own output never mixes with the report on stdout.
         let mut cmd = crate::child::command(&a.command, a.command_stdout.as_deref())?;
-        let mut child = trace.spawn(&mut cmd)?;
+        let child = trace.spawn(&mut cmd)?;
         let name = std::path::Path::new(&a.command[0])
             .file_name()
             .map(|n| n.to_string_lossy().chars().take(15).collect::<String>());
         if let Some(n) = name {
             c.name_fallback(child.id(), n);
         }
-        let s = stop.clone();
-        Some(std::thread::spawn(move || {
-            let st = child.wait();
-            // Let the softirq tail of the command (FINs, resets, drops) reach the ring.
-            std::thread::sleep(Duration::from_millis(150));
-            s.stop();
-            st.ok()
-        }))
+        Some(crate::child::stop_when_exits(child, stop.clone()))
     };
-    if let Some(d) = a.duration {
-        let s = stop.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_secs_f64(d.max(0.0)));
-            s.stop();
-        });
-    }
+    crate::child::stop_after(a.duration, &stop);
     let r = trace.process(
         |ev| {
             c.event(ev);

@@ -3,7 +3,6 @@
 use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use etwkit::live::{Etw, Level, StopHandle, Trace, TraceSummary};
 use etwkit::sink::Format;
@@ -129,23 +128,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         None
     } else {
         let mut cmd = crate::child::command(&a.command, a.command_stdout.as_deref())?;
-        let mut child = trace.spawn(&mut cmd)?;
-        let s = stop.clone();
-        Some(std::thread::spawn(move || {
-            let st = child.wait();
-            // Let the softirq tail of the command (FINs, resets) reach the ring.
-            std::thread::sleep(Duration::from_millis(100));
-            s.stop();
-            st.ok()
-        }))
+        let child = trace.spawn(&mut cmd)?;
+        Some(crate::child::stop_when_exits(child, stop.clone()))
     };
-    if let Some(d) = a.duration {
-        let s = stop.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_secs_f64(d.max(0.0)));
-            s.stop();
-        });
-    }
+    crate::child::stop_after(a.duration, &stop);
     let format: Format = a.format.into();
     let stdout = std::io::stdout();
     let mut printer = Printer::new(
