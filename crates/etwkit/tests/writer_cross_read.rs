@@ -359,6 +359,19 @@ fn peers_read_what_etwkit_writes() {
     )
     .unwrap();
 
+    // The Python peers (a Linux venv) run in the Linux suite; the Windows build under wine checks
+    // etwkit's own half above.
+    if cfg!(windows) {
+        std::io::Write::write_all(
+            &mut std::io::stderr(),
+            format!(
+                "\n*** SKIPPED {test} (peer half): the Python peers run in the Linux suite ***\n\n"
+            )
+            .as_bytes(),
+        )
+        .ok();
+        return;
+    }
     let Some(py) = peer_python() else {
         if std::env::var("ETWKIT_REQUIRE_PEERS").is_ok_and(|v| v == "1") {
             panic!(
