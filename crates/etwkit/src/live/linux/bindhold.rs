@@ -7,9 +7,9 @@
 //! kernel's own events for that socket: `listen()` (LISTEN state change), the first datagram's route
 //! lookup (fib), the connect, or `tcp_destroy_sock` when it is closed. So a bind event whose port is
 //! unknown waits here, and so does every event after it (output stays in time order), until its
-//! socket's port is learned, the socket is gone, or [`MAX_HOLD`] passes. An event released without
-//! a port carries no Address/Port fields at all and is counted: a 0 the kernel never chose is never
-//! shown.
+//! socket's port is learned, the socket is gone, [`MAX_HOLD`] passes or [`MAX_HELD`] events wait.
+//! An event released without a port carries no Address/Port fields at all and is counted: a 0 the
+//! kernel never chose is never shown.
 
 use std::collections::VecDeque;
 
@@ -18,6 +18,9 @@ use super::winsock::AfdEvent;
 
 /// Longest a bind event waits for its port, in trace time (FILETIME units: 2 s).
 pub const MAX_HOLD: i64 = 20_000_000;
+/// Most events held behind a waiting bind (a busy system-wide trace must not grow without bound):
+/// past this, the oldest waiting bind goes out without its port.
+pub const MAX_HELD: usize = 65_536;
 
 /// What the correlator knows of a held socket now.
 #[derive(Clone, Copy, Debug)]
@@ -72,14 +75,20 @@ impl BindHold {
         mut state: impl FnMut(u64) -> PortState,
         mut emit: impl FnMut(&AfdEvent) -> bool,
     ) -> bool {
-        while let Some(front) = self.held.front_mut() {
+        loop {
+            let crowded = self.held.len() > MAX_HELD;
+            let Some(front) = self.held.front_mut() else {
+                break;
+            };
             if let Some((sock, v6)) = front.waits_for {
                 match state(sock) {
                     PortState::Known(a) if a.port != 0 && a.v6 == v6 => {
                         front.event.set_addr(Some(a));
                         self.resolved_late += 1;
                     }
-                    PortState::Waiting if !force && now - front.event.timestamp < MAX_HOLD => {
+                    PortState::Waiting
+                        if !force && now - front.event.timestamp < MAX_HOLD && !crowded =>
+                    {
                         return true;
                     }
                     _ => {
@@ -189,5 +198,22 @@ mod tests {
         );
         assert_eq!(ports, [None, None, None]);
         assert_eq!(h.released_without_port, 3);
+        // Too many events behind a waiting bind: it goes out without its port.
+        h.push(bind(400, 5), Some((5, false)));
+        for i in 0..MAX_HELD as i64 {
+            h.push(AfdEvent::for_test(13, 6, 401 + i), None);
+        }
+        let mut out = 0;
+        h.release(
+            402,
+            false,
+            |_| PortState::Waiting,
+            |_| {
+                out += 1;
+                true
+            },
+        );
+        assert_eq!(out, MAX_HELD + 1);
+        assert_eq!(h.released_without_port, 4);
     }
 }
