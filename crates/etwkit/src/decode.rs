@@ -423,16 +423,7 @@ impl Plan {
         payload: &[u8],
         pointer_size: u8,
     ) -> (Result<(Properties, usize), DecodeError>, PayloadIds) {
-        let mut cur = Cursor {
-            d: payload,
-            pos: 0,
-            ptr: if pointer_size == 4 { 4 } else { 8 },
-            unterminated: false,
-            pid: None,
-            tid: None,
-            path: None,
-            capture: true,
-        };
+        let mut cur = Cursor::new(payload, pointer_size, true);
         let mut out = Properties(Vec::with_capacity(self.fields.len()));
         let r = match decode_level(&self.fields, &mut cur, &mut Dest::Props(&mut out)) {
             Ok(()) => Ok((out, cur.pos)),
@@ -449,16 +440,7 @@ impl Plan {
 
     /// The process and thread ids the payload names (measuring walk, no values built).
     fn payload_ids(&self, payload: &[u8], pointer_size: u8) -> PayloadIds {
-        let mut cur = Cursor {
-            d: payload,
-            pos: 0,
-            ptr: if pointer_size == 4 { 4 } else { 8 },
-            unterminated: false,
-            pid: None,
-            tid: None,
-            path: None,
-            capture: true,
-        };
+        let mut cur = Cursor::new(payload, pointer_size, true);
         let _ = decode_level(&self.fields, &mut cur, &mut Dest::Measure);
         cur.captured()
     }
@@ -494,16 +476,7 @@ impl Plan {
         out: &mut Vec<u8>,
         scratch: &mut String,
     ) -> Result<(usize, PayloadIds), ()> {
-        let mut cur = Cursor {
-            d: payload,
-            pos: 0,
-            ptr: if pointer_size == 4 { 4 } else { 8 },
-            unterminated: false,
-            pid: None,
-            tid: None,
-            path: None,
-            capture: true,
-        };
+        let mut cur = Cursor::new(payload, pointer_size, true);
         out.push(b'{');
         decode_level(&self.fields, &mut cur, &mut Dest::Json(out, scratch)).map_err(|_| ())?;
         out.push(b'}');
@@ -513,16 +486,7 @@ impl Plan {
     /// As [`Plan::measure`], but `None` unless every terminated string has its terminator: a
     /// string running to the end of the payload would make any layout "fit".
     fn measure_strict(&self, payload: &[u8], pointer_size: u8) -> Option<usize> {
-        let mut cur = Cursor {
-            d: payload,
-            pos: 0,
-            ptr: if pointer_size == 4 { 4 } else { 8 },
-            unterminated: false,
-            pid: None,
-            tid: None,
-            path: None,
-            capture: false,
-        };
+        let mut cur = Cursor::new(payload, pointer_size, false);
         decode_level(&self.fields, &mut cur, &mut Dest::Measure).ok()?;
         (!cur.unterminated).then_some(cur.pos)
     }
@@ -530,16 +494,7 @@ impl Plan {
     /// How many payload bytes the properties take, without building values (no allocation): what
     /// `etwkit stats` needs to count records whose layout leaves bytes unread or runs short.
     pub fn measure(&self, payload: &[u8], pointer_size: u8) -> Result<usize, DecodeError> {
-        let mut cur = Cursor {
-            d: payload,
-            pos: 0,
-            ptr: if pointer_size == 4 { 4 } else { 8 },
-            unterminated: false,
-            pid: None,
-            tid: None,
-            path: None,
-            capture: false,
-        };
+        let mut cur = Cursor::new(payload, pointer_size, false);
         match decode_level(&self.fields, &mut cur, &mut Dest::Measure) {
             Ok(()) => Ok(cur.pos),
             Err(f) => Err(DecodeError {
@@ -634,6 +589,21 @@ struct Fail {
 }
 
 impl<'a> Cursor<'a> {
+    /// A cursor at the payload's start; `pointer_size` 4 reads 32-bit pointers, anything else 64.
+    /// `capture` picks up the ids and path the plan marks (not when only measuring).
+    fn new(d: &'a [u8], pointer_size: u8, capture: bool) -> Cursor<'a> {
+        Cursor {
+            d,
+            pos: 0,
+            ptr: if pointer_size == 4 { 4 } else { 8 },
+            unterminated: false,
+            pid: None,
+            tid: None,
+            path: None,
+            capture,
+        }
+    }
+
     fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
         let end = self
             .pos
@@ -1590,16 +1560,7 @@ impl Decoder {
             return ev;
         }
         if rec.header_type.is_event_header() && rec.flags & flags::STRING_ONLY != 0 {
-            let mut cur = Cursor {
-                d: &rec.payload,
-                pos: 0,
-                ptr: rec.pointer_size,
-                unterminated: false,
-                pid: None,
-                tid: None,
-                path: None,
-                capture: false,
-            };
+            let mut cur = Cursor::new(&rec.payload, rec.pointer_size, false);
             ev.properties
                 .push("String", Value::String(utf16(cstr16(&mut cur))));
             ev.source = Some(SchemaSource::Builtin);

@@ -25,23 +25,14 @@ const _: () = assert!(std::mem::size_of::<TRACE_EVENT_INFO>() == 136);
 
 const ERROR_INSUFFICIENT_BUFFER: u32 = 122;
 
-/// TdhGetEventInformation for one delivered record: the TRACE_EVENT_INFO bytes, or the Win32 error.
-pub fn event_info(rec: &EVENT_RECORD) -> Result<Vec<u8>, u32> {
+/// Runs a TDH call that fills a caller buffer and says the size it needs (ERROR_INSUFFICIENT_BUFFER
+/// first, then the answer): `call(buffer, &mut size)`. The buffer is u64-aligned, as TDH's structs
+/// need. The bytes written, or the Win32 error.
+fn sized_query(mut call: impl FnMut(*mut u8, &mut u32) -> u32) -> Result<Vec<u8>, u32> {
     let mut size = 0u32;
     let mut words: Vec<u64> = Vec::new();
     for _ in 0..3 {
-        // SAFETY: `rec` is a record ProcessTrace delivered (valid during the callback); the buffer
-        // has room for `size` bytes (or is empty with size 0, the size query).
-        let rc = unsafe {
-            TdhGetEventInformation(
-                rec,
-                0,
-                std::ptr::null(),
-                words.as_mut_ptr() as *mut TRACE_EVENT_INFO,
-                &mut size,
-            )
-        };
-        match rc {
+        match call(words.as_mut_ptr() as *mut u8, &mut size) {
             0 => {
                 // SAFETY: viewing the initialized u64 buffer as bytes.
                 let b = unsafe {
@@ -56,34 +47,24 @@ pub fn event_info(rec: &EVENT_RECORD) -> Result<Vec<u8>, u32> {
     Err(ERROR_INSUFFICIENT_BUFFER)
 }
 
+/// TdhGetEventInformation for one delivered record: the TRACE_EVENT_INFO bytes, or the Win32 error.
+pub fn event_info(rec: &EVENT_RECORD) -> Result<Vec<u8>, u32> {
+    sized_query(|buf, size| {
+        // SAFETY: `rec` is a record ProcessTrace delivered (valid during the callback); the buffer
+        // has room for `size` bytes (or is empty with size 0, the size query).
+        unsafe {
+            TdhGetEventInformation(rec, 0, std::ptr::null(), buf as *mut TRACE_EVENT_INFO, size)
+        }
+    })
+}
+
 /// TdhGetEventMapInformation for one map a delivered record's layout names: EVENT_MAP_INFO bytes.
 pub fn map_info(rec: &EVENT_RECORD, map_name: &str) -> Result<Vec<u8>, u32> {
     let name = super::wide(map_name);
-    let mut size = 0u32;
-    let mut words: Vec<u64> = Vec::new();
-    for _ in 0..3 {
+    sized_query(|buf, size| {
         // SAFETY: as in `event_info`; `name` is NUL-terminated and outlives the call.
-        let rc = unsafe {
-            TdhGetEventMapInformation(
-                rec,
-                name.as_ptr(),
-                words.as_mut_ptr() as *mut EVENT_MAP_INFO,
-                &mut size,
-            )
-        };
-        match rc {
-            0 => {
-                // SAFETY: viewing the initialized u64 buffer as bytes.
-                let b = unsafe {
-                    std::slice::from_raw_parts(words.as_ptr() as *const u8, words.len() * 8)
-                };
-                return Ok(b[..(size as usize).min(b.len())].to_vec());
-            }
-            ERROR_INSUFFICIENT_BUFFER => words = vec![0u64; (size as usize).div_ceil(8) + 1],
-            code => return Err(code),
-        }
-    }
-    Err(ERROR_INSUFFICIENT_BUFFER)
+        unsafe { TdhGetEventMapInformation(rec, name.as_ptr(), buf as *mut EVENT_MAP_INFO, size) }
+    })
 }
 
 /// The value-map names a layout's properties refer to.
