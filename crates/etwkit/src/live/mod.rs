@@ -24,6 +24,7 @@ use std::sync::Arc;
 use crate::event::EventRecord;
 use crate::guid::Guid;
 
+pub mod heap;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod props;

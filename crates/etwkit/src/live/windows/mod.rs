@@ -531,6 +531,25 @@ pub fn resume_process(pid: u32) -> Result<usize> {
     Ok(resumed)
 }
 
+/// Whether a process still runs (OpenProcess + GetExitCodeProcess: STILL_ACTIVE).
+pub fn process_alive(pid: u32) -> bool {
+    use windows_sys::Win32::System::Threading::{
+        GetExitCodeProcess, OpenProcess, PROCESS_QUERY_LIMITED_INFORMATION,
+    };
+    const STILL_ACTIVE: u32 = 259;
+    // SAFETY: opening a process by id; the handle is closed below.
+    let h = unsafe { OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, 0, pid) };
+    if h.is_null() {
+        return false;
+    }
+    let mut code = 0u32;
+    // SAFETY: `h` is a process handle with query rights; `code` is a valid out pointer.
+    let ok = unsafe { GetExitCodeProcess(h, &mut code) };
+    // SAFETY: closing the handle opened above.
+    unsafe { windows_sys::Win32::Foundation::CloseHandle(h) };
+    ok != 0 && code == STILL_ACTIVE
+}
+
 #[cfg(windows)]
 fn spawn_suspended(cmd: &mut Command) -> Result<Child> {
     use std::os::windows::process::CommandExt;
