@@ -560,7 +560,8 @@ struct Module {
     end: u64,
     /// Offset of `start` in the file (etwkit's Linux mappings; 0 for Windows images).
     file_offset: u64,
-    name: Arc<str>,
+    /// The path as the event gives it.
+    path: Arc<str>,
 }
 
 /// The modules loaded in each process, by address range, from a trace's own image events:
@@ -636,7 +637,7 @@ impl ModuleMap {
             Module {
                 end,
                 file_offset: off,
-                name: Arc::from(base_name(path)),
+                path: Arc::from(path),
             },
         );
     }
@@ -644,9 +645,19 @@ impl ModuleMap {
     /// The module holding `addr` in `pid` (kernel images, listed under pid 0, serve every
     /// process): its file name and the address's offset in it.
     pub fn lookup(&self, pid: u32, addr: u64) -> Option<(&str, u64)> {
+        let (start, _, path, off) = self.find(pid, addr)?;
+        Some((base_name(path), addr - start + off))
+    }
+
+    /// The module holding `addr` in `pid` (or a kernel image): start, end and path as loaded.
+    pub fn module_at(&self, pid: u32, addr: u64) -> Option<(u64, u64, &str)> {
+        self.find(pid, addr).map(|(s, e, p, _)| (s, e, p))
+    }
+
+    fn find(&self, pid: u32, addr: u64) -> Option<(u64, u64, &str, u64)> {
         let find = |pid: u32| {
             let (s, m) = self.by_pid.get(&pid)?.range(..=addr).next_back()?;
-            (addr < m.end).then(|| (&*m.name, addr - s + m.file_offset))
+            (addr < m.end).then(|| (*s, m.end, &*m.path, m.file_offset))
         };
         find(pid).or_else(|| if pid != 0 { find(0) } else { None })
     }
@@ -705,7 +716,7 @@ impl ModuleMap {
                     start: *s,
                     end: m.end,
                     file_offset: m.file_offset,
-                    path: m.name.to_string(),
+                    path: m.path.to_string(),
                 })
             })
             .collect()

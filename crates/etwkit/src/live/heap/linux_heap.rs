@@ -36,7 +36,7 @@ fn stack_events(s: HeapStacks) -> StackEvents {
 }
 
 /// The shim to preload: `$ETWKIT_HEAPSHIM`, else the caller's copy. Err: why there is none.
-enum Shim {
+pub(super) enum Shim {
     Path(PathBuf),
     Embedded(ShimFile),
 }
@@ -87,7 +87,9 @@ enum AttachFallback {
 }
 
 pub(super) enum LinuxHeap {
-    Shim(Box<ShimTrace>),
+    /// The shim, and the file it was preloaded from (kept open while the command and its
+    /// children may still load it).
+    Shim(Box<ShimTrace>, Option<Shim>),
     Uprobe {
         trace: Box<HeapTrace>,
         child: Option<Child>,
@@ -117,7 +119,7 @@ impl LinuxHeap {
                         every_op: o.every_op,
                     };
                     let t = ShimTrace::spawn_with(cmd, shim.path(), opts).map_err(heap_err)?;
-                    return Ok(LinuxHeap::Shim(Box::new(t)));
+                    return Ok(LinuxHeap::Shim(Box::new(t), Some(shim)));
                 }
                 Err(why) if mode == HeapMode::Shim => return Err(LiveError::Unsupported(why)),
                 Err(why) => {
@@ -129,7 +131,7 @@ impl LinuxHeap {
             why_uprobes = "attached to running processes".into();
             if mode != HeapMode::Uprobe {
                 match attach_shim(&o, stacks) {
-                    Ok(t) => return Ok(LinuxHeap::Shim(Box::new(t))),
+                    Ok(t) => return Ok(LinuxHeap::Shim(Box::new(t), None)),
                     Err(AttachFallback::Reason(why)) if mode == HeapMode::Auto => {
                         why_uprobes = format!("because the allocator shim cannot be loaded: {why}")
                     }
@@ -163,20 +165,20 @@ impl LinuxHeap {
 
     pub(super) fn stop_handle(&self) -> StopHandle {
         StopHandle(match self {
-            LinuxHeap::Shim(t) => t.stop_handle(),
+            LinuxHeap::Shim(t, _) => t.stop_handle(),
             LinuxHeap::Uprobe { trace, .. } => trace.stop_handle(),
         })
     }
 
     pub(super) fn attached_pid(&self) -> Option<u32> {
         match self {
-            LinuxHeap::Shim(t) => t.attached_pid(),
+            LinuxHeap::Shim(t, _) => t.attached_pid(),
             LinuxHeap::Uprobe { .. } => None,
         }
     }
 
     pub(super) fn counts_records(&self) -> bool {
-        matches!(self, LinuxHeap::Shim(_))
+        matches!(self, LinuxHeap::Shim(..))
     }
 
     pub(super) fn process(
@@ -185,14 +187,14 @@ impl LinuxHeap {
         f: &mut dyn FnMut(&HeapOp) -> ControlFlow<()>,
     ) -> Result<()> {
         match self {
-            LinuxHeap::Shim(t) => t.process(progress, f).map_err(heap_err),
+            LinuxHeap::Shim(t, _) => t.process(progress, f).map_err(heap_err),
             LinuxHeap::Uprobe { trace, .. } => trace.process(f).map_err(heap_err),
         }
     }
 
     pub(super) fn finish(&mut self, an: &mut HeapAnalyzer) -> Result<HeapFinish> {
         match self {
-            LinuxHeap::Shim(trace) => {
+            LinuxHeap::Shim(trace, _) => {
                 for (pid, stack, _api, count, bytes) in trace.transient() {
                     an.add_transient(*pid, stack, *count, *bytes);
                 }
@@ -244,7 +246,7 @@ impl LinuxHeap {
                 .map_err(|e| LiveError::Other(format!("waiting for the command: {e}")))
         };
         match self {
-            LinuxHeap::Shim(mut trace) => {
+            LinuxHeap::Shim(mut trace, _file) => {
                 let status = match trace.child_mut() {
                     Some(c) => Some(wait(c)?),
                     None => None,
