@@ -180,6 +180,7 @@ pub struct HeapEnd {
 /// A running heap trace.
 pub struct HeapSession {
     inner: Inner,
+    command_pid: Option<u32>,
 }
 
 enum Inner {
@@ -199,8 +200,10 @@ impl HeapSession {
         }
         #[cfg(target_os = "linux")]
         if opts.mode != HeapMode::Session {
+            let mut l = linux_heap::LinuxHeap::start(opts)?;
             return Ok(HeapSession {
-                inner: Inner::Linux(linux_heap::LinuxHeap::start(opts)?),
+                command_pid: l.command_pid(),
+                inner: Inner::Linux(l),
             });
         }
         match opts.mode {
@@ -216,9 +219,16 @@ impl HeapSession {
                 "following forks is a Linux shim feature: an ETW heap session traces the processes it is given".into(),
             ));
         }
+        let s = EtwHeap::start(opts)?;
         Ok(HeapSession {
-            inner: Inner::Session(Box::new(EtwHeap::start(opts)?)),
+            command_pid: s.child.as_ref().map(Child::id),
+            inner: Inner::Session(Box::new(s)),
         })
+    }
+
+    /// The process id of the command started, if one was.
+    pub fn command_pid(&self) -> Option<u32> {
+        self.command_pid
     }
 
     /// Makes [`HeapSession::process`] return (after delivering what is buffered).

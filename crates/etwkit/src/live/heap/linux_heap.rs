@@ -163,6 +163,13 @@ impl LinuxHeap {
         })
     }
 
+    pub(super) fn command_pid(&mut self) -> Option<u32> {
+        match self {
+            LinuxHeap::Shim(t, _) => t.child_mut().map(|c| c.id()),
+            LinuxHeap::Uprobe { child, .. } => child.as_ref().map(Child::id),
+        }
+    }
+
     pub(super) fn stop_handle(&self) -> StopHandle {
         StopHandle(match self {
             LinuxHeap::Shim(t, _) => t.stop_handle(),

@@ -238,11 +238,15 @@ impl Backend for WindowsBackend {
     }
 }
 
-/// Heap event types that get stacks, from the heap event ids asked for.
-fn heap_stacks(ids: &[u16]) -> heap::HeapStackEvents {
+/// Heap event types that get stacks, from the heap event ids asked for; none asked: the heap
+/// provider's STACK_TRACE enable flag gives xperf's default (allocations), else no stacks.
+fn heap_stacks(ids: &[u16], stack_flag: bool) -> heap::HeapStackEvents {
     let has = |t: u8| ids.contains(&(t as u16));
     if ids.is_empty() {
-        return heap::HeapSessionConfig::new("", &[]).stacks;
+        return match stack_flag {
+            true => heap::HeapSessionConfig::new("", &[]).stacks,
+            false => heap::HeapStackEvents::default(),
+        };
     }
     heap::HeapStackEvents {
         create: has(heap::EVENT_CREATE),
@@ -328,7 +332,8 @@ impl WindowsSession {
                 ));
             }
             let mut hc = heap::HeapSessionConfig::new(&s.name, &s.pids);
-            hc.stacks = heap_stacks(&s.stack_event_ids);
+            let flag = s.enables[0].1.flags & EVENT_ENABLE_PROPERTY_STACK_TRACE != 0;
+            hc.stacks = heap_stacks(&s.stack_event_ids, flag);
             hc.log_file = match &cfg.logfile {
                 Some(p) => Some(std::path::absolute(p).map_err(|e| LiveError::io(p, e))?),
                 None => None,
