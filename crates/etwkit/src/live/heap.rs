@@ -139,6 +139,8 @@ pub struct HeapOptions<'c> {
     /// The Linux allocator shim the caller carries (`$ETWKIT_HEAPSHIM` overrides it); ignored
     /// elsewhere. `Err`: why there is none, in one sentence.
     pub shim: Option<std::result::Result<&'static [u8], String>>,
+    /// Session mode: the backend to trace through (default: the platform's, [`Etw::new`]).
+    pub etw: Option<Etw>,
 }
 
 impl<'c> HeapOptions<'c> {
@@ -331,6 +333,8 @@ struct EtwHeap {
     /// Why frames have no module names, if they have not.
     image_issue: Option<String>,
     traced: Vec<u32>,
+    /// The backend is ETW (Windows' heap session).
+    etw_backend: bool,
     /// The images seen, once tracing ended.
     modules: Option<ModuleMap>,
     lost: u64,
@@ -345,9 +349,8 @@ struct ImageSession {
 }
 
 impl ImageSession {
-    fn start(name: &str) -> Result<ImageSession> {
+    fn start(etw: &Etw, name: &str) -> Result<ImageSession> {
         use crate::live::windows::properties::{kernel_flags, SYSTEM_TRACE_CONTROL_GUID};
-        let etw = Etw::new();
         let mut t = etw.open_trace(name, None, None);
         t.enable_ex(
             SYSTEM_TRACE_CONTROL_GUID,
@@ -396,7 +399,7 @@ impl ImageSession {
 
 impl EtwHeap {
     fn start(opts: HeapOptions<'_>) -> Result<EtwHeap> {
-        let etw = Etw::new();
+        let etw = opts.etw.unwrap_or_default();
         let name = format!("etwkit-heap-{}", std::process::id());
         let mut trace = etw.open_heap_trace(&name, None, &opts.stacks.event_ids())?;
         for &p in &opts.pids {
@@ -404,8 +407,8 @@ impl EtwHeap {
         }
         // Module names come from a kernel session's image events (ETW only: other backends'
         // heap events name their stacks themselves).
-        let (images, image_issue) = if cfg!(windows) {
-            match ImageSession::start(&format!("{name}-images")) {
+        let (images, image_issue) = if etw.is_etw() {
+            match ImageSession::start(&etw, &format!("{name}-images")) {
                 Ok(s) => (Some(s), None),
                 Err(e) => (
                     None,
@@ -415,6 +418,7 @@ impl EtwHeap {
         } else {
             (None, None)
         };
+        let etw_backend = etw.is_etw();
         let mut traced = opts.pids.clone();
         let child = match opts.command {
             Some(cmd) => {
@@ -440,6 +444,7 @@ impl EtwHeap {
             images,
             image_issue,
             traced,
+            etw_backend,
             modules: None,
             lost: 0,
             issues: Vec::new(),
@@ -513,7 +518,7 @@ impl EtwHeap {
         Ok(HeapEnd {
             status,
             namer: Box::new(ModuleNamer::new(modules)),
-            mode: if cfg!(windows) {
+            mode: if self.etw_backend {
                 "traced with an ETW heap session".into()
             } else {
                 "traced with the heap provider's session".into()

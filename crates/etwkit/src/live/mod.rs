@@ -283,6 +283,11 @@ impl Etw {
         Etw { backend }
     }
 
+    /// Whether the backend is ETW's (sessions write their own logfiles, kernel providers exist).
+    pub fn is_etw(&self) -> bool {
+        self.backend.writes_logfile()
+    }
+
     pub fn sessions(&self) -> Result<Vec<SessionInfo>> {
         self.backend.sessions()
     }
