@@ -189,6 +189,7 @@ fn live(a: &Args) -> anyhow::Result<LiveOutcome> {
         follow_forks: a.follow_forks,
         every_op: a.output.is_some(),
         shim: Some(embedded_shim()),
+        etw: None,
     };
     let mut session = HeapSession::start(opts)?;
     if let Some(pid) = session.attached_pid() {
