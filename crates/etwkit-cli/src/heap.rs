@@ -179,7 +179,10 @@ fn live(a: &Args) -> anyhow::Result<LiveOutcome> {
     // etwkit's report.
     let mut cmd = match a.command.is_empty() {
         true => None,
-        false => Some(crate::child::command(&a.command, a.command_stdout.as_deref())?),
+        false => Some(crate::child::command(
+            &a.command,
+            a.command_stdout.as_deref(),
+        )?),
     };
     let opts = HeapOptions {
         pids: a.pids.clone(),

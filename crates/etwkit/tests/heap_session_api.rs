@@ -14,19 +14,21 @@ use etwkit::analysis::heap::{HeapAnalyzer, HeapOpKind};
 use etwkit::live::heap::{HeapMode, HeapOptions, HeapSession, HeapStacks};
 use heap_common::{K, N, THREADS};
 
-/// Traces the pattern program through the API; (report, pid, pattern allocations seen, pattern
-/// blocks never freed: (count, bytes), pattern allocations with a stack of 3+ frames, mode).
-fn trace_pattern(
-    test: &str,
-    mode: HeapMode,
-) -> Option<(
-    etwkit::analysis::heap::HeapReport,
-    u32,
-    u64,
-    (u64, u64),
-    u64,
-    String,
-)> {
+/// What a traced run of the pattern program gave.
+struct Run {
+    report: etwkit::analysis::heap::HeapReport,
+    pid: u32,
+    /// Pattern allocations delivered.
+    allocs: u64,
+    /// Pattern blocks never freed: (count, bytes).
+    left: (u64, u64),
+    /// Pattern allocations with a stack of 3+ frames.
+    stacked: u64,
+    mode: String,
+}
+
+/// Traces the pattern program through the API.
+fn trace_pattern(test: &str, mode: HeapMode) -> Option<Run> {
     let prog = heap_common::build_pattern(test)?;
     let mut cmd = Command::new(&prog);
     // The shim as an executable carries it (bytes; here built by the test).
@@ -72,7 +74,14 @@ fn trace_pattern(
     assert!(end.status.unwrap().success());
     let report = an.report(Some(end.namer.as_mut()), 20, 8);
     let left = (live.len() as u64, live.values().sum());
-    Some((report, pid, allocs, left, stacked, end.mode))
+    Some(Run {
+        report,
+        pid,
+        allocs,
+        left,
+        stacked,
+        mode: end.mode,
+    })
 }
 
 /// Builds the shim cdylib with the cargo running this test, into a target dir of our own.
@@ -80,7 +89,14 @@ fn build_shim() -> std::path::PathBuf {
     let target = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("shim-target");
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let st = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-q", "-p", "etwkit-heapshim", "--target-dir"])
+        .args([
+            "build",
+            "--release",
+            "-q",
+            "-p",
+            "etwkit-heapshim",
+            "--target-dir",
+        ])
         .arg(&target)
         .current_dir(&root)
         .status()
@@ -98,7 +114,9 @@ fn expected_bytes() -> u64 {
 #[test]
 fn api_auto_mode_traces_a_command_with_the_shim() {
     let test = "api_auto_mode_traces_a_command_with_the_shim";
-    let Some((report, pid, _allocs, _left, _stacked, mode)) = trace_pattern(test, HeapMode::Auto)
+    let Some(Run {
+        report, pid, mode, ..
+    }) = trace_pattern(test, HeapMode::Auto)
     else {
         return;
     };
@@ -112,16 +130,30 @@ fn api_auto_mode_traces_a_command_with_the_shim() {
 #[test]
 fn api_session_mode_traces_through_the_trace_api() {
     let test = "api_session_mode_traces_through_the_trace_api";
-    let Some((report, pid, allocs, left, stacked, mode)) = trace_pattern(test, HeapMode::Session)
+    let Some(Run {
+        report,
+        pid,
+        allocs,
+        left,
+        stacked,
+        mode,
+    }) = trace_pattern(test, HeapMode::Session)
     else {
         return;
     };
     assert_eq!(mode, "traced with the heap provider's session");
     assert_eq!(allocs, THREADS * N, "every pattern allocation delivered");
-    assert_eq!(left, (THREADS * K, expected_bytes()), "pattern blocks never freed");
+    assert_eq!(
+        left,
+        (THREADS * K, expected_bytes()),
+        "pattern blocks never freed"
+    );
     assert_eq!(stacked, allocs, "stacks on allocations, as asked");
     let p = report.processes.iter().find(|p| p.pid == pid).unwrap();
-    assert!(p.allocs >= THREADS * N && p.frees >= THREADS * (N - K), "{p:?}");
+    assert!(
+        p.allocs >= THREADS * N && p.frees >= THREADS * (N - K),
+        "{p:?}"
+    );
     assert!(p.outstanding >= THREADS * K, "{p:?}");
 }
 
@@ -137,9 +169,19 @@ fn api_refuses_what_a_session_cannot_do() {
     })
     .err()
     .expect("follow_forks with a session");
-    assert!(e.to_string().starts_with("following forks is a Linux shim feature"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("following forks is a Linux shim feature"),
+        "{e}"
+    );
     let e = HeapSession::start(HeapOptions::default()).err().unwrap();
-    assert_eq!(e.to_string(), "nothing to trace: give processes or a command");
-    assert_eq!(HeapStacks::parse("alloc,free").unwrap().event_ids(), vec![33, 36]);
+    assert_eq!(
+        e.to_string(),
+        "nothing to trace: give processes or a command"
+    );
+    assert_eq!(
+        HeapStacks::parse("alloc,free").unwrap().event_ids(),
+        vec![33, 36]
+    );
     assert!(HeapStacks::parse("allocs").is_err());
 }

@@ -141,7 +141,9 @@ fn perfview_trace_modules_match_traceevent() {
         };
         if !matches!(
             event.as_str(),
-            "Windows Kernel/Image/DCStart" | "Windows Kernel/Image/Load" | "Windows Kernel/Image/DCStop"
+            "Windows Kernel/Image/DCStart"
+                | "Windows Kernel/Image/Load"
+                | "Windows Kernel/Image/DCStop"
         ) {
             continue;
         }
@@ -149,7 +151,10 @@ fn perfview_trace_modules_match_traceevent() {
             .module_at(pid, base)
             .unwrap_or_else(|| panic!("{line}: no module at {base:#x} in pid {pid}"));
         assert_eq!((start, end), (base, base + size), "{line}");
-        assert_eq!(images.module_at(pid, base + size - 1).map(|m| m.0), Some(base));
+        assert_eq!(
+            images.module_at(pid, base + size - 1).map(|m| m.0),
+            Some(base)
+        );
         let prefix = file.trim_end_matches("...").to_ascii_lowercase();
         if prefix.starts_with("c:\\") {
             assert!(
@@ -183,7 +188,8 @@ fn perfview_trace_modules_match_traceevent() {
     // Every kernel-mode frame of the file's stacks lies in a loaded module (kernel images serve
     // every process); user-mode frames are named where their process's modules were seen.
     let mut namer = ModuleNamer::new(all);
-    let (mut kernel, mut kernel_named, mut user, mut user_named, mut hal) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut kernel, mut kernel_named, mut user, mut user_named, mut hal) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
     for (pid, frames) in &stacks {
         for fr in namer.name(*pid, frames) {
             let named = fr.module.is_some() && fr.offset.is_some();
@@ -205,6 +211,13 @@ fn perfview_trace_modules_match_traceevent() {
     );
     assert!(kernel > 300, "{kernel} kernel frames");
     // The HAL's fixed virtual region (the top 4 MiB) holds code but no loaded image.
-    assert_eq!(kernel_named + hal, kernel, "kernel frames outside every module");
-    assert!(user_named > 0 && user > user_named, "{user_named}/{user}: user frames (JIT code has no module)");
+    assert_eq!(
+        kernel_named + hal,
+        kernel,
+        "kernel frames outside every module"
+    );
+    assert!(
+        user_named > 0 && user > user_named,
+        "{user_named}/{user}: user frames (JIT code has no module)"
+    );
 }

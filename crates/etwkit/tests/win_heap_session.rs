@@ -44,7 +44,9 @@ fn heap_session_api_on_etw() {
             if std::env::var("ETWKIT_REQUIRE_ROOT").is_ok_and(|v| v == "1") {
                 panic!("heap_session_api_on_etw: needs an elevated prompt");
             }
-            eprintln!("\n*** SKIPPED heap_session_api_on_etw: needs an elevated Administrator ***\n");
+            eprintln!(
+                "\n*** SKIPPED heap_session_api_on_etw: needs an elevated Administrator ***\n"
+            );
             return;
         }
         r => r.expect("spawn suspended, start the heap session, resume"),
@@ -59,7 +61,11 @@ fn heap_session_api_on_etw() {
     });
     let fin = s.finish(&mut an).expect("finish");
     let mut end = s.wait(&mut an).expect("wait for the command");
-    assert_eq!(end.status.and_then(|s| s.code()), Some(5), "the command ran to its end");
+    assert_eq!(
+        end.status.and_then(|s| s.code()),
+        Some(5),
+        "the command ran to its end"
+    );
     assert_eq!(end.mode, "traced with an ETW heap session");
     let report = an.report(Some(end.namer.as_mut()), 10, 8);
     match wine_version() {
@@ -67,14 +73,18 @@ fn heap_session_api_on_etw() {
             eprintln!("wine {v}");
             let e = r.expect_err("wine's OpenTraceW refuses");
             assert!(
-                e.to_string().starts_with("OpenTraceW is refused by wine's ETW"),
+                e.to_string()
+                    .starts_with("OpenTraceW is refused by wine's ETW"),
                 "{e}"
             );
             assert_eq!(ops, 0);
             assert!(fin.images.is_empty());
             assert!(
-                report.notes.iter().any(|n| n.starts_with("frames are addresses only")
-                    && n.contains("OpenTraceW is refused by wine's ETW")),
+                report
+                    .notes
+                    .iter()
+                    .any(|n| n.starts_with("frames are addresses only")
+                        && n.contains("OpenTraceW is refused by wine's ETW")),
                 "{:?}",
                 report.notes
             );

@@ -1127,11 +1127,23 @@ fn heap_session_api_over_etw() {
     .unwrap();
     let heap_props = session(&name).props;
     let ext = (u32_at(&heap_props, 72) & 0xFFFF) as usize;
-    assert_eq!(u32_at(&heap_props, ext + 8), windows_etl::PID, "the PID block");
-    let stacks: Vec<u8> = session(&name).infos[0].1.chunks(24).map(|c| c[16]).collect();
+    assert_eq!(
+        u32_at(&heap_props, ext + 8),
+        windows_etl::PID,
+        "the PID block"
+    );
+    let stacks: Vec<u8> = session(&name).infos[0]
+        .1
+        .chunks(24)
+        .map(|c| c[16])
+        .collect();
     assert_eq!(stacks, vec![33, 36], "stack walks on Alloc and Free");
     let k = session(&format!("{name}-images"));
-    assert_eq!(u32_at(&k.props, 72), 0x1 | 0x4, "kernel flags: process | image load");
+    assert_eq!(
+        u32_at(&k.props, 72),
+        0x1 | 0x4,
+        "kernel flags: process | image load"
+    );
 
     let mut an = HeapAnalyzer::new();
     let mut ops = 0;
@@ -1155,9 +1167,18 @@ fn heap_session_api_over_etw() {
     assert_eq!(
         shown[..3],
         [
-            format!("ntdll.dll+{:#x}", windows_etl::LEAK_STACK[1] - windows_etl::NTDLL.0),
-            format!("mod.dll+{:#x}", windows_etl::LEAK_STACK[2] - windows_etl::MOD.0),
-            format!("app.exe+{:#x}", windows_etl::LEAK_STACK[3] - windows_etl::APP.0),
+            format!(
+                "ntdll.dll+{:#x}",
+                windows_etl::LEAK_STACK[1] - windows_etl::NTDLL.0
+            ),
+            format!(
+                "mod.dll+{:#x}",
+                windows_etl::LEAK_STACK[2] - windows_etl::MOD.0
+            ),
+            format!(
+                "app.exe+{:#x}",
+                windows_etl::LEAK_STACK[3] - windows_etl::APP.0
+            ),
         ]
     );
     let w = world().lock().unwrap();

@@ -412,7 +412,9 @@ impl EtwHeap {
                 Ok(s) => (Some(s), None),
                 Err(e) => (
                     None,
-                    Some(format!("frames are addresses only: the image-load session could not start ({e})")),
+                    Some(format!(
+                        "frames are addresses only: the image-load session could not start ({e})"
+                    )),
                 ),
             }
         } else {
@@ -453,7 +455,10 @@ impl EtwHeap {
 
     fn process(&mut self, f: &mut dyn FnMut(&HeapOp) -> ControlFlow<()>) -> Result<()> {
         // A command: the trace stops once it has exited.
-        let exited = self.child.as_ref().map(|c| watch_pids(vec![c.id()], self.trace.stop_handle()));
+        let exited = self
+            .child
+            .as_ref()
+            .map(|c| watch_pids(vec![c.id()], self.trace.stop_handle()));
         let events = &mut self.events;
         let r = self.trace.process(
             |ev| {

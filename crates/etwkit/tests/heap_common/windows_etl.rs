@@ -100,7 +100,14 @@ pub fn write(path: &Path) {
     }
     // Image Load (hook 0x140A).
     ts += 10;
-    recs.push(sys_record(2, 0x140A, TID, PID, ts, &image_payload(PID, MOD)));
+    recs.push(sys_record(
+        2,
+        0x140A,
+        TID,
+        PID,
+        ts,
+        &image_payload(PID, MOD),
+    ));
     let heap = 0x0000_01d0_0000_0000u64;
     let other_stack = [NTDLL.0 + 0x1000, APP.0 + 0x9999];
     // Alloc {HeapHandle, AllocSize, AllocAddress, SourceId} + stack; two are freed again.

@@ -68,14 +68,18 @@ fn missing(opts_shim: &Option<std::result::Result<&'static [u8], String>>) -> St
     }
 }
 
-fn shim(opts_shim: &Option<std::result::Result<&'static [u8], String>>) -> std::result::Result<Shim, String> {
+fn shim(
+    opts_shim: &Option<std::result::Result<&'static [u8], String>>,
+) -> std::result::Result<Shim, String> {
     if let Some(p) = env_shim() {
         return p.map(Shim::Path);
     }
     match opts_shim {
-        Some(Ok(bytes)) => ShimFile::from_bytes(bytes).map(Shim::Embedded).map_err(|e| {
-            format!("the built-in allocator shim could not be loaded into memory ({e})")
-        }),
+        Some(Ok(bytes)) => ShimFile::from_bytes(bytes)
+            .map(Shim::Embedded)
+            .map_err(|e| {
+                format!("the built-in allocator shim could not be loaded into memory ({e})")
+            }),
         _ => Err(missing(opts_shim)),
     }
 }
@@ -99,11 +103,11 @@ pub(super) enum LinuxHeap {
 }
 
 impl LinuxHeap {
-    pub(super) fn start(o: HeapOptions<'_>) -> Result<LinuxHeap> {
+    pub(super) fn start(mut o: HeapOptions<'_>) -> Result<LinuxHeap> {
         let stacks = stack_events(o.stacks);
         let mode = o.mode;
         let mut why_uprobes = String::from("as asked with --mode uprobe");
-        if o.command.is_some() && mode != HeapMode::Uprobe {
+        if let (Some(cmd), true) = (o.command.as_mut(), mode != HeapMode::Uprobe) {
             match shim(&o.shim) {
                 Ok(shim) => {
                     if !o.pids.is_empty() {
@@ -112,7 +116,6 @@ impl LinuxHeap {
                                 .into(),
                         ));
                     }
-                    let cmd = o.command.expect("checked");
                     // Every operation to the ETL file, in time order: no in-process pairing.
                     let opts = ShimOptions {
                         stacks,
@@ -308,7 +311,10 @@ impl LinuxHeap {
 }
 
 /// `--pid P`: loads the shim into P.
-fn attach_shim(o: &HeapOptions<'_>, stacks: StackEvents) -> std::result::Result<ShimTrace, AttachFallback> {
+fn attach_shim(
+    o: &HeapOptions<'_>,
+    stacks: StackEvents,
+) -> std::result::Result<ShimTrace, AttachFallback> {
     if o.pids.len() != 1 {
         return Err(AttachFallback::Reason(
             "the shim attaches to one process at a time".into(),
