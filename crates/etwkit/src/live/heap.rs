@@ -306,8 +306,9 @@ pub fn saved_trace_namer(
     images: &[ImageMapping],
     modules: ModuleMap,
 ) -> Option<Box<dyn StackNamer>> {
+    // ELF files named by absolute paths (traces written by etwkit on Linux).
     #[cfg(target_os = "linux")]
-    if modules.is_empty() {
+    if modules.is_empty() && images.iter().all(|m| m.path.starts_with('/')) {
         if let Some(n) = crate::live::linux::unwind::LinuxStackNamer::from_images(images) {
             return Some(Box::new(n));
         }
@@ -476,8 +477,11 @@ impl EtwHeap {
         self.lost = sum.events_lost;
         self.issues = sum.issues;
         r?;
-        // Stacks follow their events (kernel StackWalk): operations go out once all have arrived.
-        for op in std::mem::take(&mut self.events).finish() {
+        // Stacks follow their events (kernel StackWalk): operations go out once all have arrived,
+        // in time order (realtime buffers of different CPUs interleave).
+        let mut ops = std::mem::take(&mut self.events).finish();
+        ops.sort_by_key(|op| op.timestamp);
+        for op in ops {
             if f(&op).is_break() {
                 break;
             }
@@ -503,6 +507,7 @@ impl EtwHeap {
             an.add_note(i.clone());
         }
         if let Some(w) = self.waiter.take() {
+            self.trace.stop_handle().stop();
             let _ = w.join();
         }
         Ok(HeapFinish {
