@@ -293,7 +293,10 @@ impl HeapSession {
         match self.inner {
             #[cfg(target_os = "linux")]
             Inner::Linux(l) => l.wait(an),
-            Inner::Session(s) => s.wait(),
+            Inner::Session(s) => {
+                let _ = an; // an ETW session's end adds nothing to the figures
+                s.wait()
+            }
         }
     }
 }
@@ -423,17 +426,21 @@ impl EtwHeap {
         };
         let etw_backend = etw.is_etw();
         let mut traced = opts.pids.clone();
-        let child = match opts.command {
-            Some(cmd) => {
-                let c = trace.spawn(cmd)?;
-                traced.push(c.id());
-                Some(c)
-            }
-            None => {
-                trace.start()?;
-                None
+        let started = match opts.command {
+            Some(cmd) => trace.spawn(cmd).map(Some),
+            None => trace.start().map(|()| None),
+        };
+        let child = match started {
+            Ok(c) => c,
+            Err(e) => {
+                // Leave no kernel session behind.
+                if let Some(s) = images {
+                    s.finish();
+                }
+                return Err(e);
             }
         };
+        traced.extend(child.as_ref().map(Child::id));
         // The trace ends when the traced processes have (the command is waited for in `wait`).
         let waiter = match &child {
             Some(_) => None,
