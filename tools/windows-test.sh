@@ -41,12 +41,15 @@ mkdir -p "$ROOT/target/win"
 # (this build only, its own target dir): the sample-heavy tests run several times faster under wine.
 # Output goes to a file, then to stdout: wine's helper processes (winedevice.exe) outlive the tests
 # holding whatever stdout they inherited, which would keep a pipe open.
+winenv=(RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc RUSTC_BOOTSTRAP=1 CARGO_PROFILE_DEV_OPT_LEVEL=1
+  CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc
+  CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=/usr/lib/wine/wine64
+  CARGO_TARGET_DIR=$ROOT/target/win CARGO_TERM_COLOR=never)
+# The CLI (heap, trace, net, demo through `live` alone) must type-check for Windows too.
+env "${winenv[@]}" /usr/bin/cargo check -q -Zbuild-std --target x86_64-pc-windows-gnu -p etwkit-cli
+echo "windows-test: etwkit-cli type-checks for x86_64-pc-windows-gnu" >&2
 set +e
-env RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc RUSTC_BOOTSTRAP=1 CARGO_PROFILE_DEV_OPT_LEVEL=1 \
-  CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc \
-  CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=/usr/lib/wine/wine64 \
-  CARGO_TARGET_DIR=$ROOT/target/win CARGO_TERM_COLOR=never \
-  /usr/bin/cargo test -Zbuild-std --target x86_64-pc-windows-gnu -p etwkit --lib --tests --no-fail-fast "$@" >"$log" 2>&1
+env "${winenv[@]}" /usr/bin/cargo test -Zbuild-std --target x86_64-pc-windows-gnu -p etwkit --lib --tests --no-fail-fast "$@" >"$log" 2>&1
 rc=$?
 set -e
 cat "$log"

@@ -1085,3 +1085,102 @@ fn logfile_sessions_are_written_by_etw() {
     assert!(!path.exists());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[path = "heap_common/windows_etl.rs"]
+mod windows_etl;
+
+#[test]
+fn heap_session_api_over_etw() {
+    use etwkit::analysis::heap::{HeapAnalyzer, HEAP_PROVIDER, IMAGE_CLASS, STACKWALK_GUID};
+    use etwkit::live::heap::{HeapOptions, HeapSession, HeapStacks};
+    // What the heap session and the kernel image session deliver: the records of a Windows-style
+    // heap trace (heap events with StackWalk stacks; Image rundown and load events).
+    let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("win_session_heap.etl");
+    windows_etl::write(&path);
+    let (mut heap, mut images): (Vec<EventRecord<'static>>, Vec<EventRecord<'static>>) =
+        Default::default();
+    EtlFile::open(&path).unwrap().for_each(Order::Time, |r| {
+        let p = r.event.provider;
+        if p == IMAGE_CLASS {
+            images.push(r.event.to_owned_record());
+        } else if p == HEAP_PROVIDER || p == STACKWALK_GUID {
+            heap.push(r.event.to_owned_record());
+        }
+        ControlFlow::Continue(())
+    });
+    assert_eq!((heap.len(), images.len()), (10, 4));
+    let name = format!("etwkit-heap-{}", std::process::id());
+    {
+        let mut w = world().lock().unwrap();
+        w.queued.insert(name.clone(), heap);
+        w.queued.insert(format!("{name}-images"), images);
+    }
+    // Process 4242 does not run here: the trace ends on its own once its events are in.
+    let mut s = HeapSession::start(HeapOptions {
+        pids: vec![windows_etl::PID],
+        stacks: HeapStacks::parse("alloc,free").unwrap(),
+        etw: Some(etw()),
+        // Windows' only mode (on Linux, auto would pick the shim or uprobes).
+        mode: etwkit::live::heap::HeapMode::Session,
+        ..Default::default()
+    })
+    .unwrap();
+    let heap_props = session(&name).props;
+    let ext = (u32_at(&heap_props, 72) & 0xFFFF) as usize;
+    assert_eq!(
+        u32_at(&heap_props, ext + 8),
+        windows_etl::PID,
+        "the PID block"
+    );
+    let stacks: Vec<u8> = session(&name).infos[0]
+        .1
+        .chunks(24)
+        .map(|c| c[16])
+        .collect();
+    assert_eq!(stacks, vec![33, 36], "stack walks on Alloc and Free");
+    let k = session(&format!("{name}-images"));
+    assert_eq!(
+        u32_at(&k.props, 72),
+        0x1 | 0x4,
+        "kernel flags: process | image load"
+    );
+
+    let mut an = HeapAnalyzer::new();
+    let mut ops = 0;
+    s.process(&mut |_| {}, &mut |op| {
+        ops += 1;
+        an.add(op);
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert_eq!(ops, 6, "4 allocations, 2 frees");
+    let fin = s.finish(&mut an).unwrap();
+    assert_eq!(fin.images.len(), 4, "{:?}", fin.images);
+    assert_eq!(fin.events_lost, FAKE_EVENTS_LOST as u64);
+    let mut end = s.wait(&mut an).unwrap();
+    assert_eq!(end.mode, "traced with an ETW heap session");
+    assert!(end.status.is_none());
+    let report = an.report(Some(end.namer.as_mut()), 10, 8);
+    let leak = &report.outstanding_by_stack[0];
+    assert_eq!(leak.bytes, windows_etl::LEAKED.iter().sum::<u64>());
+    let shown: Vec<String> = leak.frames.iter().map(|f| f.display()).collect();
+    assert_eq!(
+        shown[..3],
+        [
+            format!(
+                "ntdll.dll+{:#x}",
+                windows_etl::LEAK_STACK[1] - windows_etl::NTDLL.0
+            ),
+            format!(
+                "mod.dll+{:#x}",
+                windows_etl::LEAK_STACK[2] - windows_etl::MOD.0
+            ),
+            format!(
+                "app.exe+{:#x}",
+                windows_etl::LEAK_STACK[3] - windows_etl::APP.0
+            ),
+        ]
+    );
+    let w = world().lock().unwrap();
+    assert!(w.stopped.contains_key(&name) && w.stopped.contains_key(&format!("{name}-images")));
+}

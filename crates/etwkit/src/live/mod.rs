@@ -24,6 +24,7 @@ use std::sync::Arc;
 use crate::event::EventRecord;
 use crate::guid::Guid;
 
+pub mod heap;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod props;
@@ -280,6 +281,11 @@ impl Etw {
 
     pub fn with_backend(backend: Arc<dyn Backend>) -> Etw {
         Etw { backend }
+    }
+
+    /// Whether the backend is ETW's (sessions write their own logfiles, kernel providers exist).
+    pub fn is_etw(&self) -> bool {
+        self.backend.writes_logfile()
     }
 
     pub fn sessions(&self) -> Result<Vec<SessionInfo>> {

@@ -238,11 +238,15 @@ impl Backend for WindowsBackend {
     }
 }
 
-/// Heap event types that get stacks, from the heap event ids asked for.
-fn heap_stacks(ids: &[u16]) -> heap::HeapStackEvents {
+/// Heap event types that get stacks, from the heap event ids asked for; none asked: the heap
+/// provider's STACK_TRACE enable flag gives xperf's default (allocations), else no stacks.
+fn heap_stacks(ids: &[u16], stack_flag: bool) -> heap::HeapStackEvents {
     let has = |t: u8| ids.contains(&(t as u16));
     if ids.is_empty() {
-        return heap::HeapSessionConfig::new("", &[]).stacks;
+        return match stack_flag {
+            true => heap::HeapSessionConfig::new("", &[]).stacks,
+            false => heap::HeapStackEvents::default(),
+        };
     }
     heap::HeapStackEvents {
         create: has(heap::EVENT_CREATE),
@@ -328,7 +332,8 @@ impl WindowsSession {
                 ));
             }
             let mut hc = heap::HeapSessionConfig::new(&s.name, &s.pids);
-            hc.stacks = heap_stacks(&s.stack_event_ids);
+            let flag = s.enables[0].1.flags & EVENT_ENABLE_PROPERTY_STACK_TRACE != 0;
+            hc.stacks = heap_stacks(&s.stack_event_ids, flag);
             hc.log_file = match &cfg.logfile {
                 Some(p) => Some(std::path::absolute(p).map_err(|e| LiveError::io(p, e))?),
                 None => None,
@@ -529,6 +534,25 @@ pub fn resume_process(pid: u32) -> Result<usize> {
     // SAFETY: closing the snapshot handle.
     unsafe { windows_sys::Win32::Foundation::CloseHandle(snap) };
     Ok(resumed)
+}
+
+/// Whether a process still runs (OpenProcess + GetExitCodeProcess: STILL_ACTIVE).
+pub fn process_alive(pid: u32) -> bool {
+    use windows_sys::Win32::System::Threading::{
+        GetExitCodeProcess, OpenProcess, PROCESS_QUERY_LIMITED_INFORMATION,
+    };
+    const STILL_ACTIVE: u32 = 259;
+    // SAFETY: opening a process by id; the handle is closed below.
+    let h = unsafe { OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, 0, pid) };
+    if h.is_null() {
+        return false;
+    }
+    let mut code = 0u32;
+    // SAFETY: `h` is a process handle with query rights; `code` is a valid out pointer.
+    let ok = unsafe { GetExitCodeProcess(h, &mut code) };
+    // SAFETY: closing the handle opened above.
+    unsafe { windows_sys::Win32::Foundation::CloseHandle(h) };
+    ok != 0 && code == STILL_ACTIVE
 }
 
 #[cfg(windows)]
