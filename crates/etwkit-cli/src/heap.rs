@@ -242,13 +242,15 @@ fn live(a: &Args) -> anyhow::Result<LiveOutcome> {
     if let Some(e) = write_err {
         return Err(e.into());
     }
-    let fin = session.finish(&mut an)?;
+    let mut totals = etwkit::live::heap::HeapTotals::default();
+    let fin = session.finish(&mut totals)?;
     if let Some(mut out) = writer {
         out.writer
             .add_events_lost(fin.events_lost.min(u32::MAX as u64) as u32);
         out.finish(&fin.images)?;
     }
-    let mut end = session.wait(&mut an)?;
+    let mut end = session.wait(&mut totals)?;
+    an.add_totals(totals);
     let report = an.report(Some(end.namer.as_mut()), a.top, a.frames);
     let exact = if report.exact {
         "exact"

@@ -48,8 +48,10 @@
 //!
 //! ANSI strings are read as UTF-8 when valid, otherwise as Latin-1.
 
+pub mod heap;
 pub mod paths;
 pub mod stacks;
+pub mod symbols;
 pub mod threads;
 
 use std::fmt::Write as _;

@@ -69,8 +69,10 @@ fn trace_pattern(test: &str, mode: HeapMode) -> Option<Run> {
         ControlFlow::Continue(())
     })
     .unwrap();
-    s.finish(&mut an).unwrap();
-    let mut end = s.wait(&mut an).unwrap();
+    let mut totals = etwkit::live::heap::HeapTotals::default();
+    s.finish(&mut totals).unwrap();
+    let mut end = s.wait(&mut totals).unwrap();
+    an.add_totals(totals);
     assert!(end.status.unwrap().success());
     let report = an.report(Some(end.namer.as_mut()), 20, 8);
     let left = (live.len() as u64, live.values().sum());

@@ -221,3 +221,61 @@ fn perfview_trace_modules_match_traceevent() {
         "{user_named}/{user}: user frames (JIT code has no module)"
     );
 }
+
+/// A heap trace longer than the release window: operations go out in time order with their stacks
+/// while the trace is read, so what waits stays bounded by the window, not by the trace.
+#[test]
+fn heap_ops_are_released_in_time_order_within_the_window() {
+    use etwkit::analysis::heap::{HeapOpKind, WindowsHeapEvents};
+    let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("win_heap_storm.etl");
+    // 200 allocations 100 ms apart (20 s), every other one freed: 300 operations.
+    windows_etl::write_storm(&path, 200, 1_000_000);
+    let file = etwkit::etl::EtlFile::open(&path).unwrap();
+    let mut w = WindowsHeapEvents::new();
+    let (mut ops, mut max_pending) = (Vec::new(), 0);
+    file.for_each(etwkit::etl::Order::Time, |r| {
+        w.push(&r.event);
+        w.release(&mut |op| ops.push(op));
+        max_pending = max_pending.max(w.pending());
+        std::ops::ControlFlow::Continue(())
+    });
+    let streamed_before_end = ops.len();
+    w.drain(&mut |op| ops.push(op));
+    assert_eq!(ops.len(), 300);
+    assert_eq!(w.unmatched_stacks, 0);
+    // The default window is 3 s: about 30 allocations and 15 frees wait at a time.
+    assert!(
+        (40..=50).contains(&max_pending),
+        "at most 3 s of operations wait, not all 300: {max_pending}"
+    );
+    assert!(streamed_before_end >= 250, "{streamed_before_end}");
+    assert!(ops.windows(2).all(|p| p[0].timestamp <= p[1].timestamp));
+    let user: Vec<u64> = windows_etl::LEAK_STACK[1..].to_vec();
+    let mut allocs = 0;
+    for op in &ops {
+        match op.kind {
+            HeapOpKind::Alloc { size, .. } => {
+                allocs += 1;
+                assert_eq!(size, 64);
+                assert_eq!(op.stack.as_deref(), Some(&user[..]), "stack joined");
+            }
+            HeapOpKind::Free { .. } => assert!(op.stack.is_none()),
+            _ => panic!("unexpected {:?}", op.kind),
+        }
+    }
+    assert_eq!(allocs, 200);
+    // The same operations as reading the whole file first.
+    let mut all = WindowsHeapEvents::new();
+    file.for_each(etwkit::etl::Order::Time, |r| {
+        all.push(&r.event);
+        std::ops::ControlFlow::Continue(())
+    });
+    let whole = all.finish();
+    assert_eq!(whole.len(), ops.len());
+    for (a, b) in whole.iter().zip(&ops) {
+        assert_eq!(
+            (a.timestamp, a.stack.as_deref()),
+            (b.timestamp, b.stack.as_deref())
+        );
+    }
+}

@@ -59,8 +59,10 @@ fn heap_session_api_on_etw() {
         an.add(op);
         ControlFlow::Continue(())
     });
-    let fin = s.finish(&mut an).expect("finish");
-    let mut end = s.wait(&mut an).expect("wait for the command");
+    let mut totals = etwkit::live::heap::HeapTotals::default();
+    let fin = s.finish(&mut totals).expect("finish");
+    let mut end = s.wait(&mut totals).expect("wait for the command");
+    an.add_totals(totals);
     assert_eq!(
         end.status.and_then(|s| s.code()),
         Some(5),

@@ -1154,10 +1154,12 @@ fn heap_session_api_over_etw() {
     })
     .unwrap();
     assert_eq!(ops, 6, "4 allocations, 2 frees");
-    let fin = s.finish(&mut an).unwrap();
+    let mut totals = etwkit::live::heap::HeapTotals::default();
+    let fin = s.finish(&mut totals).unwrap();
     assert_eq!(fin.images.len(), 4, "{:?}", fin.images);
     assert_eq!(fin.events_lost, FAKE_EVENTS_LOST as u64);
-    let mut end = s.wait(&mut an).unwrap();
+    let mut end = s.wait(&mut totals).unwrap();
+    an.add_totals(totals);
     assert_eq!(end.mode, "traced with an ETW heap session");
     assert!(end.status.is_none());
     let report = an.report(Some(end.namer.as_mut()), 10, 8);

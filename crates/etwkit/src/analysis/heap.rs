@@ -10,71 +10,16 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::event::EventRecord;
-use crate::guid::Guid;
-
-// The heap provider's events (provider facts, shared with the live tracers).
-use crate::schema::builtin::heap_events::image_provider;
-pub use crate::schema::builtin::heap_events::{
-    HeapEventEncoder, HeapOp, HeapOpKind, ImageMapping, EVENT_ALLOC, EVENT_FREE, EVENT_IMAGE,
-    EVENT_REALLOC, HEAP_PROVIDER, IMAGE_PROVIDER_NAME,
+// The heap provider's events (provider facts, shared with the live tracers), heap records as
+// operations, and stack naming: all below the analysis, re-exported for its users.
+pub use crate::decode::heap::{WindowsHeapEvents, STACKWALK_GUID, STACKWALK_STACK};
+pub use crate::decode::symbols::{
+    Frame, ModuleMap, ModuleNamer, StackNamer, IMAGE_CLASS, IMAGE_ID_CLASS,
 };
-
-/// Kernel StackWalk class (kernel-mof.json `StackWalk.guid`).
-pub const STACKWALK_GUID: Guid = Guid::from_str_const("def2fe46-7bd6-4b80-bd94-f57fe20d0ce3");
-/// StackWalk Stack event type.
-pub const STACKWALK_STACK: u8 = 32;
-
-/// One symbolized frame.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-pub struct Frame {
-    pub address: u64,
-    /// File name of the module (no directory), if the address is in a known mapping.
-    pub module: Option<String>,
-    pub function: Option<String>,
-    pub file: Option<String>,
-    pub line: Option<u32>,
-    /// Offset of the address in its module, when only the module is known (Windows traces:
-    /// shown as `module+0xOFFSET`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub offset: Option<u64>,
-}
-
-impl Frame {
-    pub fn unknown(address: u64) -> Frame {
-        Frame {
-            address,
-            ..Default::default()
-        }
-    }
-
-    /// `function (file:line)`, `module+0xOFFSET`, `module!0xADDR` or `0xADDR`.
-    pub fn display(&self) -> String {
-        let mut s = match (&self.function, &self.module, self.offset) {
-            (Some(f), _, _) => f.clone(),
-            (None, Some(m), Some(off)) => format!("{m}+{off:#x}"),
-            (None, Some(m), None) => format!("{m}!{:#x}", self.address),
-            (None, None, _) => format!("{:#x}", self.address),
-        };
-        if let Some(file) = &self.file {
-            let short = std::path::Path::new(file)
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_else(|| file.clone());
-            match self.line {
-                Some(l) => s.push_str(&format!(" ({short}:{l})")),
-                None => s.push_str(&format!(" ({short})")),
-            }
-        }
-        s
-    }
-}
-
-/// Names the addresses of a stack of process `pid` (first address: instruction pointer, then return
-/// addresses).
-pub trait StackNamer {
-    fn name(&mut self, pid: u32, stack: &[u64]) -> Vec<Frame>;
-}
+pub use crate::schema::builtin::heap_events::{
+    HeapEventEncoder, HeapOp, HeapOpKind, HeapTotals, ImageMapping, EVENT_ALLOC, EVENT_FREE,
+    EVENT_IMAGE, EVENT_REALLOC, HEAP_PROVIDER, IMAGE_PROVIDER_NAME,
+};
 
 #[derive(Clone, Debug, Default)]
 struct ProcStats {
@@ -210,6 +155,23 @@ impl HeapAnalyzer {
     /// A reason the figures may be inexact, stated by the source.
     pub fn add_note(&mut self, note: impl Into<String>) {
         self.notes.push(note.into());
+    }
+
+    /// Takes in what a tracer reported besides its operations (`live::heap::HeapSession`).
+    pub fn add_totals(&mut self, t: HeapTotals) {
+        for (pid, stack, count, bytes) in &t.transient {
+            self.add_transient(*pid, stack, *count, *bytes);
+        }
+        for (pid, n) in t.reallocs {
+            self.add_reallocs(pid, n);
+        }
+        self.add_lost(t.lost);
+        for n in t.notes {
+            self.add_note(n);
+        }
+        if let Some(ts) = t.tracing_started {
+            self.set_tracing_started(ts);
+        }
     }
 
     pub fn outstanding_count(&self) -> usize {
@@ -525,375 +487,6 @@ impl HeapReport {
     }
 }
 
-/// The `Api` string of an etwkit TraceLogging heap event (after the fixed fields).
-fn tl_api(payload: &[u8], opcode: u8) -> Option<&'static str> {
-    let at = match opcode {
-        EVENT_ALLOC => 28,
-        EVENT_REALLOC => 44,
-        EVENT_FREE => 20,
-        _ => return None,
-    };
-    let rest = payload.get(at..)?;
-    let s = &rest[..rest.iter().position(|&c| c == 0)?];
-    const KNOWN: [&str; 9] = [
-        "malloc",
-        "calloc",
-        "realloc",
-        "reallocarray",
-        "posix_memalign",
-        "memalign",
-        "valloc",
-        "pvalloc",
-        "free",
-    ];
-    KNOWN.iter().find(|k| k.as_bytes() == s).copied()
-}
-
-/// Kernel Image class (Load 10, UnLoad 2, DCStart 3, DCEnd 4).
-pub const IMAGE_CLASS: Guid = Guid::from_str_const("2cb15d1d-5fc1-11d2-abe1-00a0c911f518");
-/// KernelTraceControl ImageID (opcode 0): the rundown of loaded images with their original names.
-pub const IMAGE_ID_CLASS: Guid = crate::schema::builtin::kernel_mof::KTC_IMAGE_ID;
-
-/// One loaded module of a process.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Module {
-    end: u64,
-    /// Offset of `start` in the file (etwkit's Linux mappings; 0 for Windows images).
-    file_offset: u64,
-    /// The path as the event gives it.
-    path: Arc<str>,
-}
-
-/// The modules loaded in each process, by address range, from a trace's own image events:
-/// Windows kernel Image Load/DCStart/DCEnd, KernelTraceControl ImageID rundown (where no Image
-/// event covers the range), and etwkit's Image events. A later load over a range replaces what
-/// was there; unloads are kept (the blocks of an unloaded module still name it).
-#[derive(Default)]
-pub struct ModuleMap {
-    by_pid: HashMap<u32, std::collections::BTreeMap<u64, Module>>,
-    decoder: Option<Box<crate::decode::Decoder>>,
-    /// Image events that could not be read.
-    pub malformed: u64,
-}
-
-impl std::fmt::Debug for ModuleMap {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModuleMap")
-            .field("processes", &self.by_pid.len())
-            .field("modules", &self.len())
-            .finish()
-    }
-}
-
-/// The file name of a Windows or Unix path.
-fn base_name(path: &str) -> &str {
-    path.rsplit(['\\', '/']).next().unwrap_or(path)
-}
-
-impl ModuleMap {
-    pub fn new() -> ModuleMap {
-        ModuleMap::default()
-    }
-
-    /// Modules known, over all processes.
-    pub fn len(&self) -> usize {
-        self.by_pid.values().map(|m| m.len()).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Records that `path` is loaded at `start..end` in `pid` (replacing what overlaps it).
-    pub fn insert(&mut self, pid: u32, start: u64, end: u64, path: &str) {
-        self.insert_at(pid, start, end, 0, path, true)
-    }
-
-    /// An etwkit executable mapping (its file offset kept: offsets are file offsets).
-    pub fn insert_mapping(&mut self, m: &ImageMapping) {
-        self.insert_at(m.pid, m.start, m.end, m.file_offset, &m.path, true)
-    }
-
-    fn insert_at(&mut self, pid: u32, start: u64, end: u64, off: u64, path: &str, replace: bool) {
-        if end <= start {
-            self.malformed += 1;
-            return;
-        }
-        let map = self.by_pid.entry(pid).or_default();
-        let overlapping: Vec<u64> = map
-            .range(..end)
-            .rev()
-            .take_while(|(_, m)| m.end > start)
-            .map(|(s, _)| *s)
-            .collect();
-        if !overlapping.is_empty() && !replace {
-            return;
-        }
-        for s in overlapping {
-            map.remove(&s);
-        }
-        map.insert(
-            start,
-            Module {
-                end,
-                file_offset: off,
-                path: Arc::from(path),
-            },
-        );
-    }
-
-    /// The module holding `addr` in `pid` (kernel images, listed under pid 0, serve every
-    /// process): its file name and the address's offset in it.
-    pub fn lookup(&self, pid: u32, addr: u64) -> Option<(&str, u64)> {
-        let (start, _, path, off) = self.find(pid, addr)?;
-        Some((base_name(path), addr - start + off))
-    }
-
-    /// The module holding `addr` in `pid` (or a kernel image): start, end and path as loaded.
-    pub fn module_at(&self, pid: u32, addr: u64) -> Option<(u64, u64, &str)> {
-        self.find(pid, addr).map(|(s, e, p, _)| (s, e, p))
-    }
-
-    fn find(&self, pid: u32, addr: u64) -> Option<(u64, u64, &str, u64)> {
-        let find = |pid: u32| {
-            let (s, m) = self.by_pid.get(&pid)?.range(..=addr).next_back()?;
-            (addr < m.end).then(|| (*s, m.end, &*m.path, m.file_offset))
-        };
-        find(pid).or_else(|| if pid != 0 { find(0) } else { None })
-    }
-
-    /// Feeds one record: image events are kept, others ignored. True when it was an image event.
-    pub fn push(&mut self, r: &EventRecord<'_>) -> bool {
-        let (image_id, load) = match (r.provider, r.descriptor.opcode) {
-            (IMAGE_CLASS, 10 | 3 | 4) => (false, true),
-            (IMAGE_ID_CLASS, 0) => (true, true),
-            _ => (false, false),
-        };
-        if !load || r.header_type.is_event_header() {
-            return false;
-        }
-        let dec = self.decoder.get_or_insert_with(|| {
-            Box::new(crate::decode::Decoder::new(
-                crate::schema::Registry::with_builtins(),
-            ))
-        });
-        let ev = dec.decode(r);
-        let p = &ev.properties;
-        let num = |names: &[&str]| names.iter().find_map(|n| p.get(n)?.as_u64());
-        let text = |names: &[&str]| names.iter().find_map(|n| p.get(n)?.as_str());
-        let base = num(&["ImageBase", "BaseAddress"]);
-        let size = num(&["ImageSize", "ModuleSize"]);
-        let name = text(&["FileName", "ImageFileName", "OriginalFileName"]);
-        let (Some(base), Some(size), Some(name)) = (base, size, name) else {
-            self.malformed += 1;
-            return true;
-        };
-        let name = name.to_string();
-        // ImageID's own ProcessId is often 0: the rundown's header names the process.
-        let pid = match image_id {
-            true => r.pid,
-            false => num(&["ProcessId", "ProcessID"])
-                .map(|p| p as u32)
-                .unwrap_or(r.pid),
-        };
-        // ImageID only fills ranges no Image event covers (Image events name the file loaded).
-        self.insert_at(pid, base, base.saturating_add(size), 0, &name, !image_id);
-        true
-    }
-
-    /// Every module of these processes (and pid 0's), as etwkit Image mappings.
-    pub fn mappings_of(&self, pids: &[u32]) -> Vec<ImageMapping> {
-        let mut keys: Vec<&u32> = self
-            .by_pid
-            .keys()
-            .filter(|p| **p == 0 || pids.contains(p))
-            .collect();
-        keys.sort();
-        keys.into_iter()
-            .flat_map(|pid| {
-                self.by_pid[pid].iter().map(|(s, m)| ImageMapping {
-                    pid: *pid,
-                    start: *s,
-                    end: m.end,
-                    file_offset: m.file_offset,
-                    path: m.path.to_string(),
-                })
-            })
-            .collect()
-    }
-}
-
-/// Names frames `module+offset` from a [`ModuleMap`]; addresses outside every module stay bare.
-pub struct ModuleNamer {
-    pub modules: ModuleMap,
-}
-
-impl ModuleNamer {
-    pub fn new(modules: ModuleMap) -> ModuleNamer {
-        ModuleNamer { modules }
-    }
-}
-
-impl StackNamer for ModuleNamer {
-    fn name(&mut self, pid: u32, stack: &[u64]) -> Vec<Frame> {
-        stack
-            .iter()
-            .map(|&a| match self.modules.lookup(pid, a) {
-                Some((m, off)) => Frame {
-                    address: a,
-                    module: Some(m.to_string()),
-                    offset: Some(off),
-                    ..Default::default()
-                },
-                None => Frame::unknown(a),
-            })
-            .collect()
-    }
-}
-
-/// Turns Windows heap trace records (HeapTraceProvider Alloc/ReAlloc/Free with kernel StackWalk
-/// stacks) into [`HeapOp`]s.
-///
-/// The few fields needed are read here by the heap.json layouts (pointer-sized HeapHandle, then
-/// pointer/SizeT fields packed, per the record's pointer size) rather than through the generic
-/// decoder, because StackWalk correlation needs the raw timestamp anyway.
-/// Stack events follow their event: `(EventTimeStamp, StackThread)` matches the heap event's
-/// `(raw_timestamp, tid)`; kernel and user halves may come as two StackWalk events (appended).
-#[derive(Default)]
-pub struct WindowsHeapEvents {
-    ops: Vec<HeapOp>,
-    by_key: HashMap<(i64, u32), usize>,
-    stacks: HashMap<usize, Vec<u64>>,
-    pub malformed: u64,
-    /// Executable mappings (etwkit's Image events), in record order.
-    pub images: Vec<ImageMapping>,
-    pub heap_events: u64,
-    pub stack_events: u64,
-    pub unmatched_stacks: u64,
-    /// Loaded modules, from the trace's own Windows image events.
-    pub modules: ModuleMap,
-}
-
-impl WindowsHeapEvents {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Feeds one record (any record; non-heap ones are ignored).
-    pub fn push(&mut self, r: &EventRecord<'_>) {
-        let ps = r.pointer_size as usize;
-        let p = &r.payload;
-        let ptr = |o: usize| -> Option<u64> {
-            let b = p.get(o..o + ps)?;
-            Some(if ps == 4 {
-                u32::from_le_bytes(b.try_into().ok()?) as u64
-            } else {
-                u64::from_le_bytes(b.try_into().ok()?)
-            })
-        };
-        if r.provider == STACKWALK_GUID && r.descriptor.opcode == STACKWALK_STACK {
-            self.stack_events += 1;
-            let (Some(ts), Some(tid)) = (p.get(0..8), p.get(12..16)) else {
-                self.malformed += 1;
-                return;
-            };
-            let ts = i64::from_le_bytes(ts.try_into().unwrap());
-            let tid = u32::from_le_bytes(tid.try_into().unwrap());
-            let frames: Vec<u64> = (16..p.len()).step_by(ps).filter_map(ptr).collect();
-            match self.by_key.get(&(ts, tid)) {
-                Some(&i) => self.stacks.entry(i).or_default().extend(frames),
-                None => self.unmatched_stacks += 1,
-            }
-            return;
-        }
-        if r.provider == image_provider() && r.descriptor.id == EVENT_IMAGE {
-            let u64_at = |o: usize| {
-                p.get(o..o + 8)
-                    .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
-            };
-            let pid = p
-                .get(0..4)
-                .map(|b| u32::from_le_bytes(b.try_into().unwrap()));
-            let name = p.get(28..).and_then(|r| r.split(|&c| c == 0).next());
-            match (pid, u64_at(4), u64_at(12), u64_at(20), name) {
-                (Some(pid), Some(start), Some(size), Some(file_offset), Some(name)) => {
-                    self.images.push(ImageMapping {
-                        pid,
-                        start,
-                        end: start.saturating_add(size),
-                        file_offset,
-                        path: String::from_utf8_lossy(name).into_owned(),
-                    })
-                }
-                _ => self.malformed += 1,
-            }
-            return;
-        }
-        if r.provider != HEAP_PROVIDER || ps == 0 {
-            self.modules.push(r);
-            return;
-        }
-        // heap.json (x64 offsets = pointer size 8; x86 = 4): Alloc {HeapHandle, AllocSize,
-        // AllocAddress, SourceId}; ReAlloc {HeapHandle, NewAllocAddress, OldAllocAddress, NewAllocSize,
-        // OldAllocSize, SourceId}; Free {HeapHandle, FreeAddress, SourceId}.
-        let kind = match r.descriptor.opcode {
-            EVENT_ALLOC => ptr(ps)
-                .zip(ptr(2 * ps))
-                .map(|(size, address)| (HeapOpKind::Alloc { address, size }, "HeapAlloc")),
-            EVENT_REALLOC => match (ptr(ps), ptr(2 * ps), ptr(3 * ps)) {
-                (Some(new_address), Some(old_address), Some(new_size)) => Some((
-                    HeapOpKind::Realloc {
-                        old_address,
-                        new_address,
-                        new_size,
-                    },
-                    "HeapReAlloc",
-                )),
-                _ => None,
-            },
-            EVENT_FREE => ptr(ps).map(|address| (HeapOpKind::Free { address }, "HeapFree")),
-            _ => return,
-        };
-        self.heap_events += 1;
-        let Some((kind, api)) = kind else {
-            self.malformed += 1;
-            return;
-        };
-        // TraceLogging heap events (written by etwkit on Linux) carry their stack and API inline.
-        let stack = r.stack().map(|s| Arc::from(s.addresses));
-        let api = if r.header_type.is_event_header() {
-            tl_api(&r.payload, r.descriptor.opcode).unwrap_or(api)
-        } else {
-            api
-        };
-        let i = self.ops.len();
-        if stack.is_none() {
-            self.by_key.insert((r.raw_timestamp, r.tid), i);
-        }
-        self.ops.push(HeapOp {
-            pid: r.pid,
-            tid: r.tid,
-            timestamp: r.timestamp,
-            api,
-            kind,
-            stack,
-        });
-    }
-
-    /// The operations in record order, stacks attached.
-    pub fn finish(mut self) -> Vec<HeapOp> {
-        for (i, s) in self.stacks.drain() {
-            // StackWalk stacks: innermost first (kernel frames first when present); keep user frames.
-            let user: Vec<u64> = s
-                .into_iter()
-                .filter(|a| *a < 0xffff_8000_0000_0000)
-                .collect();
-            self.ops[i].stack = Some(Arc::from(user));
-        }
-        self.ops
-    }
-}
-
 /// Reads the heap events of a saved trace (HeapTraceProvider events: Windows traces, or etwkit's own
 /// `-o` files) in time order: the analysis, and the executable mappings the file carries (to name
 /// stacks with, e.g. `live::linux::unwind::LinuxStackNamer::from_images`). Unreadable parts, short
@@ -908,12 +501,14 @@ pub fn analyze_file(file: &crate::etl::EtlFile) -> (HeapAnalyzer, Vec<ImageMappi
 pub fn analyze_file_modules(
     file: &crate::etl::EtlFile,
 ) -> (HeapAnalyzer, Vec<ImageMapping>, ModuleMap) {
+    let mut an = HeapAnalyzer::new();
     let mut w = WindowsHeapEvents::new();
     let summary = file.for_each(crate::etl::Order::Time, |r| {
         w.push(&r.event);
+        w.release(&mut |op| an.add(&op));
         std::ops::ControlFlow::Continue(())
     });
-    let mut an = HeapAnalyzer::new();
+    w.drain(&mut |op| an.add(&op));
     an.add_lost(file.header().events_lost as u64 + summary.bad_records);
     if summary.bad_buffers > 0 {
         an.add_note(format!(
@@ -936,9 +531,6 @@ pub fn analyze_file_modules(
             "{} image events too short to decode",
             modules.malformed
         ));
-    }
-    for op in w.finish() {
-        an.add(&op);
     }
     (an, images, modules)
 }

@@ -5,10 +5,13 @@
 //! use etwkit::live::heap::{HeapOptions, HeapSession};
 //! let mut cmd = std::process::Command::new("my-program");
 //! let mut s = HeapSession::start(HeapOptions::command(&mut cmd)).unwrap();
+//! use etwkit::live::heap::HeapTotals;
 //! let mut an = HeapAnalyzer::new();
 //! s.process(&mut |_| {}, &mut |op| { an.add(op); std::ops::ControlFlow::Continue(()) }).unwrap();
-//! let _images = s.finish(&mut an).unwrap();
-//! let mut end = s.wait(&mut an).unwrap();
+//! let mut totals = HeapTotals::default();
+//! let _images = s.finish(&mut totals).unwrap();
+//! let mut end = s.wait(&mut totals).unwrap();
+//! an.add_totals(totals);
 //! print!("{}", an.report(Some(end.namer.as_mut()), 20, 8).to_table());
 //! ```
 //!
@@ -26,11 +29,14 @@ use std::ops::ControlFlow;
 use std::process::{Child, Command, ExitStatus};
 use std::sync::{Arc, Mutex};
 
-use crate::analysis::heap::{
-    HeapAnalyzer, HeapOp, ImageMapping, ModuleMap, ModuleNamer, StackNamer, WindowsHeapEvents,
-    EVENT_ALLOC, EVENT_FREE, EVENT_REALLOC,
-};
+pub use crate::schema::builtin::heap_events::HeapTotals;
+
+use crate::decode::heap::WindowsHeapEvents;
+use crate::decode::symbols::{ModuleMap, ModuleNamer, StackNamer};
 use crate::live::{Etw, LiveError, Result, StopHandle, Trace};
+use crate::schema::builtin::heap_events::{
+    HeapOp, ImageMapping, EVENT_ALLOC, EVENT_FREE, EVENT_REALLOC,
+};
 
 /// Which heap operations carry a stack (StartHeapTrace's stack event list).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -279,22 +285,22 @@ impl HeapSession {
     }
 
     /// Ends tracing: what the tracer knows besides the operations (totals, losses, notes) goes
-    /// into `an`; the images to write beside the events.
-    pub fn finish(&mut self, an: &mut HeapAnalyzer) -> Result<HeapFinish> {
+    /// into `t`; the images to write beside the events.
+    pub fn finish(&mut self, t: &mut HeapTotals) -> Result<HeapFinish> {
         match &mut self.inner {
             #[cfg(target_os = "linux")]
-            Inner::Linux(l) => l.finish(an),
-            Inner::Session(s) => s.finish(an),
+            Inner::Linux(l) => l.finish(t),
+            Inner::Session(s) => s.finish(t),
         }
     }
 
     /// Waits for the traced command (if one was started); notes that depend on how it ended.
-    pub fn wait(self, an: &mut HeapAnalyzer) -> Result<HeapEnd> {
+    pub fn wait(self, t: &mut HeapTotals) -> Result<HeapEnd> {
         match self.inner {
             #[cfg(target_os = "linux")]
-            Inner::Linux(l) => l.wait(an),
+            Inner::Linux(l) => l.wait(t),
             Inner::Session(s) => {
-                let _ = an; // an ETW session's end adds nothing to the figures
+                let _ = t; // an ETW session's end adds nothing to the figures
                 s.wait()
             }
         }
@@ -467,11 +473,20 @@ impl EtwHeap {
             .child
             .as_ref()
             .map(|c| watch_pids(vec![c.id()], self.trace.stop_handle()));
+        // Stacks follow their events (kernel StackWalk) and realtime buffers of different CPUs
+        // interleave: an operation goes out, in time order, once it is older than the newest
+        // record by the window (WindowsHeapEvents), so memory holds seconds, not the whole trace.
         let events = &mut self.events;
+        let mut flow = ControlFlow::Continue(());
         let r = self.trace.process(
             |ev| {
                 events.push(ev);
-                ControlFlow::Continue(())
+                events.release(&mut |op| {
+                    if flow.is_continue() {
+                        flow = f(&op);
+                    }
+                });
+                flow
             },
             None,
             None,
@@ -484,22 +499,18 @@ impl EtwHeap {
         self.lost = sum.events_lost;
         self.issues = sum.issues;
         r?;
-        // Stacks follow their events (kernel StackWalk): operations go out once all have arrived,
-        // in time order (realtime buffers of different CPUs interleave).
-        let mut ops = std::mem::take(&mut self.events).finish();
-        ops.sort_by_key(|op| op.timestamp);
-        for op in ops {
-            if f(&op).is_break() {
-                break;
+        self.events.drain(&mut |op| {
+            if flow.is_continue() {
+                flow = f(&op);
             }
-        }
+        });
         Ok(())
     }
 
-    fn finish(&mut self, an: &mut HeapAnalyzer) -> Result<HeapFinish> {
-        an.add_lost(self.lost);
+    fn finish(&mut self, t: &mut HeapTotals) -> Result<HeapFinish> {
+        t.lost += self.lost;
         for i in self.issues.drain(..) {
-            an.add_note(i);
+            t.notes.push(i);
         }
         let mut images = Vec::new();
         if let Some(s) = self.images.take() {
@@ -511,7 +522,7 @@ impl EtwHeap {
             self.modules = Some(modules);
         }
         if let Some(i) = &self.image_issue {
-            an.add_note(i.clone());
+            t.notes.push(i.clone());
         }
         if let Some(w) = self.waiter.take() {
             self.trace.stop_handle().stop();

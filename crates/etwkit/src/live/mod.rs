@@ -317,8 +317,16 @@ impl Etw {
         logfile: Option<&Path>,
         stack_event_ids: &[u16],
     ) -> Result<Trace> {
-        let mut t = self.open_trace(name, logfile, Some(crate::analysis::heap::HEAP_PROVIDER));
-        t.enable(crate::analysis::heap::HEAP_PROVIDER, 0, Level::VERBOSE)?;
+        let mut t = self.open_trace(
+            name,
+            logfile,
+            Some(crate::schema::builtin::heap_events::HEAP_PROVIDER),
+        );
+        t.enable(
+            crate::schema::builtin::heap_events::HEAP_PROVIDER,
+            0,
+            Level::VERBOSE,
+        )?;
         t.set_stack_events(stack_event_ids);
         Ok(t)
     }

@@ -142,3 +142,36 @@ pub fn write(path: &Path) {
     }
     w.finish().unwrap();
 }
+
+/// Writes `n` allocations of [`PID`] spaced `spacing` (100 ns units) apart, each with its
+/// StackWalk stack ([`LEAK_STACK`]) and, for every other one, its Free right after: a trace
+/// longer than any release window.
+pub fn write_storm(path: &Path, n: u64, spacing: i64) {
+    let start = 133_000_000_000_000_000i64;
+    let mut w = Writer::create(path, WriterOptions::new(start)).unwrap();
+    let clock = *w.clock();
+    let heap = 0x0000_01d0_0000_0000u64;
+    for i in 0..n {
+        let ts = clock.to_raw(start + 10_000 + i as i64 * spacing);
+        let addr = 0x10_0000 + i * 0x100;
+        let mut p = Vec::new();
+        for v in [heap, 64, addr] {
+            p.extend_from_slice(&v.to_le_bytes());
+        }
+        p.extend_from_slice(&3u32.to_le_bytes());
+        w.write_raw(&sys_record(2, 0x1021, TID, PID, ts, &p), 0, &clock)
+            .unwrap();
+        w.write_raw(&stackwalk(ts, PID, TID, &LEAK_STACK), 0, &clock)
+            .unwrap();
+        if i % 2 == 0 {
+            let mut p = Vec::new();
+            for v in [heap, addr] {
+                p.extend_from_slice(&v.to_le_bytes());
+            }
+            p.extend_from_slice(&3u32.to_le_bytes());
+            w.write_raw(&sys_record(2, 0x1024, TID, PID, ts + 1, &p), 0, &clock)
+                .unwrap();
+        }
+    }
+    w.finish().unwrap();
+}

@@ -7,13 +7,13 @@ use std::path::PathBuf;
 use std::process::Child;
 
 use super::{HeapEnd, HeapFinish, HeapMode, HeapOptions, HeapStacks};
-use crate::analysis::heap::{HeapAnalyzer, HeapOp, ImageMapping};
 use crate::live::linux::heap::inject::InjectError;
 use crate::live::linux::heap::shim::{installed_copy, ShimFile, ShimOptions, ShimTrace};
 use crate::live::linux::heap::{spawn_suspended, HeapOptions as UprobeOptions, HeapTrace};
 use crate::live::linux::heap::{HeapError, StackEvents};
 use crate::live::linux::unwind::{LinuxStackNamer, ProcessMaps};
 use crate::live::{LiveError, Result, StopHandle};
+use crate::schema::builtin::heap_events::{HeapOp, HeapTotals, ImageMapping};
 
 fn err(e: impl std::fmt::Display) -> LiveError {
     LiveError::Other(e.to_string())
@@ -202,18 +202,19 @@ impl LinuxHeap {
         }
     }
 
-    pub(super) fn finish(&mut self, an: &mut HeapAnalyzer) -> Result<HeapFinish> {
+    pub(super) fn finish(&mut self, t: &mut HeapTotals) -> Result<HeapFinish> {
         match self {
             LinuxHeap::Shim(trace, _) => {
                 for (pid, stack, _api, count, bytes) in trace.transient() {
-                    an.add_transient(*pid, stack, *count, *bytes);
+                    t.transient.push((*pid, stack.clone(), *count, *bytes));
                 }
                 for (pid, n) in trace.reallocs() {
-                    an.add_reallocs(*pid, *n);
+                    t.reallocs.push((*pid, *n));
                 }
                 let st = trace.stats().clone();
                 if st.malformed > 0 {
-                    an.add_note(format!("{} malformed shim records", st.malformed));
+                    t.notes
+                        .push(format!("{} malformed shim records", st.malformed));
                 }
                 Ok(HeapFinish {
                     images: images(&trace.maps()),
@@ -222,21 +223,21 @@ impl LinuxHeap {
             }
             LinuxHeap::Uprobe { trace, maps, .. } => {
                 let stats = trace.stats().clone();
-                an.add_lost(stats.lost_samples);
+                t.lost += stats.lost_samples;
                 if stats.unmatched_returns > 0 {
-                    an.add_note(format!(
+                    t.notes.push(format!(
                         "{} allocator returns without their entry (lost)",
                         stats.unmatched_returns
                     ));
                 }
                 if stats.lost_returns > 0 {
-                    an.add_note(format!(
+                    t.notes.push(format!(
                         "{} allocator calls whose return was lost",
                         stats.lost_returns
                     ));
                 }
                 if stats.pending_at_end > 0 {
-                    an.add_note(format!(
+                    t.notes.push(format!(
                         "{} allocator calls still in flight when tracing stopped",
                         stats.pending_at_end
                     ));
@@ -250,7 +251,7 @@ impl LinuxHeap {
         }
     }
 
-    pub(super) fn wait(self, an: &mut HeapAnalyzer) -> Result<HeapEnd> {
+    pub(super) fn wait(self, t: &mut HeapTotals) -> Result<HeapEnd> {
         let wait = |c: &mut Child| {
             c.wait()
                 .map_err(|e| LiveError::Other(format!("waiting for the command: {e}")))
@@ -266,14 +267,14 @@ impl LinuxHeap {
                 {
                     // The shim flushes at exit; a process killed by a signal loses what it had
                     // not sent.
-                    an.add_note(format!(
+                    t.notes.push(format!(
                         "the command was killed by signal {sig}: heap operations it had not sent yet are missing"
                     ));
                 }
                 if let Some(pid) = trace.attached_pid() {
-                    an.set_tracing_started(trace.started());
+                    t.tracing_started = Some(trace.started());
                     if !trace.detached_cleanly() {
-                        an.add_note(format!(
+                        t.notes.push(format!(
                             "process {pid} did not confirm the end of tracing: operations it had not sent are missing"
                         ));
                     }

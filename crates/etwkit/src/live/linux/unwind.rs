@@ -15,7 +15,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 
-use crate::analysis::heap::{Frame, StackNamer};
+use crate::decode::symbols::{Frame, StackNamer};
 
 /// A file-backed executable mapping of a process.
 #[derive(Clone, Debug, PartialEq, Eq)]

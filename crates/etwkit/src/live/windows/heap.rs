@@ -28,8 +28,8 @@ use windows_sys::Win32::System::Threading::{
     CreateProcessW, ResumeThread, CREATE_SUSPENDED, PROCESS_INFORMATION, STARTUPINFOW,
 };
 
-use crate::analysis::heap::{EVENT_ALLOC, EVENT_FREE, EVENT_REALLOC, HEAP_PROVIDER};
 use crate::guid::Guid;
+use crate::schema::builtin::heap_events::{EVENT_ALLOC, EVENT_FREE, EVENT_REALLOC, HEAP_PROVIDER};
 
 /// Heap Create event type (heap.json opcode 32).
 pub const EVENT_CREATE: u8 = 32;

@@ -40,12 +40,12 @@ use windows_sys::Win32::System::Diagnostics::ToolHelp::{
 use windows_sys::Win32::System::LibraryLoader::{GetModuleHandleW, GetProcAddress};
 use windows_sys::Win32::System::Threading::{OpenThread, ResumeThread, THREAD_SUSPEND_RESUME};
 
-use crate::analysis::heap::{EVENT_ALLOC, EVENT_FREE, EVENT_REALLOC, HEAP_PROVIDER};
 use crate::guid::Guid;
 use crate::live::{
     Backend, Callback, EnableSpec, LiveError, LiveSession, ProviderInfo, Result, SessionConfig,
     SessionInfo, TraceSummary,
 };
+use crate::schema::builtin::heap_events::{EVENT_ALLOC, EVENT_FREE, EVENT_REALLOC, HEAP_PROVIDER};
 use properties::{kernel_flags, session_guid, BufferSizing, PropsBuf, SessionProperties};
 
 const _: () = assert!(std::mem::size_of::<CLASSIC_EVENT_ID>() == 24);

@@ -35,7 +35,7 @@ pub fn builtin() -> Vec<ProviderInfo> {
         },
         ProviderInfo {
             name: "HeapTraceProvider".into(),
-            guid: crate::analysis::heap::HEAP_PROVIDER,
+            guid: crate::schema::builtin::heap_events::HEAP_PROVIDER,
             kind: "heap (session of its own)".into(),
             events: 0,
         },
@@ -290,7 +290,7 @@ mod tests {
         );
         assert_eq!(
             resolve_builtin("Heap"),
-            Some(crate::analysis::heap::HEAP_PROVIDER)
+            Some(crate::schema::builtin::heap_events::HEAP_PROVIDER)
         );
         let afd = builtin().into_iter().next().unwrap();
         assert!(afd.events > 30, "AFD layouts counted: {}", afd.events);

@@ -214,3 +214,24 @@ impl HeapEventEncoder {
         event_record_with_ext(schema, &inst, p.into_bytes(), ext).into_owned()
     }
 }
+
+/// Allocations settled inside a tracer: (pid, allocation stack, count, bytes).
+pub type SettledPairs = (u32, Option<Arc<[u64]>>, u64, u64);
+
+/// What a heap tracer knows besides the operations it delivered: pairs it settled itself, losses,
+/// and notes on why the figures may not be exact. Filled by `live::heap::HeapSession::finish` and
+/// `wait`, taken in by `analysis::heap::HeapAnalyzer::add_totals`.
+#[derive(Clone, Debug, Default)]
+pub struct HeapTotals {
+    /// Blocks allocated and freed again inside the tracer (the Linux shim settles short-lived pairs
+    /// itself): (pid, allocation stack, count, bytes).
+    pub transient: Vec<SettledPairs>,
+    /// Reallocations counted by the tracer, per pid.
+    pub reallocs: Vec<(u32, u64)>,
+    /// Operations lost by the platform.
+    pub lost: u64,
+    pub notes: Vec<String>,
+    /// When tracing began, as a FILETIME (attach to a running process: operations before it are
+    /// not seen).
+    pub tracing_started: Option<i64>,
+}
