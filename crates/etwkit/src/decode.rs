@@ -41,8 +41,12 @@
 //! * IPv4/IPv6 addresses, socket addresses (`1.2.3.4:80`, `[::1]:443`), SIDs (`S-1-5-18`) are strings.
 //! * FILETIMEs are RFC 3339 UTC strings (100 ns precision); SYSTEMTIMEs `YYYY-MM-DDTHH:MM:SS.mmm`
 //!   (no zone: the struct does not say which).
-//! * valueMap/bitMap values are their names (bitmaps: set flags in ascending bit order joined with
-//!   `|`, unnamed bits appended as hex);
+//! * valueMap/bitMap values are their names. Bitmaps list the set flags in ascending value order,
+//!   unnamed bits appended as hex, the way TraceEvent shows them: for kernel classes, the .NET
+//!   runtime and Kernel-File (which TraceEvent decodes with compiled parsers) as .NET prints a
+//!   `[Flags]` enum —
+//!   the largest entries covering unclaimed bits first, joined with `, ` (`"ReadWrite, Delete"`);
+//!   for other providers' manifests every set flag, joined with `|`;
 //!   a value with no name in its map stays a number.
 //! * Arrays are JSON arrays; structs are objects.
 //!
@@ -348,6 +352,10 @@ struct PlanField {
     count: Count,
     length: Length,
     map: Option<Arc<ValueMap>>,
+    /// Bitmap names as .NET prints a `[Flags]` enum (`"ReadWrite, Delete"`): the maps of layouts
+    /// TraceEvent decodes with its compiled parsers (kernel classes, built-in manifests). Maps of
+    /// manifests read at run time join names with `|`, as TraceEvent's dynamic parser does.
+    dotnet_flags: bool,
     members: Option<Vec<PlanField>>,
     /// Another field of this level takes its count or length from this one.
     referenced: bool,
@@ -357,6 +365,17 @@ struct PlanField {
     /// header carries no pid/tid take them from here — or a file path (3) that may have a DOS form.
     ids: u8,
 }
+
+/// Providers TraceEvent decodes with compiled parsers, whose bitmaps it prints as .NET `[Flags]`
+/// enums (`"DomainNeutral, Manifest"`) — whatever gives us their layout (built-in manifest or the
+/// file's own metadata). Kernel MOF classes print so too; other providers' bitmaps are joined with
+/// `|`, as TraceEvent's manifest-driven parser joins them.
+const DOTNET_FLAG_PROVIDERS: [Guid; 3] = [
+    // Microsoft-Windows-DotNETRuntime, -DotNETRuntimeRundown
+    Guid::from_str_const("e13c0d23-ccbc-4e12-931b-d9cc2eee27e4"),
+    Guid::from_str_const("a669021c-c450-4609-a035-5af59af4df18"),
+    crate::schema::builtin::KERNEL_FILE,
+];
 
 /// A compiled [`EventSchema`].
 #[derive(Debug)]
@@ -377,10 +396,13 @@ struct PlanNames {
 impl Plan {
     pub fn new(schema: &EventSchema) -> Plan {
         let arc = |s: &Option<String>| s.as_deref().map(Arc::<str>::from);
-        let mut fields = compile(&schema.properties);
+        let dotnet = schema.source == SchemaSource::KernelMof
+            || DOTNET_FLAG_PROVIDERS.contains(&schema.provider);
+        let mut fields = compile(&schema.properties, dotnet);
         if schema.provider == crate::schema::builtin::KERNEL_FILE {
             for f in fields.iter_mut().filter(|f| f.map.is_none()) {
                 f.map = crate::schema::builtin::kernel_file_flag_map(&f.name);
+                f.dotnet_flags |= f.map.is_some();
             }
         }
         for f in &mut fields {
@@ -507,13 +529,13 @@ impl Plan {
     }
 }
 
-fn compile(props: &[Property]) -> Vec<PlanField> {
+fn compile(props: &[Property], dotnet_flags: bool) -> Vec<PlanField> {
     let mut fields: Vec<PlanField> = props
         .iter()
         .map(|p| {
             let (in_type, out_type, members) = match &p.kind {
                 PropertyKind::Scalar { in_type, out_type } => (*in_type, *out_type, None),
-                PropertyKind::Struct(m) => (0, 0, Some(compile(m))),
+                PropertyKind::Struct(m) => (0, 0, Some(compile(m, dotnet_flags))),
             };
             PlanField {
                 name: Arc::from(p.name.as_str()),
@@ -522,6 +544,7 @@ fn compile(props: &[Property]) -> Vec<PlanField> {
                 count: p.count.clone(),
                 length: p.length.clone(),
                 map: p.map.clone(),
+                dotnet_flags,
                 members,
                 referenced: false,
                 ids: 0,
@@ -849,7 +872,10 @@ fn one(
         offset: at,
         reason,
     })?;
-    let map = f.map.as_deref();
+    let map = f.map.as_deref().map(|map| MapRef {
+        map,
+        dotnet: f.dotnet_flags,
+    });
     match out {
         Dest::Props(_) => Ok(Some(build_value(f.in_type, f.out_type, map, b, len))),
         Dest::Json(buf, scratch) => {
@@ -872,7 +898,7 @@ fn one(
 fn write_scalar_json(
     in_t: InType,
     out: OutType,
-    map: Option<&ValueMap>,
+    map: Option<MapRef<'_>>,
     b: &[u8],
     len: Option<u64>,
     buf: &mut Vec<u8>,
@@ -1038,7 +1064,15 @@ fn binary_value(b: &[u8], out: OutType) -> Value {
     }
 }
 
-fn map_name(map: &ValueMap, v: u64) -> Option<String> {
+/// A value map and how its bitmap names are joined (see `PlanField::dotnet_flags`).
+#[derive(Clone, Copy)]
+struct MapRef<'a> {
+    map: &'a ValueMap,
+    dotnet: bool,
+}
+
+fn map_name(m: MapRef<'_>, v: u64) -> Option<String> {
+    let map = m.map;
     if !map.is_bitmap {
         return map
             .entries
@@ -1055,21 +1089,40 @@ fn map_name(map: &ValueMap, v: u64) -> Option<String> {
     }
     let mut names: Vec<(u64, &str)> = Vec::new();
     let mut left = v;
-    for (k, n) in &map.entries {
-        if *k != 0 && v & k == *k {
-            names.push((*k, n.as_str()));
-            left &= !k;
+    if m.dotnet {
+        // As .NET prints a [Flags] enum: the largest entries whose bits are all still unclaimed
+        // first (a composite such as FileShare's ReadWrite = 3 wins over Read and Write).
+        let mut by_value: Vec<&(u64, String)> = map.entries.iter().filter(|e| e.0 != 0).collect();
+        by_value.sort_by(|a, b| b.0.cmp(&a.0));
+        for (k, n) in by_value {
+            if left & k == *k {
+                names.push((*k, n.as_str()));
+                left &= !k;
+            }
+        }
+    } else {
+        for (k, n) in &map.entries {
+            if *k != 0 && v & k == *k {
+                names.push((*k, n.as_str()));
+                left &= !k;
+            }
         }
     }
     if names.is_empty() {
         return None;
     }
-    // Ascending bit order, whatever order the map lists its entries in.
+    // Ascending value order, whatever order the map lists its entries in.
     names.sort_by_key(|e| e.0);
-    let names: Vec<&str> = names.into_iter().map(|e| e.1).collect();
-    let mut s = names.join("|");
+    let sep = if m.dotnet { ", " } else { "|" };
+    let mut s = String::new();
+    for (i, (_, n)) in names.iter().enumerate() {
+        if i > 0 {
+            s.push_str(sep);
+        }
+        s.push_str(n);
+    }
     if left != 0 {
-        let _ = write!(s, "|0x{left:x}");
+        let _ = write!(s, "{sep}0x{left:x}");
     }
     Some(s)
 }
@@ -1080,7 +1133,7 @@ fn int_value(
     signed: Option<i64>,
     width: u8,
     out: OutType,
-    map: Option<&ValueMap>,
+    map: Option<MapRef<'_>>,
 ) -> Value {
     if let Some(m) = map {
         if let Some(name) = map_name(m, u) {
@@ -1226,7 +1279,7 @@ fn le(b: &[u8]) -> u64 {
 fn build_value(
     in_t: InType,
     out: OutType,
-    map: Option<&ValueMap>,
+    map: Option<MapRef<'_>>,
     b: &[u8],
     len: Option<u64>,
 ) -> Value {
