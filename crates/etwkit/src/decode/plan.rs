@@ -27,6 +27,8 @@ pub(crate) struct PlanField {
     pub(crate) members: Option<Vec<PlanField>>,
     /// Another field of this level takes its count or length from this one.
     pub(crate) referenced: bool,
+    /// How the JSON walk writes this field without building a value (see [`Fast`]).
+    pub(crate) fast: Fast,
     /// `"name":` as JSON.
     pub(crate) json_key: Box<[u8]>,
     /// A top-level field naming the record's process (1) or thread (2) — kernel records whose
@@ -60,6 +62,9 @@ impl Plan {
             for f in fields.iter_mut().filter(|f| f.map.is_none()) {
                 f.map = crate::schema::builtin::kernel_file_flag_map(&f.name);
                 f.dotnet_flags |= f.map.is_some();
+                if f.map.is_some() {
+                    f.fast = Fast::No;
+                }
             }
         }
         for f in &mut fields {
@@ -186,6 +191,63 @@ impl Plan {
     }
 }
 
+/// The JSON shortcut of a scalar field with no map: what its value renders as, read straight from
+/// the bytes (exactly what `build_value(..).write_json(..)` gives; anything else is `No`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fast {
+    /// The generic path.
+    No,
+    /// An unsigned little-endian integer of this many bytes (0: the pointer size), in decimal.
+    Dec(u8),
+    /// A signed little-endian integer of this many bytes, in decimal.
+    SDec(u8),
+    /// An unsigned little-endian integer of this many bytes (0: the pointer size), as `"0x…"`.
+    Hex(u8),
+    /// A NUL-terminated UTF-16 string.
+    Utf16Z,
+}
+
+impl Fast {
+    fn of(in_t: InType, out: OutType, length: &Length) -> Fast {
+        let dec_out = matches!(
+            out,
+            ot::NULL
+                | ot::UNSIGNEDBYTE
+                | ot::UNSIGNEDSHORT
+                | ot::UNSIGNEDINT
+                | ot::UNSIGNEDLONG
+                | ot::PID
+                | ot::TID
+        );
+        let hex_out = matches!(
+            out,
+            ot::HEXINT8 | ot::HEXINT16 | ot::HEXINT32 | ot::HEXINT64
+        );
+        let width = match in_t {
+            it::UINT8 | it::INT8 => 1,
+            it::UINT16 | it::INT16 => 2,
+            it::UINT32 | it::INT32 => 4,
+            it::UINT64 | it::INT64 => 8,
+            _ => 0,
+        };
+        match in_t {
+            it::UINT8 | it::UINT16 | it::UINT32 | it::UINT64 if dec_out => Fast::Dec(width),
+            it::UINT8 | it::UINT16 | it::UINT32 | it::UINT64 if hex_out => Fast::Hex(width),
+            it::INT8 | it::INT16 | it::INT32 | it::INT64 if out == ot::NULL => Fast::SDec(width),
+            it::HEXINT32 => Fast::Hex(4),
+            it::HEXINT64 => Fast::Hex(8),
+            it::POINTER if matches!(out, ot::UNSIGNEDLONG | ot::UNSIGNEDINT | ot::LONG) => {
+                Fast::Dec(0)
+            }
+            it::POINTER => Fast::Hex(0),
+            it::SIZET if matches!(out, ot::HEXINT64 | ot::HEXINT32) => Fast::Hex(0),
+            it::SIZET => Fast::Dec(0),
+            it::UNICODESTRING if *length == Length::Natural => Fast::Utf16Z,
+            _ => Fast::No,
+        }
+    }
+}
+
 pub(crate) fn compile(props: &[Property], dotnet_flags: bool) -> Vec<PlanField> {
     let mut fields: Vec<PlanField> = props
         .iter()
@@ -193,6 +255,11 @@ pub(crate) fn compile(props: &[Property], dotnet_flags: bool) -> Vec<PlanField> 
             let (in_type, out_type, members) = match &p.kind {
                 PropertyKind::Scalar { in_type, out_type } => (*in_type, *out_type, None),
                 PropertyKind::Struct(m) => (0, 0, Some(compile(m, dotnet_flags))),
+            };
+            let fast = if p.map.is_some() || members.is_some() {
+                Fast::No
+            } else {
+                Fast::of(in_type, out_type, &p.length)
             };
             PlanField {
                 name: Arc::from(p.name.as_str()),
@@ -205,6 +272,7 @@ pub(crate) fn compile(props: &[Property], dotnet_flags: bool) -> Vec<PlanField> 
                 members,
                 referenced: false,
                 ids: 0,
+                fast,
                 json_key: {
                     let mut k = Vec::with_capacity(p.name.len() + 3);
                     crate::sink::json::escape(&mut k, &p.name);
@@ -524,6 +592,11 @@ pub(crate) fn one(
             Dest::Measure => decode_level(members, cur, &mut Dest::Measure).map(|()| None),
         };
     }
+    if let (Dest::Json(buf, _), false) = (&mut *out, want) {
+        if f.fast != Fast::No && fast_json(f.fast, cur, buf) {
+            return Ok(None);
+        }
+    }
     let b = span(f.in_type, f.out_type, cur, len).map_err(|reason| Fail {
         path: String::new(),
         offset: at,
@@ -548,6 +621,43 @@ pub(crate) fn one(
         Dest::Measure if want => Ok(Some(build_value(f.in_type, f.out_type, map, b, len))),
         Dest::Measure => Ok(None),
     }
+}
+
+/// Writes a [`Fast`] field's JSON and moves past it; false (nothing written, cursor unmoved) when
+/// its bytes run past the payload, for the generic path to report.
+#[inline]
+fn fast_json(fast: Fast, cur: &mut Cursor<'_>, buf: &mut Vec<u8>) -> bool {
+    let (w, signed, hex) = match fast {
+        Fast::Dec(w) => (w, false, false),
+        Fast::SDec(w) => (w, true, false),
+        Fast::Hex(w) => (w, false, true),
+        Fast::Utf16Z => {
+            let b = cstr16(cur);
+            crate::sink::json::escape_utf16(buf, b);
+            return true;
+        }
+        Fast::No => return false,
+    };
+    let w = if w == 0 { cur.ptr as usize } else { w as usize };
+    let Some(b) = cur.d.get(cur.pos..cur.pos + w) else {
+        return false;
+    };
+    cur.pos += w;
+    let v = le(b);
+    if hex {
+        crate::sink::json::push_quoted_hex_u64(buf, v);
+    } else if signed {
+        let s = match w {
+            1 => v as u8 as i8 as i64,
+            2 => v as u16 as i16 as i64,
+            4 => v as u32 as i32 as i64,
+            _ => v as i64,
+        };
+        buf.extend_from_slice(itoa::Buffer::new().format(s).as_bytes());
+    } else {
+        buf.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+    }
+    true
 }
 
 /// Appends a scalar's JSON as `build_value(..).write_json(..)` would, without building strings and

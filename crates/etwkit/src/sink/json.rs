@@ -304,6 +304,12 @@ fn find_escape(b: &[u8]) -> Option<usize> {
 /// Appends `s` as a JSON string (the escapes serde_json writes).
 pub fn escape(l: &mut Vec<u8>, s: &str) {
     l.push(b'"');
+    escape_body(l, s);
+    l.push(b'"');
+}
+
+/// Appends the escaped text of `s`, without the quotes.
+fn escape_body(l: &mut Vec<u8>, s: &str) {
     let b = s.as_bytes();
     let mut start = 0;
     while let Some(off) = find_escape(&b[start..]) {
@@ -324,6 +330,32 @@ pub fn escape(l: &mut Vec<u8>, s: &str) {
         start = i + 1;
     }
     l.extend_from_slice(&b[start..]);
+}
+
+/// Appends UTF-16LE `units` (a whole number of 2-byte units; a trailing odd byte is ignored) as a
+/// JSON string: exactly `escape` of their lossy UTF-8 decoding (unpaired surrogates become
+/// U+FFFD). Printable ASCII, the common case, is copied without decoding.
+pub fn escape_utf16(l: &mut Vec<u8>, units: &[u8]) {
+    let n = units.len() / 2;
+    l.reserve(n + 2);
+    l.push(b'"');
+    let mut i = 0;
+    while i < n {
+        let (lo, hi) = (units[2 * i], units[2 * i + 1]);
+        if hi != 0 || NEEDS_ESCAPE[lo as usize] || lo >= 0x80 {
+            break;
+        }
+        l.push(lo);
+        i += 1;
+    }
+    if i < n {
+        // The rest goes through a real decoder and the escaper.
+        let rest = units[2 * i..2 * n].chunks_exact(2);
+        let s: String = char::decode_utf16(rest.map(|c| u16::from_le_bytes([c[0], c[1]])))
+            .map(|r| r.unwrap_or('\u{FFFD}'))
+            .collect();
+        escape_body(l, &s);
+    }
     l.push(b'"');
 }
 
@@ -379,9 +411,17 @@ mod escape_tests {
             "ctl\u{1}\n\r\ttab",
             "",
             "ünïcødé ✓",
+            "ascii then ü and \"quotes\"",
         ] {
             let mut l = Vec::new();
             super::escape(&mut l, s);
+            assert_eq!(
+                String::from_utf8(l).unwrap(),
+                serde_json::to_string(s).unwrap()
+            );
+            let units: Vec<u8> = s.encode_utf16().flat_map(u16::to_le_bytes).collect();
+            let mut l = Vec::new();
+            super::escape_utf16(&mut l, &units);
             assert_eq!(
                 String::from_utf8(l).unwrap(),
                 serde_json::to_string(s).unwrap()

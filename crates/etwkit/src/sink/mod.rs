@@ -212,6 +212,24 @@ impl<'w> Lines<'w> {
         self.header()?;
         self.out.write_all(lines)
     }
+
+    /// As [`Lines::write_rendered`], for lines in several slices (one vectored write when the
+    /// writer takes them whole: nothing is copied).
+    pub fn write_rendered_vectored(&mut self, slices: &[io::IoSlice<'_>]) -> io::Result<()> {
+        self.header()?;
+        let mut v: Vec<io::IoSlice<'_>> = slices.to_vec();
+        let mut bufs = &mut v[..];
+        io::IoSlice::advance_slices(&mut bufs, 0);
+        while !bufs.is_empty() {
+            match self.out.write_vectored(bufs) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => io::IoSlice::advance_slices(&mut bufs, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Sink for Lines<'_> {
