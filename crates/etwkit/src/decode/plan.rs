@@ -524,10 +524,26 @@ pub(crate) fn decode_level(
                 } else {
                     0
                 });
+                let mut first = 0;
                 if let Dest::Json(buf, _) = out {
                     buf.push(b'[');
+                    // Plain numbers straight from the bytes, in one tight loop; an element that
+                    // runs past the payload is left to the general loop, which reports it.
+                    if f.fast != Fast::No {
+                        while first < n {
+                            let mark = buf.len();
+                            if first > 0 {
+                                buf.push(b',');
+                            }
+                            if !fast_json(f.fast, cur, buf) {
+                                buf.truncate(mark);
+                                break;
+                            }
+                            first += 1;
+                        }
+                    }
                 }
-                for i in 0..n {
+                for i in first..n {
                     if i > 0 {
                         if let Dest::Json(buf, _) = out {
                             buf.push(b',');
