@@ -66,12 +66,12 @@ pub mod stacks;
 mod stats;
 pub mod threads;
 mod value;
-mod view;
+pub mod view;
 
 pub use plan::{decode_properties, Plan};
 pub use stats::{file_stats, DecodeStats};
 pub use value::{DecodeError, Properties, Value};
-pub use view::Local;
+pub use view::{EventView, Local};
 
 use std::sync::{Arc, RwLock};
 

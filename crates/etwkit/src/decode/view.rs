@@ -1,17 +1,126 @@
-//! The hot path of `etwkit dump`: a record straight to the [`EventView`] the sinks print, on one
+//! [`EventView`]: a record with its names and decoded properties, what the sinks print; and the hot
+//! path of `etwkit dump` that makes one straight from a record, on one
 //! thread of many. Each thread keeps a [`Local`]: the layout of every kind of event it has met,
 //! looked up once (after that no lock, no shared reference count and no allocation per record),
 //! and the buffers the properties' JSON text is written to.
 
 use std::sync::Arc;
 
-use crate::event::{ext_type, flags, HeaderType, Stack};
+use crate::event::{ext_type, flags, EventRecord, HeaderType, Stack};
 use crate::schema::registry::FastMap;
 use crate::schema::{Registry, SchemaKey};
-use crate::sink::EventView;
 
 use super::plan::Plan;
-use super::{is_eventsource_manifest, record_stack, DecodedEvent, Decoder};
+use super::{is_eventsource_manifest, record_stack, DecodedEvent, Decoder, Ids};
+
+/// An event and what is known about it, ready to print (every sink takes one: `crate::sink`).
+pub struct EventView<'a, 'r> {
+    pub event: &'a EventRecord<'r>,
+    pub provider_name: Option<&'a str>,
+    pub event_name: Option<&'a str>,
+    pub task_name: Option<&'a str>,
+    pub opcode_name: Option<&'a str>,
+    /// Already-rendered JSON object text of the decoded properties.
+    pub properties_json: Option<&'a str>,
+    /// Stack to show: the record's own stack item, or one attached by the decoder.
+    pub stack: Option<&'a Stack>,
+    /// Why the layout does not fit the payload (JSON `decode_issue`, present only when set).
+    pub decode_issue: Option<&'a str>,
+    /// The pointer size the layout was decoded with when it is not the header's (JSON
+    /// `layout_pointer_size`, present only when set).
+    pub layout_pointer_size: Option<u8>,
+    /// Process/thread ids filled in for a kernel record whose header carries none (JSON `pid`/`tid`
+    /// show them; `pid_source`/`tid_source` say where they came from).
+    pub ids: Option<Ids>,
+    /// A file path field and its DOS form (JSON `dos_paths`: `{"FileName":"C:\\..."}`).
+    pub dos_path: Option<(&'a str, &'a str)>,
+}
+
+impl<'a, 'r> EventView<'a, 'r> {
+    /// What the sinks print for a record and its decoding; `props` receives the properties' JSON
+    /// text (cleared first).
+    pub fn decoded(
+        event: &'a EventRecord<'r>,
+        d: Option<&'a DecodedEvent>,
+        props: &'a mut Vec<u8>,
+    ) -> Self {
+        let mut v = EventView::bare(event);
+        props.clear();
+        if let Some(d) = d {
+            v.provider_name = d.provider_name.as_deref();
+            v.event_name = d.event_name.as_deref();
+            v.task_name = d.task_name.as_deref();
+            v.opcode_name = d.opcode_name.as_deref();
+            v.stack = d.stack.as_ref();
+            v.decode_issue = d.decode_issue.as_deref();
+            v.layout_pointer_size = d.layout_pointer_size;
+            v.ids = d.ids;
+            v.dos_path = d.dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
+            if !d.properties.is_empty() {
+                d.properties.write_json(props);
+            }
+        }
+        if !props.is_empty() {
+            v.properties_json = std::str::from_utf8(props).ok();
+        }
+        if v.provider_name.is_none() {
+            v.provider_name = event.traits_provider_name();
+        }
+        v
+    }
+
+    /// As [`EventView::decoded`], for [`crate::decode::Decoder::decode_etl_json`]'s result and
+    /// the properties' JSON text it wrote (empty: none).
+    pub fn decoded_json(
+        event: &'a EventRecord<'r>,
+        d: &'a DecodedEvent,
+        props_json: &'a [u8],
+    ) -> Self {
+        let mut v = EventView::bare(event);
+        v.provider_name = d.provider_name.as_deref();
+        v.event_name = d.event_name.as_deref();
+        v.task_name = d.task_name.as_deref();
+        v.opcode_name = d.opcode_name.as_deref();
+        v.stack = d.stack.as_ref();
+        v.decode_issue = d.decode_issue.as_deref();
+        v.layout_pointer_size = d.layout_pointer_size;
+        v.ids = d.ids;
+        v.dos_path = d.dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
+        if !props_json.is_empty() {
+            v.properties_json = std::str::from_utf8(props_json).ok();
+        }
+        if v.provider_name.is_none() {
+            v.provider_name = event.traits_provider_name();
+        }
+        v
+    }
+
+    /// The process id to show: attributed, else the header's (`u32::MAX`: none).
+    pub fn pid(&self) -> u32 {
+        self.ids.map_or(self.event.pid, |i| i.pid)
+    }
+
+    /// The thread id to show: attributed, else the header's (`u32::MAX`: none).
+    pub fn tid(&self) -> u32 {
+        self.ids.map_or(self.event.tid, |i| i.tid)
+    }
+
+    pub fn bare(event: &'a EventRecord<'r>) -> Self {
+        EventView {
+            event,
+            provider_name: None,
+            event_name: None,
+            task_name: None,
+            opcode_name: None,
+            properties_json: None,
+            stack: None,
+            decode_issue: None,
+            layout_pointer_size: None,
+            ids: None,
+            dos_path: None,
+        }
+    }
+}
 
 /// A layout as one thread keeps it.
 struct Layout {
