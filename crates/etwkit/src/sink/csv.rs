@@ -31,13 +31,31 @@ fn quoted(out: &mut Vec<u8>, b: &[u8]) {
     let dst = &mut out[start..];
     dst[0] = b'"';
     let mut w = 1;
-    for &c in b {
-        dst[w] = c;
-        w += 1;
+    let one = |dst: &mut [u8], w: &mut usize, c: u8| {
+        dst[*w] = c;
+        *w += 1;
         if c == b'"' {
-            dst[w] = b'"';
-            w += 1;
+            dst[*w] = b'"';
+            *w += 1;
         }
+    };
+    // Eight bytes at a time while a word holds no quote (SWAR: a zero byte of `word ^ "…"`).
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let mut words = b.chunks_exact(8);
+    for chunk in &mut words {
+        let q = u64::from_le_bytes(chunk.try_into().unwrap_or_default()) ^ (LO * b'"' as u64);
+        if q.wrapping_sub(LO) & !q & HI == 0 {
+            dst[w..w + 8].copy_from_slice(chunk);
+            w += 8;
+        } else {
+            for &c in chunk {
+                one(dst, &mut w, c);
+            }
+        }
+    }
+    for &c in words.remainder() {
+        one(dst, &mut w, c);
     }
     dst[w] = b'"';
     out.truncate(start + w + 1);
@@ -100,7 +118,11 @@ impl Render for CsvRender {
         l.push(b',');
         num(l, e.pointer_size);
         l.push(b',');
-        push_guid(l, &e.activity_id);
+        if e.activity_id.is_zero() {
+            l.extend_from_slice(b"00000000-0000-0000-0000-000000000000");
+        } else {
+            push_guid(l, &e.activity_id);
+        }
         l.push(b',');
         num(l, e.payload.len());
         l.push(b',');
@@ -123,6 +145,14 @@ mod tests {
             (r#"{"A":"x""y"}"#, r#""{""A"":""x""""y""}""#),
             ("line\nbreak", "\"line\nbreak\""),
             ("", ""),
+            (
+                r#"{"Name":"a long value, with commas","X":"0x1f"}"#,
+                r#""{""Name"":""a long value, with commas"",""X"":""0x1f""}""#,
+            ),
+            (
+                "no quotes at all, but a comma",
+                "\"no quotes at all, but a comma\"",
+            ),
         ] {
             let mut o = Vec::new();
             super::field(&mut o, s);
