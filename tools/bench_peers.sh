@@ -5,6 +5,9 @@
 # `--format csv` wall time and MB/s, peak RSS; dissect.etl's record walk + payload parse; the
 # ratios; and `stats` decoding CPU time per record (CPU of `stats` minus CPU of `stats --raw`,
 # divided by the records). Wall times on a loaded machine say little: the CPU-time ratio is printed too.
+# Memory: the file relogged four times into one (`etwkit relog F F F F`, 4x the records, same
+# layouts) is dumped too; its peak RSS against the 1x file's shows memory bounded by buffers in
+# flight, not by the file.
 # The peer venv is target/peer-venv (tests/peers/setup_venv.sh makes it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,12 +17,14 @@ venv=$root/target/peer-venv
 [ -x "$venv/bin/python" ] || sh "$root/tests/peers/setup_venv.sh" >&2
 cargo build -q --release -p etwkit-cli --manifest-path "$root/Cargo.toml"
 bin=$root/target/release/etwkit
+big=$root/target/bench-4x.etl
+[ -f "$big" ] && [ "$big" -nt "$file" ] || "$bin" relog "$file" "$file" "$file" "$file" -o "$big" >/dev/null
 
-"$venv/bin/python" - "$file" "$bin" <<'PY'
+"$venv/bin/python" - "$file" "$bin" "$big" <<'PY'
 import os, resource, subprocess, sys, time, json
 from dissect.etl import ETL
 
-path, exe = sys.argv[1], sys.argv[2]
+path, exe, big = sys.argv[1], sys.argv[2], sys.argv[3]
 size = os.path.getsize(path)
 
 def run(args):
@@ -41,6 +46,8 @@ csv_w, csv_cpu, csv_rss = best(["dump", path, "--format", "csv"], 5)
 json1_w, json1_cpu, _ = best(["dump", path, "--format", "json", "--threads", "1"])
 stats_w, stats_cpu, _ = best(["stats", path], 5)
 raw_w, raw_cpu, _ = best(["stats", path, "--raw"], 5)
+big_w, big_cpu, big_rss = best(["dump", big, "--format", "json"], 2)
+big_csv_w, big_csv_cpu, big_csv_rss = best(["dump", big, "--format", "csv"], 2)
 records = json.loads(subprocess.run([exe, "stats", path, "--raw", "--format", "json"],
                                     capture_output=True, check=True).stdout)["records"]
 
@@ -63,6 +70,9 @@ print(f"etwkit dump json --threads 1:   {json1_w:6.3f} s  {mb/json1_w:7.1f} MB/s
 print(f"dissect.etl walk + event:       {d_secs:6.3f} s  {mb/d_secs:7.2f} MB/s  (CPU {d_cpu:.3f} s; {n} records, {parsed} parsed)")
 print(f"ratio json dump: etwkit is {d_secs/json_w:.0f}x dissect.etl in wall time, {d_cpu/json_cpu:.0f}x in CPU time; "
       f"csv/json time: {csv_w/json_w:.2f}")
+print(f"ratio csv/json CPU time: {csv_cpu/json_cpu:.2f}; json CPU per record: {json_cpu/records*1e6:.2f} us")
+print(f"peak RSS, 1x vs 4x file ({os.path.getsize(big)/1e6:.0f} MB): json {json_rss/1024:.0f} vs {big_rss/1024:.0f} MiB, "
+      f"csv {csv_rss/1024:.0f} vs {big_csv_rss/1024:.0f} MiB (4x dump: {big_w:.3f} s, CPU {big_cpu:.3f} s)")
 print(f"stats decoding: {(stats_cpu-raw_cpu)/records*1e6:.2f} us CPU per record "
       f"(stats {stats_cpu:.3f} s CPU, stats --raw {raw_cpu:.3f} s)")
 PY

@@ -88,7 +88,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let d = etwkit::decode::Decoder::for_file(registry(&a.manifest)?, &f).0;
         (Some(d), etwkit::schema::Registry::new())
     };
-    let registry = decoder.as_ref().map(|d| d.registry()).unwrap_or(&registry);
+    let decoder_owned = decoder;
+    let decoder = decoder_owned.as_ref();
+    let registry = decoder.map(|d| d.registry()).unwrap_or(&registry);
     let filter = a.filter.to_filter(f.header().start_time, registry)?;
     let unknown = a.filter.unknown_providers(registry);
     let format: Format = a.format.into();
@@ -102,9 +104,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         OrderArg::Time => Order::Time,
     };
     let bar = crate::progress::bar(f.len());
-    let decoder = decoder.as_ref();
     let mut error = None;
-    let rendered = f.par_render(
+    let rendered = f.par_render_vectored(
         order,
         a.threads
             .unwrap_or_else(etwkit::etl::parallel::default_threads),
@@ -130,7 +131,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 b.set_position(done)
             }
         },
-        &mut |bytes| match lines.write_rendered(bytes) {
+        &mut |slices| match lines.write_rendered_vectored(slices) {
             Ok(()) => ControlFlow::Continue(()),
             Err(e) => {
                 error = Some(e);
@@ -146,6 +147,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         return Err(e.into());
     }
     lines.finish()?;
+    // The process ends next: its tables (plans, stack index, thread table) need no freeing.
+    std::mem::forget(decoder_owned);
     a.filter.warn_if_nothing_kept(rendered.emitted, &unknown);
     std::io::stderr().flush().ok();
     for i in &summary.issues {

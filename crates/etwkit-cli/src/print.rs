@@ -71,7 +71,7 @@ impl<'w> Printer<'w> {
 #[derive(Default)]
 pub struct Scratch {
     props: Vec<u8>,
-    text: String,
+    local: etwkit::decode::Local,
 }
 
 /// Renders one ETL record as `dump` prints it (the per-thread work of a parallel dump).
@@ -83,13 +83,7 @@ pub fn render_record(
     out: &mut Vec<u8>,
 ) {
     match decoder {
-        Some(d) => {
-            let dec = d.decode_etl_json(r, &mut scratch.props, &mut scratch.text);
-            renderer.render(
-                &EventView::decoded_json(&r.event, &dec, &scratch.props),
-                out,
-            );
-        }
+        Some(d) => renderer.render(&d.view_etl(&mut scratch.local, r), out),
         None => renderer.render(&EventView::decoded(&r.event, None, &mut scratch.props), out),
     }
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use etwkit::etl::relog::{relog_options, relog_to_file, RelogFilter};
+use etwkit::etl::relog::{relog_options, relog_to_file_with, RelogFilter};
 use etwkit::etl::EtlFile;
 
 #[derive(clap::Args)]
@@ -23,6 +23,10 @@ pub struct Args {
     /// Output buffer size in KiB.
     #[arg(long, default_value_t = 64)]
     buffer_kib: u32,
+    /// Threads reading and filtering a single input (default: every core). The output is the
+    /// same file for any number.
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -69,7 +73,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .buffer_kib
         .checked_mul(1024)
         .context("buffer size too large")?;
-    let s = relog_to_file(&files, &filter, &a.output, opts)
+    let threads = a
+        .threads
+        .unwrap_or_else(etwkit::etl::parallel::default_threads);
+    let s = relog_to_file_with(&files, &filter, &a.output, opts, threads)
         .with_context(|| format!("relog to {}", a.output.display()))?;
     for i in &s.inputs {
         for issue in &i.read.issues {

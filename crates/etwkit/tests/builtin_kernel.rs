@@ -307,10 +307,10 @@ fn decoded_matches(te: &str, v: &Value, prop: &Property, ctx: &Ctx) -> bool {
         Value::Ipv4(a) => te == a.to_string(),
         Value::Ipv6(a) => te_str_eq(te, &a.to_string()),
         Value::FileTime(ft) => te_str_eq(te, &te_time(*ft as u64, ctx)),
-        // Flags: TraceEvent joins the named bits with ", " and leaves unnamed bits (IrpFlags'
-        // priority hint) out; ours joins with "|" and appends unnamed bits as hex.
+        // Flags: both join the named bits with ", "; TraceEvent leaves unnamed bits (IrpFlags'
+        // priority hint) out, ours appends them as hex.
         Value::Mapped { value, name } => {
-            let named: Vec<&str> = name.split('|').filter(|s| !s.starts_with("0x")).collect();
+            let named: Vec<&str> = name.split(", ").filter(|s| !s.starts_with("0x")).collect();
             let ours = if named.is_empty() {
                 "None".to_string()
             } else {

@@ -100,20 +100,9 @@ fn matches(base: &str, ours: &Value) -> Option<bool> {
             base == if *b { "True" } else { "False" } || base == (*b as u8).to_string()
         }
         Value::Mapped { value, name } => {
-            // [Flags] names as C# prints them: ", " between names; FileShare's composite ReadWrite
-            // is our Read|Write.
-            let norm = |s: &str| {
-                s.replace(", ", "|")
-                    .replace(' ', "")
-                    .replace("ReadWrite", "Read|Write")
-            };
-            text_eq(name)
-                || if truncated {
-                    norm(name).starts_with(&norm(prefix))
-                } else {
-                    norm(prefix) == norm(name)
-                }
-                || num(base) == Some(*value as i128)
+            // [Flags] names compare as TraceEvent prints them ("ReadWrite, Delete"); a value
+            // TraceEvent shows as a number (no names in its enum) compares by number.
+            text_eq(name) || num(base) == Some(*value as i128)
         }
         Value::F32(f) => base
             .replace(',', "")

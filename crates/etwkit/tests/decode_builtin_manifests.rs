@@ -605,7 +605,7 @@ fn clr_gc_events_match_the_payload_bytes() {
         prop(r, "Flags"),
         &Value::Mapped {
             value: le32(b, 2) as u64,
-            name: "QuickJit|QuickJitForLoops|ReadyToRun".into()
+            name: "QuickJit, QuickJitForLoops, ReadyToRun".into()
         }
     );
 }

@@ -1,5 +1,5 @@
-//! A parallel walk (`EtlFile::par_render`, what `etwkit dump` runs) gives the single-threaded
-//! output byte for byte: every sample, JSON and CSV, file and time order, 1 to 3 threads, with and
+//! A parallel walk (`EtlFile::par_render` with `Decoder::view_etl`, what `etwkit dump` runs) gives
+//! the single-threaded output of the value path byte for byte: every sample, JSON and CSV, file and time order, 1 to 3 threads, with and
 //! without a filter dropping records (dropped records still take part in the time merge).
 
 mod common;
@@ -46,16 +46,17 @@ fn parallel(
     let emitted;
     {
         let mut lines = Lines::new(format, Box::new(&mut out));
+        // The workers take dump's path (`Decoder::view_etl`: per-thread layouts, JSON written
+        // straight from the payload); the reference is the value path, one record at a time.
         let s = f.par_render(
             order,
             threads,
-            || (renderer(format), Vec::new()),
-            |(r, props), rec, buf| {
+            || (renderer(format), etwkit::decode::Local::default()),
+            |(r, local), rec, buf| {
                 if !keep(filtered, rec) {
                     return false;
                 }
-                let dec = d.decode_etl(rec);
-                r.render(&EventView::decoded(&rec.event, Some(&dec), props), buf);
+                r.render(&d.view_etl(local, rec), buf);
                 true
             },
             &mut |_| {},

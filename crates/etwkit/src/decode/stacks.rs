@@ -164,10 +164,20 @@ impl KeyTable {
     }
 }
 
+/// Size of [`StackIndex`]'s timestamp filter: 2^20 bits (128 KiB).
+const SEEN_WORDS: usize = 1 << 14;
+
+fn seen_bit(t: i64) -> usize {
+    ((t as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 44) as usize
+}
+
 /// Stacks by raw timestamp, per thread.
 #[derive(Clone, Debug, Default)]
 pub struct StackIndex {
     by_ts: FastMap<i64, Vec<Entry>>,
+    /// One bit per hash of every timestamp in `by_ts` (bits are never cleared): most records have
+    /// no stack, and this small table says so without probing the large map.
+    seen: Vec<u64>,
     keys: KeyTable,
     stacks: usize,
 }
@@ -187,6 +197,11 @@ impl StackIndex {
             return is_stackwalk(rec);
         };
         self.stacks += 1;
+        if self.seen.is_empty() {
+            self.seen = vec![0; SEEN_WORDS];
+        }
+        let b = seen_bit(sw.event_timestamp);
+        self.seen[b / 64] |= 1 << (b % 64);
         let v = self.by_ts.entry(sw.event_timestamp).or_default();
         let part = (rec.raw_timestamp, sw.part);
         match v.iter_mut().find(|e| e.thread == sw.thread) {
@@ -217,6 +232,14 @@ impl StackIndex {
     /// The stack taken for `rec`, if StackWalk events name its timestamp and thread.
     pub fn stack_for(&self, rec: &EventRecord<'_>) -> Option<Stack> {
         if rec.provider == STACKWALK_GUID && rec.header_type.is_kernel() {
+            return None;
+        }
+        let b = seen_bit(rec.raw_timestamp);
+        if self
+            .seen
+            .get(b / 64)
+            .is_none_or(|w| w & (1 << (b % 64)) == 0)
+        {
             return None;
         }
         let v = self.by_ts.get(&rec.raw_timestamp)?;

@@ -8,10 +8,13 @@
 //! on. The output is the single-threaded output, byte for byte (tested on every sample).
 //!
 //! Memory: at most `4 × threads + 2` rendered buffers wait ahead of the merge, beside the buffers
-//! the time merge holds open (about one per CPU of the traced machine).
+//! the time merge holds open (about one per CPU of the traced machine). Rendered buffers go back
+//! to a pool once written and are reused with their capacity: no fresh (page-faulting) allocation
+//! per buffer once the walk is under way.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::io::IoSlice;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Condvar, Mutex};
@@ -65,6 +68,30 @@ impl EtlFile {
         I: Fn() -> S + Sync,
         F: Fn(&mut S, &Record<'_>, &mut Vec<u8>) -> bool + Sync,
     {
+        self.par_render_vectored(order, threads, init, render, progress, &mut |slices| {
+            for s in slices {
+                out(s)?;
+            }
+            ControlFlow::Continue(())
+        })
+    }
+
+    /// As [`EtlFile::par_render`], but the bytes go to `out` as batches of slices (runs of
+    /// records of one buffer, up to about 1 MiB or 512 runs at a time): for a writer with
+    /// `write_vectored`, the merge then copies nothing.
+    pub fn par_render_vectored<S, I, F>(
+        &self,
+        order: Order,
+        threads: usize,
+        init: I,
+        render: F,
+        progress: &mut dyn FnMut(u64),
+        out: &mut dyn FnMut(&[IoSlice<'_>]) -> ControlFlow<()>,
+    ) -> RenderSummary
+    where
+        I: Fn() -> S + Sync,
+        F: Fn(&mut S, &Record<'_>, &mut Vec<u8>) -> bool + Sync,
+    {
         let threads = threads.max(1);
         let seq: Vec<(i64, usize)> = match order {
             Order::File => self.buffers().iter().map(|b| (0, b.index)).collect(),
@@ -76,6 +103,7 @@ impl EtlFile {
         let cv = Condvar::new();
         let stop = AtomicBool::new(false);
         let (tx, rx) = mpsc::channel::<(usize, Rendered)>();
+        let pool: Mutex<Vec<Rendered>> = Mutex::new(Vec::new());
         let mut total = RenderSummary {
             read: self.start_summary(),
             emitted: 0,
@@ -83,7 +111,8 @@ impl EtlFile {
         std::thread::scope(|scope| {
             for _ in 0..threads {
                 let tx = tx.clone();
-                let (seq, next_job, admitted, cv, stop) = (&seq, &next_job, &admitted, &cv, &stop);
+                let (seq, next_job, admitted, cv, stop, pool) =
+                    (&seq, &next_job, &admitted, &cv, &stop, &pool);
                 let (init, render) = (&init, &render);
                 scope.spawn(move || {
                     let mut state = init();
@@ -102,11 +131,13 @@ impl EtlFile {
                             break;
                         }
                         let b = &self.buffers()[seq[j].1];
-                        let mut r = Rendered {
-                            size: b.header.buffer_size as u64,
-                            end_offset: b.file_offset + b.header.buffer_size as u64,
-                            ..Default::default()
-                        };
+                        let mut r = pool
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .pop()
+                            .unwrap_or_default();
+                        r.size = b.header.buffer_size as u64;
+                        r.end_offset = b.file_offset + b.header.buffer_size as u64;
                         if let Some(data) = self.load_buffer(b, &mut r.summary) {
                             // Rendered text is a few times the binary (hex payloads, names).
                             r.bytes.reserve(data.len() * 4);
@@ -137,6 +168,13 @@ impl EtlFile {
             }
             drop(tx);
             let mut pending: HashMap<usize, Rendered> = HashMap::new();
+            let recycle = |mut r: Rendered| {
+                r.bytes.clear();
+                r.recs.clear();
+                r.summary = ReadSummary::default();
+                r.emitted = 0;
+                pool.lock().unwrap_or_else(|e| e.into_inner()).push(r);
+            };
             let mut take = |j: usize| -> Rendered {
                 let r = loop {
                     if let Some(r) = pending.remove(&j) {
@@ -157,16 +195,18 @@ impl EtlFile {
             match order {
                 Order::File => {
                     for j in 0..seq.len() {
-                        let r = take(j);
-                        total.read = std::mem::take(&mut total.read).merge(r.summary);
+                        let mut r = take(j);
+                        total.read =
+                            std::mem::take(&mut total.read).merge(std::mem::take(&mut r.summary));
                         total.emitted += r.emitted;
-                        if !r.bytes.is_empty() && out(&r.bytes).is_break() {
+                        if !r.bytes.is_empty() && out(&[IoSlice::new(&r.bytes)]).is_break() {
                             break;
                         }
                         progress(r.end_offset);
+                        recycle(r);
                     }
                 }
-                Order::Time => merge(&seq, &mut take, &mut total, progress, out),
+                Order::Time => merge(&seq, &mut take, &recycle, &mut total, progress, out),
             }
             stop.store(true, Ordering::SeqCst);
             cv.notify_all();
@@ -181,26 +221,69 @@ impl EtlFile {
     }
 }
 
+/// At most this many runs, or this many bytes, wait to be handed on in one vectored write.
+const BATCH_RUNS: usize = 512;
+const BATCH_BYTES: usize = 1 << 20;
+
 /// The time merge of `EtlFile::merge_by_time`, over rendered buffers: buffers join in `seq` order
 /// once the merge reaches their first timestamp; the earliest head (ties: the buffer that joined
-/// first) goes next.
+/// first) goes next. Consecutive records of one buffer leave as one run; runs are handed on in
+/// batches (one vectored write, no copy), their buffers recycled once the batch is out.
 fn merge(
     seq: &[(i64, usize)],
     take: &mut dyn FnMut(usize) -> Rendered,
+    recycle: &dyn Fn(Rendered),
     total: &mut RenderSummary,
     progress: &mut dyn FnMut(u64),
-    out: &mut dyn FnMut(&[u8]) -> ControlFlow<()>,
+    out: &mut dyn FnMut(&[IoSlice<'_>]) -> ControlFlow<()>,
 ) {
     struct Cur {
         r: Rendered,
         i: usize,
         start: usize,
     }
+    struct Batch {
+        /// (slot, from, to) of each run waiting.
+        runs: Vec<(usize, usize, usize)>,
+        bytes: usize,
+        /// Slots whose buffer is finished, with its size (progress), once the batch is out.
+        finished: Vec<(usize, u64)>,
+    }
     let mut cursors: Vec<Option<Cur>> = Vec::new();
     let mut heap: BinaryHeap<Reverse<(i64, usize, usize, usize)>> = BinaryHeap::new();
     let mut next = 0usize;
     let mut done_bytes = 0u64;
-    let mut run: Option<(usize, usize)> = None;
+    let mut batch = Batch {
+        runs: Vec::with_capacity(BATCH_RUNS),
+        bytes: 0,
+        finished: Vec::new(),
+    };
+    let mut flush = |cursors: &mut Vec<Option<Cur>>,
+                     batch: &mut Batch,
+                     done_bytes: &mut u64|
+     -> ControlFlow<()> {
+        if !batch.runs.is_empty() {
+            let v: Vec<IoSlice<'_>> = batch
+                .runs
+                .iter()
+                .map(|&(slot, from, to)| {
+                    let c = cursors[slot].as_ref().expect("cursor of a waiting run");
+                    IoSlice::new(&c.r.bytes[from..to])
+                })
+                .collect();
+            out(&v)?;
+        }
+        batch.runs.clear();
+        batch.bytes = 0;
+        for (slot, size) in batch.finished.drain(..) {
+            *done_bytes += size;
+            progress(*done_bytes);
+            if let Some(c) = cursors[slot].take() {
+                recycle(c.r);
+            }
+        }
+        ControlFlow::Continue(())
+    };
     loop {
         while next < seq.len() && heap.peek().is_none_or(|Reverse((t, ..))| seq[next].0 <= *t) {
             let mut r = take(next);
@@ -211,38 +294,47 @@ fn merge(
                 cursors.push(Some(Cur { r, i: 0, start: 0 }));
             } else {
                 done_bytes += r.size;
+                recycle(r);
             }
             next += 1;
         }
         let Some(Reverse((_, s, _, slot))) = heap.pop() else {
             break;
         };
-        // Consecutive records of one buffer are handed on as one run (one write, not one per
-        // record): `run` is the slot and start of the bytes not yet passed on.
-        if run.is_some_and(|(r, _)| r != slot) {
-            let (r, from) = run.take().expect("checked");
-            let c = cursors[r].as_ref().expect("run's cursor");
-            if c.start > from && out(&c.r.bytes[from..c.start]).is_break() {
-                return;
-            }
-        }
+        // Take this buffer's records while each stays ahead of every other head (and of the
+        // next buffer to join): the heap would hand them out one after the other anyway.
         let c = cursors[slot].as_mut().expect("cursor in heap");
-        if run.is_none() {
-            run = Some((slot, c.start));
-        }
-        c.start = c.r.recs[c.i].1;
-        c.i += 1;
-        match c.r.recs.get(c.i) {
-            Some(&(t, _)) => heap.push(Reverse((t, s, c.i, slot))),
-            None => {
-                let (_, from) = run.take().expect("run of this slot");
-                if c.start > from && out(&c.r.bytes[from..c.start]).is_break() {
-                    return;
-                }
-                done_bytes += c.r.size;
-                progress(done_bytes);
-                cursors[slot] = None;
+        let from = c.start;
+        loop {
+            c.start = c.r.recs[c.i].1;
+            c.i += 1;
+            let Some(&(t, _)) = c.r.recs.get(c.i) else {
+                break;
+            };
+            let ahead = heap
+                .peek()
+                .is_none_or(|Reverse((ht, hs, ..))| (t, s) < (*ht, *hs))
+                && (next >= seq.len() || t < seq[next].0);
+            if !ahead {
+                heap.push(Reverse((t, s, c.i, slot)));
+                break;
             }
+        }
+        let (to, finished, size) = (c.start, c.i == c.r.recs.len(), c.r.size);
+        if to > from {
+            batch.runs.push((slot, from, to));
+            batch.bytes += to - from;
+        }
+        if finished {
+            batch.finished.push((slot, size));
+        }
+        if (batch.runs.len() >= BATCH_RUNS
+            || batch.bytes >= BATCH_BYTES
+            || batch.finished.len() >= 4)
+            && flush(&mut cursors, &mut batch, &mut done_bytes).is_break()
+        {
+            return;
         }
     }
+    let _ = flush(&mut cursors, &mut batch, &mut done_bytes);
 }

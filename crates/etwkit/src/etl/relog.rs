@@ -150,15 +150,45 @@ pub fn relog_to_file(
     out: &Path,
     opts: WriterOptions,
 ) -> Result<RelogSummary, WriteError> {
+    relog_to_file_with(
+        inputs,
+        filter,
+        out,
+        opts,
+        super::parallel::default_threads(),
+    )
+}
+
+/// As [`relog_to_file`], reading and filtering a single input on `threads` threads.
+pub fn relog_to_file_with(
+    inputs: &[EtlFile],
+    filter: &RelogFilter,
+    out: &Path,
+    opts: WriterOptions,
+    threads: usize,
+) -> Result<RelogSummary, WriteError> {
     let w = Writer::create(out, opts)?;
-    relog(inputs, filter, w)
+    relog_with(inputs, filter, w, threads)
 }
 
 /// Relogs `inputs` through an open writer, then finishes it.
 pub fn relog<W: super::writer::Output>(
     inputs: &[EtlFile],
     filter: &RelogFilter,
+    w: Writer<W>,
+) -> Result<RelogSummary, WriteError> {
+    relog_with(inputs, filter, w, super::parallel::default_threads())
+}
+
+/// As [`relog`]. A single input is read and filtered on `threads` threads (buffers parsed and
+/// filtered in parallel, merged in time order: the records reach the writer in exactly the order
+/// of a single-threaded walk, so the output is the same file); `threads` ≤ 1 walks it on the
+/// calling thread. Several inputs are read on a thread each.
+pub fn relog_with<W: super::writer::Output>(
+    inputs: &[EtlFile],
+    filter: &RelogFilter,
     mut w: Writer<W>,
+    threads: usize,
 ) -> Result<RelogSummary, WriteError> {
     let mut summaries = Vec::with_capacity(inputs.len());
     // Losses of the original sessions carry over, so the copy does not look more complete than it is.
@@ -166,7 +196,9 @@ pub fn relog<W: super::writer::Output>(
         w.add_events_lost(f.header().events_lost);
         w.add_buffers_lost(f.header().buffers_lost);
     }
-    if let [f] = inputs {
+    if let ([f], true) = (inputs, threads > 1) {
+        summaries.push(relog_parallel(f, filter, &mut w, threads)?);
+    } else if let [f] = inputs {
         let clock = f.clock();
         let mut err = None;
         let mut kept = 0u64;
@@ -200,6 +232,59 @@ pub fn relog<W: super::writer::Output>(
     Ok(RelogSummary {
         inputs: summaries,
         written,
+    })
+}
+
+/// One input relogged with its buffers parsed and filtered on `threads` worker threads: each kept
+/// record travels to the writer as `u32 length, u16 cpu, raw record`.
+fn relog_parallel<W: super::writer::Output>(
+    f: &EtlFile,
+    filter: &RelogFilter,
+    w: &mut Writer<W>,
+    threads: usize,
+) -> Result<RelogInput, WriteError> {
+    let clock = f.clock();
+    let mut err = None;
+    let mut kept = 0u64;
+    let s = f.par_render_vectored(
+        Order::Time,
+        threads,
+        || (),
+        |_, r, out| {
+            if is_logfile_header(r) || !filter.matches(r) {
+                return false;
+            }
+            out.extend_from_slice(&(r.raw.len() as u32).to_le_bytes());
+            out.extend_from_slice(&r.cpu.to_le_bytes());
+            out.extend_from_slice(r.raw);
+            true
+        },
+        &mut |_| {},
+        &mut |slices| {
+            for s in slices {
+                let mut b: &[u8] = s;
+                while let Some((head, rest)) = b.split_first_chunk::<6>() {
+                    let n = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+                    let cpu = u16::from_le_bytes([head[4], head[5]]);
+                    let (raw, rest) = rest.split_at(n);
+                    if let Err(e) = w.write_raw(raw, cpu, &clock) {
+                        err = Some(e);
+                        return ControlFlow::Break(());
+                    }
+                    kept += 1;
+                    b = rest;
+                }
+            }
+            ControlFlow::Continue(())
+        },
+    );
+    if let Some(e) = err {
+        return Err(e);
+    }
+    Ok(RelogInput {
+        path: f.path().to_path_buf(),
+        read: s.read,
+        kept,
     })
 }
 

@@ -33,14 +33,37 @@ impl<W: Write> JsonLines<W> {
     }
 }
 
-/// Caches for rendering timestamps and provider GUIDs (consecutive events mostly share the second
-/// and the provider): the state of a JSON or CSV renderer.
+/// What makes the constant part of an event's line: its provider and descriptor (the names that go
+/// with them are compared on every hit).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct PrefixKey {
+    provider: crate::Guid,
+    id: u16,
+    version: u8,
+    channel: u8,
+    level: u8,
+    opcode: u8,
+    task: u16,
+    keywords: u64,
+}
+
+/// The rendered constant part of the lines of one kind of event.
+struct Prefix {
+    names: [Option<Box<str>>; 4],
+    text: Vec<u8>,
+}
+
+/// At most this many kinds of events keep their rendered prefix (then the cache starts over).
+const PREFIXES: usize = 4096;
+
+/// Caches for rendering timestamps and the constant part of each kind of event's
+/// line (consecutive events mostly share the second and the kind): the state of a
+/// JSON or CSV renderer.
 pub(crate) struct TextCache {
     ts: String,
     /// The `YYYY-MM-DDTHH:MM:SS` text of the last whole second rendered.
     sec_cache: (i64, [u8; 19]),
-    /// The last provider GUID rendered.
-    guid_cache: (crate::Guid, [u8; 36]),
+    prefixes: crate::schema::registry::FastMap<PrefixKey, Prefix>,
 }
 
 impl Default for TextCache {
@@ -48,7 +71,7 @@ impl Default for TextCache {
         TextCache {
             ts: String::with_capacity(32),
             sec_cache: (i64::MIN, [0; 19]),
-            guid_cache: (crate::Guid::ZERO, *ZERO_GUID),
+            prefixes: Default::default(),
         }
     }
 }
@@ -75,15 +98,45 @@ impl TextCache {
         l.extend_from_slice(&digits);
     }
 
-    /// Appends a provider GUID (8-4-4-4-12, lowercase).
-    pub(crate) fn push_provider(&mut self, l: &mut Vec<u8>, g: &crate::Guid) {
-        if self.guid_cache.0 != *g {
-            let mut b = Vec::with_capacity(36);
-            push_guid(&mut b, g);
-            self.guid_cache.1.copy_from_slice(&b);
-            self.guid_cache.0 = *g;
+    /// Appends the constant part of `v`'s line, as `render` writes it: rendered once per kind of
+    /// event (provider, descriptor and names), copied after that.
+    pub(crate) fn push_prefix(
+        &mut self,
+        l: &mut Vec<u8>,
+        v: &EventView<'_, '_>,
+        render: fn(&mut Vec<u8>, &EventView<'_, '_>),
+    ) {
+        let e = v.event;
+        let d = &e.descriptor;
+        let key = PrefixKey {
+            provider: e.provider,
+            id: d.id,
+            version: d.version,
+            channel: d.channel,
+            level: d.level,
+            opcode: d.opcode,
+            task: d.task,
+            keywords: d.keywords,
+        };
+        let names = [v.provider_name, v.event_name, v.task_name, v.opcode_name];
+        if let Some(p) = self.prefixes.get(&key) {
+            if p.names.iter().zip(names).all(|(a, b)| a.as_deref() == b) {
+                l.extend_from_slice(&p.text);
+                return;
+            }
         }
-        l.extend_from_slice(&self.guid_cache.1);
+        let start = l.len();
+        render(l, v);
+        if self.prefixes.len() >= PREFIXES {
+            self.prefixes.clear();
+        }
+        self.prefixes.insert(
+            key,
+            Prefix {
+                names: names.map(|n| n.map(Box::from)),
+                text: l[start..].to_vec(),
+            },
+        );
     }
 }
 
@@ -106,29 +159,8 @@ impl JsonRender {
         let e = v.event;
         l.extend_from_slice(b"{\"timestamp\":\"");
         self.c.push_timestamp(l, e.timestamp);
-        l.extend_from_slice(b"\",\"provider\":\"");
-        self.c.push_provider(l, &e.provider);
-        l.push(b'"');
-        opt_str(l, "provider_name", v.provider_name);
-        opt_str(l, "event_name", v.event_name);
-        opt_str(l, "task_name", v.task_name);
-        opt_str(l, "opcode_name", v.opcode_name);
-        let d = &e.descriptor;
+        self.c.push_prefix(l, v, json_prefix);
         let mut n = itoa::Buffer::new();
-        l.extend_from_slice(b",\"id\":");
-        l.extend_from_slice(n.format(d.id).as_bytes());
-        l.extend_from_slice(b",\"version\":");
-        l.extend_from_slice(n.format(d.version).as_bytes());
-        l.extend_from_slice(b",\"level\":");
-        l.extend_from_slice(n.format(d.level).as_bytes());
-        l.extend_from_slice(b",\"opcode\":");
-        l.extend_from_slice(n.format(d.opcode).as_bytes());
-        l.extend_from_slice(b",\"task\":");
-        l.extend_from_slice(n.format(d.task).as_bytes());
-        l.extend_from_slice(b",\"keywords\":\"0x");
-        push_hex_u64(l, d.keywords);
-        l.extend_from_slice(b"\",\"channel\":");
-        l.extend_from_slice(n.format(d.channel).as_bytes());
         num_or_null(l, b",\"pid\":", v.pid());
         num_or_null(l, b",\"tid\":", v.tid());
         l.extend_from_slice(b",\"cpu\":");
@@ -190,6 +222,35 @@ impl JsonRender {
     }
 }
 
+/// The part of a JSON line that is the same for every event of a kind: from the provider to the
+/// channel.
+fn json_prefix(l: &mut Vec<u8>, v: &EventView<'_, '_>) {
+    let e = v.event;
+    l.extend_from_slice(b"\",\"provider\":\"");
+    push_guid(l, &e.provider);
+    l.push(b'"');
+    opt_str(l, "provider_name", v.provider_name);
+    opt_str(l, "event_name", v.event_name);
+    opt_str(l, "task_name", v.task_name);
+    opt_str(l, "opcode_name", v.opcode_name);
+    let d = &e.descriptor;
+    let mut n = itoa::Buffer::new();
+    l.extend_from_slice(b",\"id\":");
+    l.extend_from_slice(n.format(d.id).as_bytes());
+    l.extend_from_slice(b",\"version\":");
+    l.extend_from_slice(n.format(d.version).as_bytes());
+    l.extend_from_slice(b",\"level\":");
+    l.extend_from_slice(n.format(d.level).as_bytes());
+    l.extend_from_slice(b",\"opcode\":");
+    l.extend_from_slice(n.format(d.opcode).as_bytes());
+    l.extend_from_slice(b",\"task\":");
+    l.extend_from_slice(n.format(d.task).as_bytes());
+    l.extend_from_slice(b",\"keywords\":\"0x");
+    push_hex_u64(l, d.keywords);
+    l.extend_from_slice(b"\",\"channel\":");
+    l.extend_from_slice(n.format(d.channel).as_bytes());
+}
+
 const HEX: &[u8; 16] = b"0123456789abcdef";
 const ZERO_GUID: &[u8; 36] = b"00000000-0000-0000-0000-000000000000";
 
@@ -211,38 +272,45 @@ pub fn push_guid(l: &mut Vec<u8>, g: &crate::Guid) {
     l.extend_from_slice(&out);
 }
 
-/// Appends a u64 as lowercase hex without leading zeros (built on the stack, appended once).
+/// The 16 lowercase hex digits of `v`, most significant first.
 #[inline]
-pub fn push_hex_u64(l: &mut Vec<u8>, v: u64) {
-    let mut buf = [0u8; 16];
-    let digits = if v == 0 {
-        1
-    } else {
-        16 - (v.leading_zeros() as usize / 4)
-    };
-    for (k, slot) in buf[..digits].iter_mut().enumerate() {
-        *slot = HEX[((v >> ((digits - 1 - k) * 4)) & 15) as usize];
+fn hex16(v: u64) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = HEX[((v >> (60 - 4 * i)) & 15) as usize];
     }
-    l.extend_from_slice(&buf[..digits]);
+    out
 }
 
-/// Appends `"0x…"` (quoted hex, no leading zeros) in one copy.
+/// How many hex digits `v` takes without leading zeros (at least one).
+#[inline]
+fn hex_digits(v: u64) -> usize {
+    (16 - (v.leading_zeros() as usize / 4)).max(1)
+}
+
+/// Appends a u64 as lowercase hex without leading zeros. (Fixed-size copies, then a truncation:
+/// no `memcpy` call for a few bytes.)
+#[inline]
+pub fn push_hex_u64(l: &mut Vec<u8>, v: u64) {
+    let digits = hex_digits(v);
+    let d = hex16(v << (4 * (16 - digits)));
+    let n = l.len();
+    l.extend_from_slice(&d);
+    l.truncate(n + digits);
+}
+
+/// Appends `"0x…"` (quoted hex, no leading zeros).
 #[inline]
 pub fn push_quoted_hex_u64(l: &mut Vec<u8>, v: u64) {
-    let mut buf = [0u8; 20];
-    let digits = if v == 0 {
-        1
-    } else {
-        16 - (v.leading_zeros() as usize / 4)
-    };
-    buf[0] = b'"';
+    let digits = hex_digits(v);
+    let mut buf = [b'"'; 20];
     buf[1] = b'0';
     buf[2] = b'x';
-    for k in 0..digits {
-        buf[3 + k] = HEX[((v >> ((digits - 1 - k) * 4)) & 15) as usize];
-    }
+    buf[3..19].copy_from_slice(&hex16(v << (4 * (16 - digits))));
     buf[3 + digits] = b'"';
-    l.extend_from_slice(&buf[..4 + digits]);
+    let n = l.len();
+    l.extend_from_slice(&buf);
+    l.truncate(n + 4 + digits);
 }
 
 fn num_or_null(l: &mut Vec<u8>, key: &[u8], v: u32) {
@@ -304,6 +372,12 @@ fn find_escape(b: &[u8]) -> Option<usize> {
 /// Appends `s` as a JSON string (the escapes serde_json writes).
 pub fn escape(l: &mut Vec<u8>, s: &str) {
     l.push(b'"');
+    escape_body(l, s);
+    l.push(b'"');
+}
+
+/// Appends the escaped text of `s`, without the quotes.
+fn escape_body(l: &mut Vec<u8>, s: &str) {
     let b = s.as_bytes();
     let mut start = 0;
     while let Some(off) = find_escape(&b[start..]) {
@@ -324,6 +398,32 @@ pub fn escape(l: &mut Vec<u8>, s: &str) {
         start = i + 1;
     }
     l.extend_from_slice(&b[start..]);
+}
+
+/// Appends UTF-16LE `units` (a whole number of 2-byte units; a trailing odd byte is ignored) as a
+/// JSON string: exactly `escape` of their lossy UTF-8 decoding (unpaired surrogates become
+/// U+FFFD). Printable ASCII, the common case, is copied without decoding.
+pub fn escape_utf16(l: &mut Vec<u8>, units: &[u8]) {
+    let n = units.len() / 2;
+    l.reserve(n + 2);
+    l.push(b'"');
+    let mut i = 0;
+    while i < n {
+        let (lo, hi) = (units[2 * i], units[2 * i + 1]);
+        if hi != 0 || NEEDS_ESCAPE[lo as usize] || lo >= 0x80 {
+            break;
+        }
+        l.push(lo);
+        i += 1;
+    }
+    if i < n {
+        // The rest goes through a real decoder and the escaper.
+        let rest = units[2 * i..2 * n].chunks_exact(2);
+        let s: String = char::decode_utf16(rest.map(|c| u16::from_le_bytes([c[0], c[1]])))
+            .map(|r| r.unwrap_or('\u{FFFD}'))
+            .collect();
+        escape_body(l, &s);
+    }
     l.push(b'"');
 }
 
@@ -348,10 +448,13 @@ mod tests {
         let mut l = Vec::new();
         push_guid(&mut l, &g);
         assert_eq!(String::from_utf8(l).unwrap(), g.to_string());
-        for v in [0u64, 1, 0xabc, u64::MAX, 0x8000_0000_0000_0000] {
-            let mut l = Vec::new();
+        for v in [0u64, 1, 0xf, 0x10, 0xabc, u64::MAX, 0x8000_0000_0000_0000] {
+            let mut l = b"x".to_vec();
             push_hex_u64(&mut l, v);
-            assert_eq!(String::from_utf8(l).unwrap(), format!("{v:x}"));
+            assert_eq!(String::from_utf8(l).unwrap(), format!("x{v:x}"));
+            let mut l = b"x".to_vec();
+            push_quoted_hex_u64(&mut l, v);
+            assert_eq!(String::from_utf8(l).unwrap(), format!("x\"0x{v:x}\""));
         }
         let mut j = TextCache::default();
         for t in [
@@ -379,9 +482,17 @@ mod escape_tests {
             "ctl\u{1}\n\r\ttab",
             "",
             "ünïcødé ✓",
+            "ascii then ü and \"quotes\"",
         ] {
             let mut l = Vec::new();
             super::escape(&mut l, s);
+            assert_eq!(
+                String::from_utf8(l).unwrap(),
+                serde_json::to_string(s).unwrap()
+            );
+            let units: Vec<u8> = s.encode_utf16().flat_map(u16::to_le_bytes).collect();
+            let mut l = Vec::new();
+            super::escape_utf16(&mut l, &units);
             assert_eq!(
                 String::from_utf8(l).unwrap(),
                 serde_json::to_string(s).unwrap()

@@ -16,120 +16,11 @@
 
 use std::io::{self, Write};
 
-use crate::event::{EventRecord, Stack};
+pub use crate::decode::EventView;
 
 pub mod csv;
 pub mod json;
 pub mod table;
-
-/// An event and what is known about it, ready to print.
-pub struct EventView<'a, 'r> {
-    pub event: &'a EventRecord<'r>,
-    pub provider_name: Option<&'a str>,
-    pub event_name: Option<&'a str>,
-    pub task_name: Option<&'a str>,
-    pub opcode_name: Option<&'a str>,
-    /// Already-rendered JSON object text of the decoded properties.
-    pub properties_json: Option<&'a str>,
-    /// Stack to show: the record's own stack item, or one attached by the decoder.
-    pub stack: Option<&'a Stack>,
-    /// Why the layout does not fit the payload (JSON `decode_issue`, present only when set).
-    pub decode_issue: Option<&'a str>,
-    /// The pointer size the layout was decoded with when it is not the header's (JSON
-    /// `layout_pointer_size`, present only when set).
-    pub layout_pointer_size: Option<u8>,
-    /// Process/thread ids filled in for a kernel record whose header carries none (JSON `pid`/`tid`
-    /// show them; `pid_source`/`tid_source` say where they came from).
-    pub ids: Option<crate::decode::Ids>,
-    /// A file path field and its DOS form (JSON `dos_paths`: `{"FileName":"C:\\..."}`).
-    pub dos_path: Option<(&'a str, &'a str)>,
-}
-
-impl<'a, 'r> EventView<'a, 'r> {
-    /// What the sinks print for a record and its decoding; `props` receives the properties' JSON
-    /// text (cleared first).
-    pub fn decoded(
-        event: &'a EventRecord<'r>,
-        d: Option<&'a crate::decode::DecodedEvent>,
-        props: &'a mut Vec<u8>,
-    ) -> Self {
-        let mut v = EventView::bare(event);
-        props.clear();
-        if let Some(d) = d {
-            v.provider_name = d.provider_name.as_deref();
-            v.event_name = d.event_name.as_deref();
-            v.task_name = d.task_name.as_deref();
-            v.opcode_name = d.opcode_name.as_deref();
-            v.stack = d.stack.as_ref();
-            v.decode_issue = d.decode_issue.as_deref();
-            v.layout_pointer_size = d.layout_pointer_size;
-            v.ids = d.ids;
-            v.dos_path = d.dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
-            if !d.properties.is_empty() {
-                d.properties.write_json(props);
-            }
-        }
-        if !props.is_empty() {
-            v.properties_json = std::str::from_utf8(props).ok();
-        }
-        if v.provider_name.is_none() {
-            v.provider_name = event.traits_provider_name();
-        }
-        v
-    }
-
-    /// As [`EventView::decoded`], for [`crate::decode::Decoder::decode_etl_json`]'s result and
-    /// the properties' JSON text it wrote (empty: none).
-    pub fn decoded_json(
-        event: &'a EventRecord<'r>,
-        d: &'a crate::decode::DecodedEvent,
-        props_json: &'a [u8],
-    ) -> Self {
-        let mut v = EventView::bare(event);
-        v.provider_name = d.provider_name.as_deref();
-        v.event_name = d.event_name.as_deref();
-        v.task_name = d.task_name.as_deref();
-        v.opcode_name = d.opcode_name.as_deref();
-        v.stack = d.stack.as_ref();
-        v.decode_issue = d.decode_issue.as_deref();
-        v.layout_pointer_size = d.layout_pointer_size;
-        v.ids = d.ids;
-        v.dos_path = d.dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
-        if !props_json.is_empty() {
-            v.properties_json = std::str::from_utf8(props_json).ok();
-        }
-        if v.provider_name.is_none() {
-            v.provider_name = event.traits_provider_name();
-        }
-        v
-    }
-
-    /// The process id to show: attributed, else the header's (`u32::MAX`: none).
-    pub fn pid(&self) -> u32 {
-        self.ids.map_or(self.event.pid, |i| i.pid)
-    }
-
-    /// The thread id to show: attributed, else the header's (`u32::MAX`: none).
-    pub fn tid(&self) -> u32 {
-        self.ids.map_or(self.event.tid, |i| i.tid)
-    }
-
-    pub fn bare(event: &'a EventRecord<'r>) -> Self {
-        EventView {
-            event,
-            provider_name: None,
-            event_name: None,
-            task_name: None,
-            opcode_name: None,
-            properties_json: None,
-            stack: None,
-            decode_issue: None,
-            layout_pointer_size: None,
-            ids: None,
-            dos_path: None,
-        }
-    }
-}
 
 /// An output format.
 pub trait Sink {
@@ -211,6 +102,24 @@ impl<'w> Lines<'w> {
     pub fn write_rendered(&mut self, lines: &[u8]) -> io::Result<()> {
         self.header()?;
         self.out.write_all(lines)
+    }
+
+    /// As [`Lines::write_rendered`], for lines in several slices (one vectored write when the
+    /// writer takes them whole: nothing is copied).
+    pub fn write_rendered_vectored(&mut self, slices: &[io::IoSlice<'_>]) -> io::Result<()> {
+        self.header()?;
+        let mut v: Vec<io::IoSlice<'_>> = slices.to_vec();
+        let mut bufs = &mut v[..];
+        io::IoSlice::advance_slices(&mut bufs, 0);
+        while !bufs.is_empty() {
+            match self.out.write_vectored(bufs) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => io::IoSlice::advance_slices(&mut bufs, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 }
 

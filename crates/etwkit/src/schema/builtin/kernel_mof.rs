@@ -208,7 +208,13 @@ pub(crate) static MAP_IRPFLAGS: MapDef = MapDef {
 pub(crate) static MAP_SHAREACCESS: MapDef = MapDef {
     name: "ShareAccess",
     is_bitmap: true,
-    entries: &[(0, "None"), (1, "Read"), (2, "Write"), (4, "Delete")],
+    entries: &[
+        (0, "None"),
+        (1, "Read"),
+        (2, "Write"),
+        (3, "ReadWrite"),
+        (4, "Delete"),
+    ],
 };
 pub(crate) static MAP_CREATEOPTIONS: MapDef = MapDef {
     name: "CreateOptions",

@@ -1,0 +1,80 @@
+//! Value maps and bitmaps: names for integers, joined the way TraceEvent shows them.
+
+use std::fmt::Write as _;
+
+use crate::guid::Guid;
+use crate::schema::ValueMap;
+
+/// Providers TraceEvent decodes with compiled parsers, whose bitmaps it prints as .NET `[Flags]`
+/// enums (`"DomainNeutral, Manifest"`) — whatever gives us their layout (built-in manifest or the
+/// file's own metadata). Kernel MOF classes print so too; other providers' bitmaps are joined with
+/// `|`, as TraceEvent's manifest-driven parser joins them.
+pub(crate) const DOTNET_FLAG_PROVIDERS: [Guid; 3] = [
+    // Microsoft-Windows-DotNETRuntime, -DotNETRuntimeRundown
+    Guid::from_str_const("e13c0d23-ccbc-4e12-931b-d9cc2eee27e4"),
+    Guid::from_str_const("a669021c-c450-4609-a035-5af59af4df18"),
+    crate::schema::builtin::KERNEL_FILE,
+];
+
+/// A value map and how its bitmap names are joined (see `PlanField::dotnet_flags`).
+#[derive(Clone, Copy)]
+pub(crate) struct MapRef<'a> {
+    pub(crate) map: &'a ValueMap,
+    pub(crate) dotnet: bool,
+}
+
+pub(crate) fn map_name(m: MapRef<'_>, v: u64) -> Option<String> {
+    let map = m.map;
+    if !map.is_bitmap {
+        return map
+            .entries
+            .iter()
+            .find(|(k, _)| *k == v)
+            .map(|(_, n)| n.clone());
+    }
+    if v == 0 {
+        return map
+            .entries
+            .iter()
+            .find(|(k, _)| *k == 0)
+            .map(|(_, n)| n.clone());
+    }
+    let mut names: Vec<(u64, &str)> = Vec::new();
+    let mut left = v;
+    if m.dotnet {
+        // As .NET prints a [Flags] enum: the largest entries whose bits are all still unclaimed
+        // first (a composite such as FileShare's ReadWrite = 3 wins over Read and Write).
+        let mut by_value: Vec<&(u64, String)> = map.entries.iter().filter(|e| e.0 != 0).collect();
+        by_value.sort_by_key(|e| std::cmp::Reverse(e.0));
+        for (k, n) in by_value {
+            if left & k == *k {
+                names.push((*k, n.as_str()));
+                left &= !k;
+            }
+        }
+    } else {
+        for (k, n) in &map.entries {
+            if *k != 0 && v & k == *k {
+                names.push((*k, n.as_str()));
+                left &= !k;
+            }
+        }
+    }
+    if names.is_empty() {
+        return None;
+    }
+    // Ascending value order, whatever order the map lists its entries in.
+    names.sort_by_key(|e| e.0);
+    let sep = if m.dotnet { ", " } else { "|" };
+    let mut s = String::new();
+    for (i, (_, n)) in names.iter().enumerate() {
+        if i > 0 {
+            s.push_str(sep);
+        }
+        s.push_str(n);
+    }
+    if left != 0 {
+        let _ = write!(s, "{sep}0x{left:x}");
+    }
+    Some(s)
+}

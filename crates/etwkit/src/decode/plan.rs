@@ -1,0 +1,802 @@
+//! Plans: a schema compiled once (names shared, types resolved, JSON keys pre-rendered) and one
+//! walk over a payload that decodes values, measures, or writes JSON straight from the bytes.
+
+use std::sync::Arc;
+
+use crate::schema::types::{in_type as it, out_type as ot};
+use crate::schema::{
+    Count, EventSchema, InType, Length, OutType, Property, PropertyKind, SchemaSource, ValueMap,
+};
+
+use super::bitmaps::{MapRef, DOTNET_FLAG_PROVIDERS};
+use super::scalar::*;
+use super::{DecodeError, Properties, Value};
+
+#[derive(Debug)]
+pub(crate) struct PlanField {
+    pub(crate) name: Arc<str>,
+    pub(crate) in_type: InType,
+    pub(crate) out_type: OutType,
+    pub(crate) count: Count,
+    pub(crate) length: Length,
+    pub(crate) map: Option<Arc<ValueMap>>,
+    /// Bitmap names as .NET prints a `[Flags]` enum (`"ReadWrite, Delete"`): the maps of layouts
+    /// TraceEvent decodes with its compiled parsers (kernel classes, built-in manifests). Maps of
+    /// manifests read at run time join names with `|`, as TraceEvent's dynamic parser does.
+    pub(crate) dotnet_flags: bool,
+    pub(crate) members: Option<Vec<PlanField>>,
+    /// Another field of this level takes its count or length from this one.
+    pub(crate) referenced: bool,
+    /// How the JSON walk writes this field without building a value (see [`Fast`]).
+    pub(crate) fast: Fast,
+    /// `"name":` as JSON.
+    pub(crate) json_key: Box<[u8]>,
+    /// A top-level field naming the record's process (1) or thread (2) — kernel records whose
+    /// header carries no pid/tid take them from here — or a file path (3) that may have a DOS form.
+    pub(crate) ids: u8,
+}
+
+/// A compiled [`EventSchema`].
+#[derive(Debug)]
+pub struct Plan {
+    pub(crate) fields: Vec<PlanField>,
+    /// The schema's names, shared by every decoded event (no allocation per record).
+    pub(crate) names: PlanNames,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct PlanNames {
+    pub(crate) provider: Option<Arc<str>>,
+    pub(crate) event: Option<Arc<str>>,
+    pub(crate) task: Option<Arc<str>>,
+    pub(crate) opcode: Option<Arc<str>>,
+}
+
+impl Plan {
+    pub fn new(schema: &EventSchema) -> Plan {
+        let arc = |s: &Option<String>| s.as_deref().map(Arc::<str>::from);
+        let dotnet = schema.source == SchemaSource::KernelMof
+            || DOTNET_FLAG_PROVIDERS.contains(&schema.provider);
+        let mut fields = compile(&schema.properties, dotnet);
+        if schema.provider == crate::schema::builtin::KERNEL_FILE {
+            for f in fields.iter_mut().filter(|f| f.map.is_none()) {
+                f.map = crate::schema::builtin::kernel_file_flag_map(&f.name);
+                f.dotnet_flags |= f.map.is_some();
+                if f.map.is_some() {
+                    f.fast = Fast::No;
+                }
+            }
+        }
+        for f in &mut fields {
+            if f.members.is_none() && f.count == Count::One {
+                f.ids = match &*f.name {
+                    "ProcessId" | "PID" | "StackProcess" => 1,
+                    "TThreadId" | "ThreadId" | "IssuingThreadId" | "TTID" | "StackThread" => 2,
+                    "FileName" | "OpenPath" if f.in_type == it::UNICODESTRING => 3,
+                    _ => 0,
+                };
+            }
+        }
+        Plan {
+            fields,
+            names: PlanNames {
+                provider: arc(&schema.provider_name),
+                event: arc(&schema.event_name),
+                task: arc(&schema.task_name),
+                opcode: arc(&schema.opcode_name),
+            },
+        }
+    }
+    /// Decodes a payload with this plan.
+    pub fn decode(&self, payload: &[u8], pointer_size: u8) -> Result<Properties, DecodeError> {
+        self.decode_counted(payload, pointer_size).map(|(p, _)| p)
+    }
+
+    /// As [`Plan::decode`], also returning how many payload bytes the properties took.
+    pub fn decode_counted(
+        &self,
+        payload: &[u8],
+        pointer_size: u8,
+    ) -> Result<(Properties, usize), DecodeError> {
+        self.decode_ids(payload, pointer_size).0
+    }
+
+    /// As [`Plan::decode_counted`], also giving the process and thread ids the payload names.
+    pub(crate) fn decode_ids(
+        &self,
+        payload: &[u8],
+        pointer_size: u8,
+    ) -> (Result<(Properties, usize), DecodeError>, PayloadIds) {
+        let mut cur = Cursor::new(payload, pointer_size, true);
+        let mut out = Properties(Vec::with_capacity(self.fields.len()));
+        let r = match decode_level(&self.fields, &mut cur, &mut Dest::Props(&mut out)) {
+            Ok(()) => Ok((out, cur.pos)),
+            Err(f) => Err(DecodeError {
+                property: f.path,
+                offset: f.offset,
+                reason: f.reason,
+                partial: out,
+            }),
+        };
+        let ids = cur.captured();
+        (r, ids)
+    }
+
+    /// The process and thread ids the payload names (measuring walk, no values built).
+    pub(crate) fn payload_ids(&self, payload: &[u8], pointer_size: u8) -> PayloadIds {
+        let mut cur = Cursor::new(payload, pointer_size, true);
+        let _ = decode_level(&self.fields, &mut cur, &mut Dest::Measure);
+        cur.captured()
+    }
+}
+
+/// What a walk picked up from top-level fields: the process and thread ids the payload names
+/// (ProcessId/ThreadId-like fields) and its first file path field (FileName, OpenPath).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PayloadIds {
+    pub(crate) pid: Option<u64>,
+    pub(crate) tid: Option<u64>,
+    pub(crate) path: Option<(usize, String)>,
+}
+
+impl Cursor<'_> {
+    pub(crate) fn captured(&mut self) -> PayloadIds {
+        PayloadIds {
+            pid: self.pid,
+            tid: self.tid,
+            path: self.path.take(),
+        }
+    }
+}
+
+impl Plan {
+    /// Appends the properties' JSON object (exactly what [`Properties::write_json`] writes for
+    /// [`Plan::decode`]'s result) straight from the payload, and returns the bytes consumed. On
+    /// error `out` holds a partial object: callers truncate it and take the value path.
+    pub(crate) fn write_json(
+        &self,
+        payload: &[u8],
+        pointer_size: u8,
+        out: &mut Vec<u8>,
+        scratch: &mut String,
+    ) -> Result<(usize, PayloadIds), ()> {
+        let mut cur = Cursor::new(payload, pointer_size, true);
+        out.push(b'{');
+        decode_level(&self.fields, &mut cur, &mut Dest::Json(out, scratch)).map_err(|_| ())?;
+        out.push(b'}');
+        Ok((cur.pos, cur.captured()))
+    }
+
+    /// As [`Plan::measure`], but `None` unless every terminated string has its terminator: a
+    /// string running to the end of the payload would make any layout "fit".
+    pub(crate) fn measure_strict(&self, payload: &[u8], pointer_size: u8) -> Option<usize> {
+        let mut cur = Cursor::new(payload, pointer_size, false);
+        decode_level(&self.fields, &mut cur, &mut Dest::Measure).ok()?;
+        (!cur.unterminated).then_some(cur.pos)
+    }
+
+    /// How many payload bytes the properties take, without building values (no allocation): what
+    /// `etwkit stats` needs to count records whose layout leaves bytes unread or runs short.
+    pub fn measure(&self, payload: &[u8], pointer_size: u8) -> Result<usize, DecodeError> {
+        let mut cur = Cursor::new(payload, pointer_size, false);
+        match decode_level(&self.fields, &mut cur, &mut Dest::Measure) {
+            Ok(()) => Ok(cur.pos),
+            Err(f) => Err(DecodeError {
+                property: f.path,
+                offset: f.offset,
+                reason: f.reason,
+                partial: Properties::default(),
+            }),
+        }
+    }
+}
+
+/// The JSON shortcut of a scalar field with no map: what its value renders as, read straight from
+/// the bytes (exactly what `build_value(..).write_json(..)` gives; anything else is `No`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fast {
+    /// The generic path.
+    No,
+    /// An unsigned little-endian integer of this many bytes (0: the pointer size), in decimal.
+    Dec(u8),
+    /// A signed little-endian integer of this many bytes, in decimal.
+    SDec(u8),
+    /// An unsigned little-endian integer of this many bytes (0: the pointer size), as `"0x…"`.
+    Hex(u8),
+    /// A NUL-terminated UTF-16 string.
+    Utf16Z,
+}
+
+impl Fast {
+    fn of(in_t: InType, out: OutType, length: &Length) -> Fast {
+        let dec_out = matches!(
+            out,
+            ot::NULL
+                | ot::UNSIGNEDBYTE
+                | ot::UNSIGNEDSHORT
+                | ot::UNSIGNEDINT
+                | ot::UNSIGNEDLONG
+                | ot::PID
+                | ot::TID
+        );
+        let hex_out = matches!(
+            out,
+            ot::HEXINT8 | ot::HEXINT16 | ot::HEXINT32 | ot::HEXINT64
+        );
+        let width = match in_t {
+            it::UINT8 | it::INT8 => 1,
+            it::UINT16 | it::INT16 => 2,
+            it::UINT32 | it::INT32 => 4,
+            it::UINT64 | it::INT64 => 8,
+            _ => 0,
+        };
+        match in_t {
+            it::UINT8 | it::UINT16 | it::UINT32 | it::UINT64 if dec_out => Fast::Dec(width),
+            it::UINT8 | it::UINT16 | it::UINT32 | it::UINT64 if hex_out => Fast::Hex(width),
+            it::INT8 | it::INT16 | it::INT32 | it::INT64 if out == ot::NULL => Fast::SDec(width),
+            it::HEXINT32 => Fast::Hex(4),
+            it::HEXINT64 => Fast::Hex(8),
+            it::POINTER if matches!(out, ot::UNSIGNEDLONG | ot::UNSIGNEDINT | ot::LONG) => {
+                Fast::Dec(0)
+            }
+            it::POINTER => Fast::Hex(0),
+            it::SIZET if matches!(out, ot::HEXINT64 | ot::HEXINT32) => Fast::Hex(0),
+            it::SIZET => Fast::Dec(0),
+            it::UNICODESTRING if *length == Length::Natural => Fast::Utf16Z,
+            _ => Fast::No,
+        }
+    }
+}
+
+pub(crate) fn compile(props: &[Property], dotnet_flags: bool) -> Vec<PlanField> {
+    let mut fields: Vec<PlanField> = props
+        .iter()
+        .map(|p| {
+            let (in_type, out_type, members) = match &p.kind {
+                PropertyKind::Scalar { in_type, out_type } => (*in_type, *out_type, None),
+                PropertyKind::Struct(m) => (0, 0, Some(compile(m, dotnet_flags))),
+            };
+            let fast = if p.map.is_some() || members.is_some() {
+                Fast::No
+            } else {
+                Fast::of(in_type, out_type, &p.length)
+            };
+            PlanField {
+                name: Arc::from(p.name.as_str()),
+                in_type,
+                out_type,
+                count: p.count.clone(),
+                length: p.length.clone(),
+                map: p.map.clone(),
+                dotnet_flags,
+                members,
+                referenced: false,
+                ids: 0,
+                fast,
+                json_key: {
+                    let mut k = Vec::with_capacity(p.name.len() + 3);
+                    crate::sink::json::escape(&mut k, &p.name);
+                    k.push(b':');
+                    k.into_boxed_slice()
+                },
+            }
+        })
+        .collect();
+    for p in props {
+        for j in [
+            match p.count {
+                Count::FromProperty(j) => Some(j),
+                _ => None,
+            },
+            match p.length {
+                Length::FromProperty(j) => Some(j),
+                _ => None,
+            },
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let Some(f) = fields.get_mut(j) {
+                f.referenced = true;
+            }
+        }
+    }
+    fields
+}
+
+/// Decodes `payload` against `schema` (pointer size per record: 4 or 8). On failure the error names
+/// the property and offset and carries what was decoded before it. Bytes after the last property are
+/// ignored (TDH does the same).
+pub fn decode_properties(
+    schema: &EventSchema,
+    payload: &[u8],
+    pointer_size: u8,
+) -> Result<Properties, DecodeError> {
+    Plan::new(schema).decode(payload, pointer_size)
+}
+
+pub(crate) struct Cursor<'a> {
+    pub(crate) d: &'a [u8],
+    pub(crate) pos: usize,
+    pub(crate) ptr: u8,
+    /// A terminated string ran to the end of the payload without its terminator.
+    pub(crate) unterminated: bool,
+    /// Values of the top-level fields naming the record's process and thread (see `PlanField::ids`).
+    pub(crate) pid: Option<u64>,
+    pub(crate) tid: Option<u64>,
+    /// The first top-level file path field: its index and text.
+    pub(crate) path: Option<(usize, String)>,
+    /// Whether to pick up `pid`, `tid` and `path` (not when only measuring).
+    pub(crate) capture: bool,
+}
+
+pub(crate) struct Fail {
+    pub(crate) path: String,
+    pub(crate) offset: usize,
+    pub(crate) reason: String,
+}
+
+impl<'a> Cursor<'a> {
+    /// A cursor at the payload's start; `pointer_size` 4 reads 32-bit pointers, anything else 64.
+    /// `capture` picks up the ids and path the plan marks (not when only measuring).
+    pub(crate) fn new(d: &'a [u8], pointer_size: u8, capture: bool) -> Cursor<'a> {
+        Cursor {
+            d,
+            pos: 0,
+            ptr: if pointer_size == 4 { 4 } else { 8 },
+            unterminated: false,
+            pid: None,
+            tid: None,
+            path: None,
+            capture,
+        }
+    }
+
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.d.len())
+            .ok_or_else(|| {
+                format!(
+                    "needs {n} bytes but only {} remain",
+                    self.d.len().saturating_sub(self.pos)
+                )
+            })?;
+        let s = &self.d[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    pub(crate) fn rest(&mut self) -> &'a [u8] {
+        let s = &self.d[self.pos.min(self.d.len())..];
+        self.pos = self.d.len();
+        s
+    }
+    pub(crate) fn u16(&mut self) -> Result<u16, String> {
+        Ok(u16::from_le_bytes(
+            self.take(2)?.try_into().unwrap_or_default(),
+        ))
+    }
+    pub(crate) fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().unwrap_or_default(),
+        ))
+    }
+}
+
+/// Where a walk puts what it reads.
+pub(crate) enum Dest<'o> {
+    /// Nowhere: the walk only measures (no allocation).
+    Measure,
+    /// Values, pushed to a property list.
+    Props(&'o mut Properties),
+    /// JSON text (exactly [`Properties::write_json`]'s), appended to a buffer; `scratch` is reused
+    /// for UTF-16 strings.
+    Json(&'o mut Vec<u8>, &'o mut String),
+}
+
+impl Dest<'_> {
+    fn reborrow(&mut self) -> Dest<'_> {
+        match self {
+            Dest::Measure => Dest::Measure,
+            Dest::Props(p) => Dest::Props(p),
+            Dest::Json(b, s) => Dest::Json(b, s),
+        }
+    }
+}
+
+/// Walks one level of fields into `out`. Decoding, measuring and JSON writing all go through this
+/// walk, so they agree on every byte.
+pub(crate) fn decode_level(
+    fields: &[PlanField],
+    cur: &mut Cursor<'_>,
+    out: &mut Dest<'_>,
+) -> Result<(), Fail> {
+    // Integer values of this level's properties, for count=/length= references.
+    let mut small = [None::<u64>; 32];
+    let mut big;
+    let nums: &mut [Option<u64>] = if fields.len() <= small.len() {
+        &mut small[..fields.len()]
+    } else {
+        big = vec![None; fields.len()];
+        &mut big
+    };
+    for (idx, f) in fields.iter().enumerate() {
+        let start = cur.pos;
+        let fail = |reason: String, at: usize| Fail {
+            path: f.name.to_string(),
+            offset: at,
+            reason,
+        };
+        let referenced = |j: usize, what: &str| -> Result<u64, Fail> {
+            nums.get(j).copied().flatten().ok_or_else(|| {
+                fail(
+                    format!("its {what} property (#{j}) has no integer value"),
+                    start,
+                )
+            })
+        };
+        let len = match f.length {
+            Length::Natural => None,
+            Length::Fixed(n) => Some(n as u64),
+            Length::FromProperty(j) => Some(referenced(j, "length")?),
+        };
+        let n = match f.count {
+            Count::One => None,
+            Count::Fixed(n) => Some(n as u64),
+            Count::FromProperty(j) => Some(referenced(j, "count")?),
+            Count::Prefixed => Some(
+                cur.u16()
+                    .map_err(|r| fail(format!("array count: {r}"), start))? as u64,
+            ),
+            Count::ToEnd => {
+                // Whole elements of a fixed-size in-type up to the end of the payload.
+                let size = match f.in_type {
+                    it::POINTER | it::SIZET => cur.ptr as u64,
+                    it::INT8 | it::UINT8 => 1,
+                    it::INT16 | it::UINT16 => 2,
+                    it::INT32 | it::UINT32 | it::HEXINT32 => 4,
+                    it::INT64 | it::UINT64 | it::HEXINT64 => 8,
+                    other => {
+                        return Err(fail(
+                            format!("in-type {other} cannot fill the rest of the payload"),
+                            start,
+                        ))
+                    }
+                };
+                Some(cur.d.len().saturating_sub(cur.pos) as u64 / size)
+            }
+        };
+        if let Dest::Json(buf, _) = out {
+            if idx > 0 {
+                buf.push(b',');
+            }
+            buf.extend_from_slice(&f.json_key);
+        }
+        match n {
+            None => match one(
+                f,
+                cur,
+                len,
+                out,
+                f.referenced || (cur.capture && f.ids != 0),
+            ) {
+                Ok(v) => {
+                    nums[idx] = v.as_ref().and_then(Value::as_u64);
+                    match if cur.capture { f.ids } else { 0 } {
+                        1 => cur.pid = nums[idx],
+                        2 => cur.tid = nums[idx],
+                        3 if cur.path.is_none() => {
+                            if let Some(Value::String(p)) = &v {
+                                cur.path = Some((idx, p.clone()));
+                            }
+                        }
+                        _ => {}
+                    }
+                    if let Dest::Props(o) = out {
+                        o.0.push((f.name.clone(), v.unwrap_or(Value::Null)));
+                    }
+                }
+                Err(mut e) => {
+                    if e.path.is_empty() {
+                        e.path = f.name.to_string();
+                    } else {
+                        e.path = format!("{}.{}", f.name, e.path);
+                    }
+                    return Err(e);
+                }
+            },
+            Some(n) => {
+                let remaining = cur.d.len().saturating_sub(cur.pos) as u64;
+                // Elements of a real type take at least one byte; a few empty ones (NULL in-type,
+                // empty structs) are allowed, absurd counts are refused before allocating.
+                if n > remaining && n > 1024 {
+                    return Err(fail(
+                        format!(
+                            "array of {n} elements cannot fit in the {remaining} remaining bytes"
+                        ),
+                        start,
+                    ));
+                }
+                let building = matches!(out, Dest::Props(_));
+                let mut arr = Vec::with_capacity(if building {
+                    n.min(remaining + 1) as usize
+                } else {
+                    0
+                });
+                let mut first = 0;
+                if let Dest::Json(buf, _) = out {
+                    buf.push(b'[');
+                    // Plain numbers straight from the bytes, in one tight loop; an element that
+                    // runs past the payload is left to the general loop, which reports it.
+                    if f.fast != Fast::No {
+                        while first < n {
+                            let mark = buf.len();
+                            if first > 0 {
+                                buf.push(b',');
+                            }
+                            if !fast_json(f.fast, cur, buf) {
+                                buf.truncate(mark);
+                                break;
+                            }
+                            first += 1;
+                        }
+                    }
+                }
+                for i in first..n {
+                    if i > 0 {
+                        if let Dest::Json(buf, _) = out {
+                            buf.push(b',');
+                        }
+                    }
+                    match one(f, cur, len, out, false) {
+                        Ok(v) => {
+                            if let Some(v) = v.filter(|_| building) {
+                                arr.push(v)
+                            }
+                        }
+                        Err(mut e) => {
+                            e.path = if e.path.is_empty() {
+                                format!("{}[{i}]", f.name)
+                            } else {
+                                format!("{}[{i}].{}", f.name, e.path)
+                            };
+                            if let Dest::Props(o) = out {
+                                o.0.push((f.name.clone(), Value::Array(arr)));
+                            }
+                            return Err(e);
+                        }
+                    }
+                }
+                match out {
+                    Dest::Props(o) => o.0.push((f.name.clone(), Value::Array(arr))),
+                    Dest::Json(buf, _) => buf.push(b']'),
+                    Dest::Measure => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One element of a field, into `out`. Returns the value when `out` collects values, or when
+/// `want` asks for it (a count or length other fields refer to). A returned `Fail` has an empty
+/// path when it is about `f` itself.
+pub(crate) fn one(
+    f: &PlanField,
+    cur: &mut Cursor<'_>,
+    len: Option<u64>,
+    out: &mut Dest<'_>,
+    want: bool,
+) -> Result<Option<Value>, Fail> {
+    let at = cur.pos;
+    if let Some(members) = &f.members {
+        return match out {
+            Dest::Props(_) => {
+                let mut p = Properties(Vec::with_capacity(members.len()));
+                decode_level(members, cur, &mut Dest::Props(&mut p))?;
+                Ok(Some(Value::Struct(p)))
+            }
+            Dest::Json(buf, _) => {
+                buf.push(b'{');
+                decode_level(members, cur, &mut out.reborrow())?;
+                if let Dest::Json(buf, _) = out {
+                    buf.push(b'}');
+                }
+                Ok(None)
+            }
+            Dest::Measure => decode_level(members, cur, &mut Dest::Measure).map(|()| None),
+        };
+    }
+    if let (Dest::Json(buf, _), false) = (&mut *out, want) {
+        if f.fast != Fast::No && fast_json(f.fast, cur, buf) {
+            return Ok(None);
+        }
+    }
+    let b = span(f.in_type, f.out_type, cur, len).map_err(|reason| Fail {
+        path: String::new(),
+        offset: at,
+        reason,
+    })?;
+    let map = f.map.as_deref().map(|map| MapRef {
+        map,
+        dotnet: f.dotnet_flags,
+    });
+    match out {
+        Dest::Props(_) => Ok(Some(build_value(f.in_type, f.out_type, map, b, len))),
+        Dest::Json(buf, scratch) => {
+            if want {
+                let v = build_value(f.in_type, f.out_type, map, b, len);
+                v.write_json(buf);
+                Ok(Some(v))
+            } else {
+                write_scalar_json(f.in_type, f.out_type, map, b, len, buf, scratch);
+                Ok(None)
+            }
+        }
+        Dest::Measure if want => Ok(Some(build_value(f.in_type, f.out_type, map, b, len))),
+        Dest::Measure => Ok(None),
+    }
+}
+
+/// Writes a [`Fast`] field's JSON and moves past it; false (nothing written, cursor unmoved) when
+/// its bytes run past the payload, for the generic path to report.
+#[inline]
+fn fast_json(fast: Fast, cur: &mut Cursor<'_>, buf: &mut Vec<u8>) -> bool {
+    let (w, signed, hex) = match fast {
+        Fast::Dec(w) => (w, false, false),
+        Fast::SDec(w) => (w, true, false),
+        Fast::Hex(w) => (w, false, true),
+        Fast::Utf16Z => {
+            let b = cstr16(cur);
+            crate::sink::json::escape_utf16(buf, b);
+            return true;
+        }
+        Fast::No => return false,
+    };
+    let w = if w == 0 { cur.ptr as usize } else { w as usize };
+    let Some(b) = cur.d.get(cur.pos..cur.pos + w) else {
+        return false;
+    };
+    cur.pos += w;
+    let v = le(b);
+    if hex {
+        crate::sink::json::push_quoted_hex_u64(buf, v);
+    } else if signed {
+        let s = match w {
+            1 => v as u8 as i8 as i64,
+            2 => v as u16 as i16 as i64,
+            4 => v as u32 as i32 as i64,
+            _ => v as i64,
+        };
+        buf.extend_from_slice(itoa::Buffer::new().format(s).as_bytes());
+    } else {
+        buf.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+    }
+    true
+}
+
+/// Appends a scalar's JSON as `build_value(..).write_json(..)` would, without building strings and
+/// byte vectors.
+pub(crate) fn write_scalar_json(
+    in_t: InType,
+    out: OutType,
+    map: Option<MapRef<'_>>,
+    b: &[u8],
+    len: Option<u64>,
+    buf: &mut Vec<u8>,
+    scratch: &mut String,
+) {
+    let utf16_json = |buf: &mut Vec<u8>, scratch: &mut String, b: &[u8]| {
+        scratch.clear();
+        let units = b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
+        scratch.extend(char::decode_utf16(units).map(|r| r.unwrap_or('\u{FFFD}')));
+        crate::sink::json::escape(buf, scratch);
+    };
+    match in_t {
+        it::UNICODESTRING if len.is_none() => utf16_json(buf, scratch, b),
+        it::UNICODESTRING
+        | it::MANIFEST_COUNTEDSTRING
+        | it::COUNTEDSTRING
+        | it::REVERSEDCOUNTEDSTRING => utf16_json(buf, scratch, trim_nuls_utf16(b)),
+        it::NONNULLTERMINATEDSTRING | it::UNICODECHAR => utf16_json(buf, scratch, b),
+        it::ANSISTRING
+        | it::MANIFEST_COUNTEDANSISTRING
+        | it::COUNTEDANSISTRING
+        | it::REVERSEDCOUNTEDANSISTRING
+        | it::NONNULLTERMINATEDANSISTRING => {
+            let t = if in_t == it::NONNULLTERMINATEDANSISTRING {
+                b
+            } else {
+                trim_nuls(b)
+            };
+            match std::str::from_utf8(t) {
+                Ok(s) => crate::sink::json::escape(buf, s),
+                Err(_) => {
+                    scratch.clear();
+                    scratch.extend(t.iter().map(|&c| c as char));
+                    crate::sink::json::escape(buf, scratch);
+                }
+            }
+        }
+        it::BINARY | it::MANIFEST_COUNTEDBINARY
+            if !matches!(
+                out,
+                ot::IPV6 | ot::IPV4 | ot::SOCKETADDRESS | ot::STRING | ot::UTF8
+            ) =>
+        {
+            buf.extend_from_slice(b"\"0x");
+            crate::sink::push_hex(buf, b);
+            buf.push(b'"');
+        }
+        it::HEXDUMP => {
+            buf.extend_from_slice(b"\"0x");
+            crate::sink::push_hex(buf, b);
+            buf.push(b'"');
+        }
+        _ => build_value(in_t, out, map, b, len).write_json(buf),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guid::Guid;
+    use crate::schema::Property;
+
+    fn schema(props: Vec<Property>) -> EventSchema {
+        EventSchema {
+            provider: Guid::ZERO,
+            provider_name: None,
+            event_name: None,
+            task_name: None,
+            opcode_name: None,
+            keywords_name: None,
+            properties: props,
+            source: SchemaSource::UserManifest,
+        }
+    }
+
+    #[test]
+    fn truncated_payload_names_property_and_offset() {
+        let s = schema(vec![
+            Property::scalar("A", it::UINT32, 0),
+            Property::scalar("B", it::UINT64, 0),
+        ]);
+        let e = decode_properties(&s, &[1, 0, 0, 0, 2, 0], 8).unwrap_err();
+        assert_eq!(e.property, "B");
+        assert_eq!(e.offset, 4);
+        assert_eq!(e.partial.get("A"), Some(&Value::U64(1)));
+        assert!(e.to_string().contains("only 2 remain"), "{e}");
+    }
+
+    #[test]
+    fn counts_lengths_and_renderings() {
+        let mut bin = Property::scalar("Data", it::BINARY, 0);
+        bin.length = Length::FromProperty(0);
+        let mut arr = Property::scalar("Ports", it::UINT16, ot::PORT);
+        arr.count = Count::FromProperty(1);
+        let s = schema(vec![
+            Property::scalar("Len", it::UINT8, 0),
+            Property::scalar("N", it::UINT16, 0),
+            bin,
+            arr,
+            Property::scalar("Ok", it::BOOLEAN, 0),
+            Property::scalar("Addr", it::UINT32, ot::IPV4),
+            Property::scalar("P", it::POINTER, 0),
+            Property::scalar("Sid", it::WBEMSID, 0),
+        ]);
+        let mut p = vec![
+            3u8, 2, 0, 0xaa, 0xbb, 0xcc, 0x00, 0x50, 0x01, 0xbb, 1, 0, 0, 0, 10, 0, 0, 1,
+        ];
+        p.extend_from_slice(&0xdead_beefu32.to_le_bytes());
+        p.extend_from_slice(&[0xff; 8]); // TOKEN_USER (32-bit: 2 × 4 bytes)
+        p.extend_from_slice(&[1, 1, 0, 0, 0, 0, 0, 5, 18, 0, 0, 0]);
+        let v = decode_properties(&s, &p, 4).unwrap();
+        let j = serde_json::to_string(&v).unwrap();
+        assert_eq!(
+            j,
+            r#"{"Len":3,"N":2,"Data":"0xaabbcc","Ports":[80,443],"Ok":true,"Addr":"10.0.0.1","P":"0xdeadbeef","Sid":"S-1-5-18"}"#
+        );
+    }
+}

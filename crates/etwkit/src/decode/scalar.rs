@@ -1,0 +1,362 @@
+//! One scalar of a payload: how many bytes its in-type takes ([`span`]) and what value it has
+//! ([`build_value`]) with its out-type and map applied.
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use crate::guid::Guid;
+use crate::schema::types::{in_type as it, out_type as ot};
+use crate::schema::{InType, OutType};
+
+use super::bitmaps::{map_name, MapRef};
+use super::plan::Cursor;
+use super::Value;
+
+pub(crate) fn utf16(b: &[u8]) -> String {
+    let units = b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
+    char::decode_utf16(units)
+        .map(|r| r.unwrap_or('\u{FFFD}'))
+        .collect()
+}
+
+pub(crate) fn ansi(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) => s.to_string(),
+        Err(_) => b.iter().map(|&c| c as char).collect(),
+    }
+}
+
+pub(crate) fn trim_nuls_utf16(mut b: &[u8]) -> &[u8] {
+    while b.len() >= 2 && b[b.len() - 2] == 0 && b[b.len() - 1] == 0 {
+        b = &b[..b.len() - 2];
+    }
+    b
+}
+
+pub(crate) fn trim_nuls(mut b: &[u8]) -> &[u8] {
+    while let [rest @ .., 0] = b {
+        b = rest;
+    }
+    b
+}
+
+/// A NUL-terminated UTF-16 string; without a terminator, the rest of the payload.
+pub(crate) fn cstr16<'a>(cur: &mut Cursor<'a>) -> &'a [u8] {
+    let rest = &cur.d[cur.pos.min(cur.d.len())..];
+    let mut i = 0;
+    while i + 1 < rest.len() {
+        if rest[i] == 0 && rest[i + 1] == 0 {
+            cur.pos += i + 2;
+            return &rest[..i];
+        }
+        i += 2;
+    }
+    cur.pos = cur.d.len();
+    cur.unterminated = true;
+    rest
+}
+
+pub(crate) fn cstr8<'a>(cur: &mut Cursor<'a>) -> &'a [u8] {
+    let rest = &cur.d[cur.pos.min(cur.d.len())..];
+    match rest.iter().position(|&c| c == 0) {
+        Some(i) => {
+            cur.pos += i + 1;
+            &rest[..i]
+        }
+        None => {
+            cur.pos = cur.d.len();
+            cur.unterminated = true;
+            rest
+        }
+    }
+}
+
+pub(crate) fn sid_string(b: &[u8]) -> String {
+    // revision, sub-authority count, 6-byte big-endian authority, n × u32 sub-authorities.
+    let auth = b[2..8].iter().fold(0u64, |a, &x| (a << 8) | x as u64);
+    let mut s = format!("S-{}-{}", b[0], auth);
+    for c in b[8..].chunks_exact(4) {
+        let _ = write!(s, "-{}", u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+    }
+    s
+}
+
+pub(crate) fn sid_span<'a>(cur: &mut Cursor<'a>) -> Result<&'a [u8], String> {
+    let head = cur
+        .d
+        .get(cur.pos..cur.pos + 8)
+        .ok_or_else(|| "SID header needs 8 bytes".to_string())?;
+    let n = head[1] as usize;
+    cur.take(8 + 4 * n)
+        .map_err(|r| format!("SID with {n} sub-authorities: {r}"))
+}
+
+pub(crate) fn socket_address(b: &[u8]) -> Option<SocketAddr> {
+    let fam = u16::from_le_bytes(b.get(..2)?.try_into().ok()?);
+    let port = u16::from_be_bytes(b.get(2..4)?.try_into().ok()?);
+    match fam {
+        2 => {
+            let a: [u8; 4] = b.get(4..8)?.try_into().ok()?;
+            Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::from(a)), port))
+        }
+        23 => {
+            let a: [u8; 16] = b.get(8..24)?.try_into().ok()?;
+            Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(a)), port))
+        }
+        _ => None,
+    }
+}
+
+pub(crate) fn binary_value(b: &[u8], out: OutType) -> Value {
+    match out {
+        ot::IPV6 if b.len() == 16 => {
+            Value::Ipv6(Ipv6Addr::from(<[u8; 16]>::try_from(b).unwrap_or_default()))
+        }
+        ot::IPV4 if b.len() == 4 => Value::Ipv4(Ipv4Addr::new(b[0], b[1], b[2], b[3])),
+        ot::SOCKETADDRESS => socket_address(b)
+            .map(Value::SocketAddress)
+            .unwrap_or_else(|| Value::Binary(b.to_vec())),
+        ot::STRING | ot::UTF8 => Value::String(ansi(trim_nuls(b))),
+        _ => Value::Binary(b.to_vec()),
+    }
+}
+
+/// An integer with its out-type applied. `signed` holds the sign-extended value for signed in-types.
+pub(crate) fn int_value(
+    u: u64,
+    signed: Option<i64>,
+    width: u8,
+    out: OutType,
+    map: Option<MapRef<'_>>,
+) -> Value {
+    if let Some(m) = map {
+        if let Some(name) = map_name(m, u) {
+            return Value::Mapped { value: u, name };
+        }
+    }
+    match out {
+        ot::HEXINT8 | ot::HEXINT16 | ot::HEXINT32 | ot::HEXINT64 => Value::Hex(u),
+        ot::BOOLEAN => Value::Bool(u != 0),
+        ot::PORT if width == 2 => Value::Port((u as u16).swap_bytes()),
+        ot::IPV4 if width == 4 => Value::Ipv4(Ipv4Addr::from((u as u32).to_le_bytes())),
+        ot::WIN32ERROR | ot::ERRORCODE if width == 4 => Value::Win32Error(u as u32),
+        ot::NTSTATUS if width == 4 => Value::NtStatus(u as u32),
+        ot::HRESULT if width == 4 => Value::HResult(u as u32),
+        ot::DATETIME | ot::DATETIME_UTC | ot::CULTURE_INSENSITIVE_DATETIME if width == 8 => {
+            Value::FileTime(u as i64)
+        }
+        ot::CODE_POINTER => Value::Pointer(u),
+        ot::STRING if width <= 2 => {
+            let c = if width == 1 {
+                Some(u as u8 as char)
+            } else {
+                char::from_u32(u as u32)
+            };
+            Value::String(c.map(String::from).unwrap_or_default())
+        }
+        ot::BYTE | ot::SHORT | ot::INT | ot::LONG => {
+            let s = match width {
+                1 => u as u8 as i8 as i64,
+                2 => u as u16 as i16 as i64,
+                4 => u as u32 as i32 as i64,
+                _ => u as i64,
+            };
+            Value::I64(s)
+        }
+        ot::UNSIGNEDBYTE | ot::UNSIGNEDSHORT | ot::UNSIGNEDINT | ot::UNSIGNEDLONG => Value::U64(u),
+        _ => match signed {
+            Some(s) => Value::I64(s),
+            None => Value::U64(u),
+        },
+    }
+}
+
+/// The bytes of one scalar — its content, without count prefix or terminator — with the cursor
+/// moved past it. The one place that knows how many bytes each in-type takes: decoding and the
+/// allocation-free measuring walk both go through it.
+pub(crate) fn span<'a>(
+    in_t: InType,
+    out: OutType,
+    cur: &mut Cursor<'a>,
+    len: Option<u64>,
+) -> Result<&'a [u8], String> {
+    let len_bytes = |n: u64, unit: u64| -> Result<usize, String> {
+        n.checked_mul(unit)
+            .and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(|| format!("length {n} is too large"))
+    };
+    Ok(match in_t {
+        it::NULL => &[],
+        it::UNICODESTRING => match len {
+            None => cstr16(cur),
+            Some(n) => cur.take(len_bytes(n, 2)?)?,
+        },
+        it::ANSISTRING => match len {
+            None => cstr8(cur),
+            Some(n) => cur.take(len_bytes(n, 1)?)?,
+        },
+        it::INT8 | it::UINT8 | it::ANSICHAR => cur.take(1)?,
+        it::INT16 | it::UINT16 | it::UNICODECHAR => cur.take(2)?,
+        it::INT32 | it::UINT32 | it::FLOAT | it::BOOLEAN | it::HEXINT32 => cur.take(4)?,
+        it::INT64 | it::UINT64 | it::DOUBLE | it::FILETIME | it::HEXINT64 => cur.take(8)?,
+        it::BINARY => match len {
+            Some(n) => cur.take(len_bytes(n, 1)?)?,
+            None if out == ot::IPV6 => cur.take(16)?,
+            None => cur.rest(),
+        },
+        it::GUID | it::SYSTEMTIME => cur.take(16)?,
+        it::POINTER | it::SIZET => cur.take(if cur.ptr == 4 { 4 } else { 8 })?,
+        it::SID => sid_span(cur)?,
+        it::MANIFEST_COUNTEDSTRING
+        | it::COUNTEDSTRING
+        | it::MANIFEST_COUNTEDANSISTRING
+        | it::COUNTEDANSISTRING
+        | it::MANIFEST_COUNTEDBINARY => {
+            let n = cur.u16()? as usize;
+            cur.take(n)?
+        }
+        it::REVERSEDCOUNTEDSTRING | it::REVERSEDCOUNTEDANSISTRING => {
+            let n = cur.u16()?.swap_bytes() as usize;
+            cur.take(n)?
+        }
+        it::NONNULLTERMINATEDSTRING => match len {
+            Some(n) => cur.take(len_bytes(n, 2)?)?,
+            None => cur.rest(),
+        },
+        it::NONNULLTERMINATEDANSISTRING => match len {
+            Some(n) => cur.take(len_bytes(n, 1)?)?,
+            None => cur.rest(),
+        },
+        it::HEXDUMP => {
+            let n = cur.u32()? as usize;
+            cur.take(n)?
+        }
+        it::WBEMSID => {
+            // TOKEN_USER: {PSID Sid, DWORD Attributes} padded to two pointers, then the SID itself.
+            // A first u32 of 0 means "no SID" and takes 4 bytes (an empty span).
+            let first = cur
+                .d
+                .get(cur.pos..cur.pos + 4)
+                .ok_or_else(|| "WBEMSID needs at least 4 bytes".to_string())?;
+            if first == [0, 0, 0, 0] {
+                cur.take(4)?;
+                &[]
+            } else {
+                cur.take(2 * cur.ptr as usize)
+                    .map_err(|r| format!("WBEMSID TOKEN_USER header: {r}"))?;
+                sid_span(cur)?
+            }
+        }
+        other => return Err(format!("in-type {other} is not supported")),
+    })
+}
+
+/// Little-endian unsigned integer of up to 8 bytes.
+#[inline]
+pub(crate) fn le(b: &[u8]) -> u64 {
+    match *b {
+        [a] => a as u64,
+        [a, b] => u16::from_le_bytes([a, b]) as u64,
+        [a, b, c, d] => u32::from_le_bytes([a, b, c, d]) as u64,
+        [a, b, c, d, e, f, g, h] => u64::from_le_bytes([a, b, c, d, e, f, g, h]),
+        _ => {
+            let mut w = [0u8; 8];
+            let n = b.len().min(8);
+            w[..n].copy_from_slice(&b[..n]);
+            u64::from_le_bytes(w)
+        }
+    }
+}
+
+/// The value of a scalar from its [`span`]; `len` says whether the length was given (fixed or from
+/// a property) or natural (terminated).
+pub(crate) fn build_value(
+    in_t: InType,
+    out: OutType,
+    map: Option<MapRef<'_>>,
+    b: &[u8],
+    len: Option<u64>,
+) -> Value {
+    match in_t {
+        it::NULL => Value::Null,
+        it::UNICODESTRING => match len {
+            None => Value::String(utf16(b)),
+            Some(_) => Value::String(utf16(trim_nuls_utf16(b))),
+        },
+        it::ANSISTRING => Value::String(ansi(trim_nuls(b))),
+        it::INT8 => {
+            let v = b[0];
+            int_value(v as u64, Some(v as i8 as i64), 1, out, map)
+        }
+        it::UINT8 => int_value(b[0] as u64, None, 1, out, map),
+        it::INT16 => {
+            let v = le(b) as u16;
+            int_value(v as u64, Some(v as i16 as i64), 2, out, map)
+        }
+        it::UINT16 => int_value(le(b), None, 2, out, map),
+        it::INT32 => {
+            let v = le(b) as u32;
+            int_value(v as u64, Some(v as i32 as i64), 4, out, map)
+        }
+        it::UINT32 => int_value(le(b), None, 4, out, map),
+        it::INT64 => {
+            let v = le(b);
+            int_value(v, Some(v as i64), 8, out, map)
+        }
+        it::UINT64 => int_value(le(b), None, 8, out, map),
+        it::FLOAT => Value::F32(f32::from_bits(le(b) as u32)),
+        it::DOUBLE => Value::F64(f64::from_bits(le(b))),
+        it::BOOLEAN => {
+            let v = le(b);
+            match map.and_then(|m| map_name(m, v)) {
+                Some(name) => Value::Mapped { value: v, name },
+                None => Value::Bool(v != 0),
+            }
+        }
+        it::BINARY | it::MANIFEST_COUNTEDBINARY => binary_value(b, out),
+        it::GUID => Value::Guid(Guid::from_le_bytes(b).unwrap_or_default()),
+        it::POINTER => {
+            let v = le(b);
+            match out {
+                ot::UNSIGNEDLONG | ot::UNSIGNEDINT | ot::LONG => Value::U64(v),
+                _ => Value::Pointer(v),
+            }
+        }
+        it::SIZET => {
+            let v = le(b);
+            match out {
+                ot::HEXINT64 | ot::HEXINT32 => Value::Hex(v),
+                _ => Value::U64(v),
+            }
+        }
+        it::FILETIME => Value::FileTime(le(b) as i64),
+        it::SYSTEMTIME => {
+            let mut t = [0u16; 8];
+            for (i, c) in b.chunks_exact(2).enumerate() {
+                t[i] = u16::from_le_bytes([c[0], c[1]]);
+            }
+            Value::SystemTime(t)
+        }
+        it::SID => Value::Sid(sid_string(b)),
+        it::HEXINT32 | it::HEXINT64 => {
+            let v = le(b);
+            match map.and_then(|m| map_name(m, v)) {
+                Some(name) => Value::Mapped { value: v, name },
+                None => Value::Hex(v),
+            }
+        }
+        it::MANIFEST_COUNTEDSTRING | it::COUNTEDSTRING | it::REVERSEDCOUNTEDSTRING => {
+            Value::String(utf16(trim_nuls_utf16(b)))
+        }
+        it::MANIFEST_COUNTEDANSISTRING | it::COUNTEDANSISTRING | it::REVERSEDCOUNTEDANSISTRING => {
+            Value::String(ansi(trim_nuls(b)))
+        }
+        it::NONNULLTERMINATEDSTRING | it::UNICODECHAR => Value::String(utf16(b)),
+        it::NONNULLTERMINATEDANSISTRING => Value::String(ansi(b)),
+        it::ANSICHAR => Value::String((b[0] as char).to_string()),
+        it::HEXDUMP => Value::Binary(b.to_vec()),
+        it::WBEMSID if b.is_empty() => Value::Null,
+        it::WBEMSID => Value::Sid(sid_string(b)),
+        _ => Value::Null,
+    }
+}

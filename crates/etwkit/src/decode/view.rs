@@ -1,0 +1,250 @@
+//! [`EventView`]: a record with its names and decoded properties, what the sinks print; and the hot
+//! path of `etwkit dump` that makes one straight from a record, on one
+//! thread of many. Each thread keeps a [`Local`]: the layout of every kind of event it has met,
+//! looked up once (after that no lock, no shared reference count and no allocation per record),
+//! and the buffers the properties' JSON text is written to.
+
+use std::sync::Arc;
+
+use crate::event::{ext_type, flags, EventRecord, HeaderType, Stack};
+use crate::schema::registry::FastMap;
+use crate::schema::{Registry, SchemaKey};
+
+use super::plan::Plan;
+use super::{is_eventsource_manifest, record_stack, DecodedEvent, Decoder, Ids};
+
+/// An event and what is known about it, ready to print (every sink takes one: `crate::sink`).
+pub struct EventView<'a, 'r> {
+    pub event: &'a EventRecord<'r>,
+    pub provider_name: Option<&'a str>,
+    pub event_name: Option<&'a str>,
+    pub task_name: Option<&'a str>,
+    pub opcode_name: Option<&'a str>,
+    /// Already-rendered JSON object text of the decoded properties.
+    pub properties_json: Option<&'a str>,
+    /// Stack to show: the record's own stack item, or one attached by the decoder.
+    pub stack: Option<&'a Stack>,
+    /// Why the layout does not fit the payload (JSON `decode_issue`, present only when set).
+    pub decode_issue: Option<&'a str>,
+    /// The pointer size the layout was decoded with when it is not the header's (JSON
+    /// `layout_pointer_size`, present only when set).
+    pub layout_pointer_size: Option<u8>,
+    /// Process/thread ids filled in for a kernel record whose header carries none (JSON `pid`/`tid`
+    /// show them; `pid_source`/`tid_source` say where they came from).
+    pub ids: Option<Ids>,
+    /// A file path field and its DOS form (JSON `dos_paths`: `{"FileName":"C:\\..."}`).
+    pub dos_path: Option<(&'a str, &'a str)>,
+}
+
+impl<'a, 'r> EventView<'a, 'r> {
+    /// What the sinks print for a record and its decoding; `props` receives the properties' JSON
+    /// text (cleared first).
+    pub fn decoded(
+        event: &'a EventRecord<'r>,
+        d: Option<&'a DecodedEvent>,
+        props: &'a mut Vec<u8>,
+    ) -> Self {
+        let mut v = EventView::bare(event);
+        props.clear();
+        if let Some(d) = d {
+            v.provider_name = d.provider_name.as_deref();
+            v.event_name = d.event_name.as_deref();
+            v.task_name = d.task_name.as_deref();
+            v.opcode_name = d.opcode_name.as_deref();
+            v.stack = d.stack.as_ref();
+            v.decode_issue = d.decode_issue.as_deref();
+            v.layout_pointer_size = d.layout_pointer_size;
+            v.ids = d.ids;
+            v.dos_path = d.dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
+            if !d.properties.is_empty() {
+                d.properties.write_json(props);
+            }
+        }
+        if !props.is_empty() {
+            v.properties_json = std::str::from_utf8(props).ok();
+        }
+        if v.provider_name.is_none() {
+            v.provider_name = event.traits_provider_name();
+        }
+        v
+    }
+
+    /// As [`EventView::decoded`], for [`crate::decode::Decoder::decode_etl_json`]'s result and
+    /// the properties' JSON text it wrote (empty: none).
+    pub fn decoded_json(
+        event: &'a EventRecord<'r>,
+        d: &'a DecodedEvent,
+        props_json: &'a [u8],
+    ) -> Self {
+        let mut v = EventView::bare(event);
+        v.provider_name = d.provider_name.as_deref();
+        v.event_name = d.event_name.as_deref();
+        v.task_name = d.task_name.as_deref();
+        v.opcode_name = d.opcode_name.as_deref();
+        v.stack = d.stack.as_ref();
+        v.decode_issue = d.decode_issue.as_deref();
+        v.layout_pointer_size = d.layout_pointer_size;
+        v.ids = d.ids;
+        v.dos_path = d.dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
+        if !props_json.is_empty() {
+            v.properties_json = std::str::from_utf8(props_json).ok();
+        }
+        if v.provider_name.is_none() {
+            v.provider_name = event.traits_provider_name();
+        }
+        v
+    }
+
+    /// The process id to show: attributed, else the header's (`u32::MAX`: none).
+    pub fn pid(&self) -> u32 {
+        self.ids.map_or(self.event.pid, |i| i.pid)
+    }
+
+    /// The thread id to show: attributed, else the header's (`u32::MAX`: none).
+    pub fn tid(&self) -> u32 {
+        self.ids.map_or(self.event.tid, |i| i.tid)
+    }
+
+    pub fn bare(event: &'a EventRecord<'r>) -> Self {
+        EventView {
+            event,
+            provider_name: None,
+            event_name: None,
+            task_name: None,
+            opcode_name: None,
+            properties_json: None,
+            stack: None,
+            decode_issue: None,
+            layout_pointer_size: None,
+            ids: None,
+            dos_path: None,
+        }
+    }
+}
+
+/// A layout as one thread keeps it.
+struct Layout {
+    plan: Arc<Plan>,
+    /// The registry's name for the provider (records with a provider-traits item name their own).
+    provider_name: Option<Arc<str>>,
+}
+
+/// One thread's state for [`Decoder::view_etl`].
+#[derive(Default)]
+pub struct Local {
+    /// Layouts by schema key (`None`: the registry has none).
+    keyed: FastMap<SchemaKey, Option<Layout>>,
+    /// TraceLogging layouts by provider, traits and metadata bytes (the registry's own key).
+    tl: FastMap<Box<[u8]>, Option<Layout>>,
+    tl_key: Vec<u8>,
+    /// The properties' JSON text of the last record.
+    props: Vec<u8>,
+    scratch: String,
+    /// What the last record needed beyond borrowed names.
+    stack: Option<Stack>,
+    dos_path: Option<(Arc<str>, String)>,
+    /// The last record's decoding, when it took the general path.
+    held: DecodedEvent,
+}
+
+/// The layout of `rec`, looked up in the registry the first time its key is met.
+fn layout<'l>(
+    d: &Decoder,
+    keyed: &'l mut FastMap<SchemaKey, Option<Layout>>,
+    tl: &'l mut FastMap<Box<[u8]>, Option<Layout>>,
+    tl_key: &mut Vec<u8>,
+    rec: &crate::EventRecord<'_>,
+) -> Option<&'l Layout> {
+    let lookup = || -> Option<Layout> {
+        let schema = d.registry.try_lookup(rec).ok()??;
+        Some(Layout {
+            plan: d.plan(&schema),
+            provider_name: d.registry.name_of_provider(&rec.provider).map(Arc::from),
+        })
+    };
+    let mut meta = None;
+    let mut traits = None;
+    if !rec.ext.is_empty() {
+        for item in rec.ext_items() {
+            match item.ext_type {
+                ext_type::EVENT_SCHEMA_TL => meta = Some(item.data),
+                ext_type::PROV_TRAITS => traits = Some(item.data),
+                _ => {}
+            }
+        }
+    }
+    if let Some(meta) = meta {
+        // The registry's own TraceLogging key: provider, traits (length first), metadata.
+        let t = traits.unwrap_or(&[]);
+        tl_key.clear();
+        tl_key.extend_from_slice(&rec.provider.to_le_bytes());
+        tl_key.extend_from_slice(&(t.len() as u16).to_le_bytes());
+        tl_key.extend_from_slice(t);
+        tl_key.extend_from_slice(meta);
+        if !tl.contains_key(tl_key.as_slice()) {
+            tl.insert(tl_key.clone().into_boxed_slice(), lookup());
+        }
+        return tl.get(tl_key.as_slice())?.as_ref();
+    }
+    keyed
+        .entry(Registry::key_for(rec)?)
+        .or_insert_with(lookup)
+        .as_ref()
+}
+
+impl Decoder {
+    /// What `etwkit dump` prints for `r`: [`Decoder::decode_etl_json`]'s result as an
+    /// [`EventView`] (the same text), without touching anything shared per record.
+    pub fn view_etl<'a, 'r>(
+        &'a self,
+        local: &'a mut Local,
+        r: &'a crate::etl::Record<'r>,
+    ) -> EventView<'a, 'r> {
+        let rec = &r.event;
+        let Local {
+            keyed,
+            tl,
+            tl_key,
+            props,
+            scratch,
+            stack,
+            dos_path,
+            held,
+        } = local;
+        props.clear();
+        let special = rec.header_type == HeaderType::Message
+            || (rec.header_type.is_event_header() && rec.flags & flags::STRING_ONLY != 0)
+            || is_eventsource_manifest(rec)
+            || (rec.header_type.is_classic() && rec.provider == crate::schema::tdh::METADATA_CLASS);
+        if !special {
+            if let Some(l) = layout(self, keyed, tl, tl_key, rec) {
+                let plan: &'a Plan = &l.plan;
+                if !plan.fields.is_empty() {
+                    match plan.write_json(&rec.payload, rec.pointer_size, props, scratch) {
+                        Ok((used, ids)) if used == rec.payload.len() => {
+                            *stack = record_stack(rec, self.stacks.as_ref());
+                            *dos_path = self.dos_path(plan, &ids);
+                            let n = &plan.names;
+                            let mut v = EventView::bare(rec);
+                            v.provider_name = rec
+                                .traits_provider_name()
+                                .or(l.provider_name.as_deref())
+                                .or(n.provider.as_deref());
+                            v.event_name = n.event.as_deref();
+                            v.task_name = n.task.as_deref();
+                            v.opcode_name = n.opcode.as_deref();
+                            v.stack = stack.as_ref();
+                            v.ids = self.attribute(rec, &ids);
+                            v.dos_path = dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
+                            v.properties_json = std::str::from_utf8(props).ok();
+                            return v;
+                        }
+                        _ => props.clear(),
+                    }
+                }
+            }
+        }
+        *held = self.decode_etl_json(r, props, scratch);
+        EventView::decoded_json(rec, held, props)
+    }
+}
