@@ -34,7 +34,7 @@ use crate::EventRecord;
 /// Rows per record batch handed to the Parquet writer.
 pub const BATCH_ROWS: usize = 1 << 14;
 /// Rows per row group at most (a row group is the unit parallel readers split on).
-pub const ROW_GROUP_ROWS: usize = 1 << 15;
+pub const ROW_GROUP_ROWS: usize = 1 << 17;
 
 /// Why an export stopped.
 #[derive(Debug, thiserror::Error)]
@@ -77,7 +77,7 @@ impl ExportSummary {
 }
 
 /// Rows all typed tables together hold before those with fixed columns hand theirs on.
-pub const TYPED_BUFFERED_ROWS: usize = 1 << 16;
+pub const TYPED_BUFFERED_ROWS: usize = 1 << 14;
 
 /// Tables with fewer rows than this, written in one batch, are not compressed.
 pub const SMALL_TABLE_ROWS: usize = 1024;
@@ -663,7 +663,19 @@ impl TablesPart {
                 let mut plain = vec!["record".to_string(), "timestamp".to_string()];
                 plain.extend(t.cols.distinct_text_columns());
                 let plain: Vec<&str> = plain.iter().map(String::as_str).collect();
-                let props = properties(&plain, compress);
+                let mut props = properties(&plain, compress);
+                // Nor min/max of mostly distinct text (no reader prunes on addresses or paths).
+                let distinct = t.cols.distinct_text_columns();
+                if !distinct.is_empty() {
+                    let mut b = props.into_builder();
+                    for c in distinct {
+                        b = b.set_column_statistics_enabled(
+                            ColumnPath::new(vec![c]),
+                            EnabledStatistics::None,
+                        );
+                    }
+                    props = b.build();
+                }
                 let id = w.create(path.clone(), schema, props)?;
                 t.sink = Some(id);
                 id
