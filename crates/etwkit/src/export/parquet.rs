@@ -359,12 +359,12 @@ impl EventsPart {
         Ok(())
     }
 
-    fn finish(&mut self) -> Result<(), ExportError> {
+    /// Hands the last rows and the close to the writer thread (which finishes on its own).
+    fn close(&mut self) -> Result<(), ExportError> {
         if self.cols.rows() > 0 {
             self.flush()?;
         }
-        self.writers.send(Job::Close { id: self.sink })?;
-        self.writers.finish()
+        self.writers.send(Job::Close { id: self.sink })
     }
 }
 
@@ -553,8 +553,11 @@ impl DatasetWriter {
 
     /// Writes the last rows and closes every file.
     pub fn finish(mut self) -> Result<ExportSummary, ExportError> {
-        let events = self.events.finish();
+        // events.parquet's writer drains while the typed tables are finished here.
+        let closed = self.events.close();
         let tables = self.tables.finish();
+        let events = self.events.writers.finish();
+        closed?;
         events?;
         Ok(ExportSummary {
             events: self.events.rows,
