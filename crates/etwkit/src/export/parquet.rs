@@ -308,6 +308,8 @@ struct TableKey {
 struct Table {
     rel: String,
     cols: TypedColumns,
+    /// Which of the typed tables' writer threads encodes it.
+    writer: usize,
     /// The writer's id for the table's file, once its first batch fixed the schema.
     sink: Option<usize>,
     rows: u64,
@@ -368,14 +370,18 @@ impl EventsPart {
     }
 }
 
-/// The typed tables: their builders and their writer thread.
+/// Writer threads of the typed tables (tables take turns): encoding, compressing and closing
+/// the many tables, the last ones at the end above all, is spread over cores.
+const TABLE_WRITERS: usize = 2;
+
+/// The typed tables: their builders and their writer threads.
 struct TablesPart {
     dir: PathBuf,
     /// Rows the tables hold, not yet handed to the writer.
     buffered: usize,
     /// `buffered` at which every table with fixed columns hands its rows on.
     flush_mark: usize,
-    writers: Writers,
+    writers: Vec<Writers>,
     tables: HashMap<TableKey, Table>,
     paths: HashSet<String>,
 }
@@ -465,7 +471,7 @@ impl DatasetWriter {
                 dir: dir.to_path_buf(),
                 buffered: 0,
                 flush_mark: TYPED_BUFFERED_ROWS,
-                writers: Writers::start(),
+                writers: (0..TABLE_WRITERS).map(|_| Writers::start()).collect(),
                 tables: HashMap::new(),
                 paths: HashSet::new(),
             },
@@ -590,8 +596,10 @@ impl TablesPart {
             Some(t) => t,
             None => {
                 let rel = self.table_path(e, &d);
+                let writer = self.tables.len() % self.writers.len();
                 self.tables.entry(key.clone()).or_insert(Table {
                     rel,
+                    writer,
                     cols: TypedColumns::new(),
                     sink: None,
                     rows: 0,
@@ -603,7 +611,7 @@ impl TablesPart {
         self.buffered += 1;
         if t.cols.rows() >= BATCH_ROWS {
             self.buffered -= t.cols.rows();
-            Self::flush_table(&self.dir, &mut self.writers, t, false)?;
+            Self::flush_table(&self.dir, &mut self.writers[t.writer], t, false)?;
         }
         if self.buffered >= self.flush_mark {
             // Bounded memory: every table whose columns are fixed hands its rows on; the
@@ -611,7 +619,7 @@ impl TablesPart {
             for t in self.tables.values_mut() {
                 if t.cols.columns_fixed() && t.cols.rows() > 0 {
                     self.buffered -= t.cols.rows();
-                    Self::flush_table(&self.dir, &mut self.writers, t, false)?;
+                    Self::flush_table(&self.dir, &mut self.writers[t.writer], t, false)?;
                 }
             }
             self.flush_mark = self.buffered + TYPED_BUFFERED_ROWS;
@@ -693,11 +701,11 @@ impl TablesPart {
         let mut result = Ok(());
         for (_, mut t) in self.tables.drain() {
             if result.is_ok() && (t.cols.rows() > 0 || t.sink.is_none()) {
-                result = Self::flush_table(&self.dir, &mut self.writers, &mut t, true);
+                result = Self::flush_table(&self.dir, &mut self.writers[t.writer], &mut t, true);
             }
             if let Some(id) = t.sink.take() {
                 if result.is_ok() {
-                    result = self.writers.send(Job::Close { id });
+                    result = self.writers[t.writer].send(Job::Close { id });
                 }
             }
             out.insert(
@@ -708,9 +716,9 @@ impl TablesPart {
                 },
             );
         }
-        let finished = self.writers.finish();
+        let finished: Vec<_> = self.writers.iter_mut().map(Writers::finish).collect();
         result?;
-        finished?;
+        finished.into_iter().collect::<Result<(), _>>()?;
         Ok(out)
     }
 }
