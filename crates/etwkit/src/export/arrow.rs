@@ -13,12 +13,13 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use arrow_array::builder::PrimitiveBuilder;
 use arrow_array::builder::{
     ArrayBuilder, BinaryBuilder, BooleanBuilder, Float32Builder, Float64Builder, Int64Builder,
     ListBuilder, StringBuilder, TimestampMillisecondBuilder, TimestampNanosecondBuilder,
     UInt16Builder, UInt32Builder, UInt64Builder, UInt8Builder,
 };
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use crate::decode::{DecodedEvent, Properties, Value};
@@ -157,31 +158,39 @@ pub struct EventColumns {
 
 impl EventColumns {
     pub fn new(cols: Columns) -> EventColumns {
+        EventColumns::with_capacity(cols, 1024)
+    }
+
+    /// Builders sized for `rows` rows (text and binary columns for typical lengths), so that a
+    /// batch of that many rows fills them without regrowing. Memory is only touched as rows come.
+    pub fn with_capacity(cols: Columns, rows: usize) -> EventColumns {
+        let text = |bytes_per_row: usize| StringBuilder::with_capacity(rows, rows * bytes_per_row);
+        let pick = |on: bool| if on { rows } else { 0 };
         EventColumns {
             cols,
-            file: StringBuilder::new(),
-            record: UInt64Builder::new(),
-            timestamp: TimestampNanosecondBuilder::new().with_timezone("UTC"),
-            provider: StringBuilder::new(),
-            provider_name: StringBuilder::new(),
-            event_name: StringBuilder::new(),
-            task_name: StringBuilder::new(),
-            opcode_name: StringBuilder::new(),
-            id: UInt16Builder::new(),
-            version: UInt8Builder::new(),
-            level: UInt8Builder::new(),
-            opcode: UInt8Builder::new(),
-            task: UInt16Builder::new(),
-            keywords: UInt64Builder::new(),
-            channel: UInt8Builder::new(),
-            pid: UInt32Builder::new(),
-            tid: UInt32Builder::new(),
-            cpu: UInt16Builder::new(),
-            activity_id: StringBuilder::new(),
-            header_type: StringBuilder::new(),
-            payload: BinaryBuilder::new(),
+            file: text(if cols.file { 32 } else { 0 }),
+            record: UInt64Builder::with_capacity(pick(cols.record)),
+            timestamp: TimestampNanosecondBuilder::with_capacity(rows).with_timezone("UTC"),
+            provider: text(36),
+            provider_name: text(32),
+            event_name: text(24),
+            task_name: text(if cols.task_opcode_names { 16 } else { 0 }),
+            opcode_name: text(if cols.task_opcode_names { 16 } else { 0 }),
+            id: UInt16Builder::with_capacity(rows),
+            version: UInt8Builder::with_capacity(rows),
+            level: UInt8Builder::with_capacity(rows),
+            opcode: UInt8Builder::with_capacity(rows),
+            task: UInt16Builder::with_capacity(rows),
+            keywords: UInt64Builder::with_capacity(rows),
+            channel: UInt8Builder::with_capacity(pick(cols.channel)),
+            pid: UInt32Builder::with_capacity(rows),
+            tid: UInt32Builder::with_capacity(rows),
+            cpu: UInt16Builder::with_capacity(rows),
+            activity_id: text(36),
+            header_type: text(if cols.header_type { 16 } else { 0 }),
+            payload: BinaryBuilder::with_capacity(pick(cols.payload), pick(cols.payload) * 256),
             stack: ListBuilder::new(UInt64Builder::new()),
-            properties: StringBuilder::new(),
+            properties: text(if cols.properties { 512 } else { 0 }),
             json: Vec::with_capacity(1024),
             rows: 0,
             last_provider: (Guid::ZERO, String::new()),
@@ -196,6 +205,45 @@ impl EventColumns {
     /// Appends one record. `file` and `record` fill the `file` and `record` columns when they are
     /// selected.
     pub fn push(&mut self, file: &str, record: u64, e: &EventRecord<'_>, d: &DecodedEvent) {
+        self.push_common(file, record, e, d);
+        if self.cols.properties {
+            if d.properties.is_empty() {
+                self.properties.append_null();
+            } else {
+                self.json.clear();
+                d.properties.write_json(&mut self.json);
+                self.properties
+                    .append_value(std::str::from_utf8(&self.json).unwrap_or("null"));
+            }
+        }
+        self.rows += 1;
+    }
+
+    /// As [`EventColumns::push`], with the properties given as their JSON object text (as
+    /// [`crate::decode::Decoder::decode_etl_json`] writes it; empty: none, a null) instead of
+    /// `d.properties`.
+    pub fn push_json(
+        &mut self,
+        file: &str,
+        record: u64,
+        e: &EventRecord<'_>,
+        d: &DecodedEvent,
+        json: &[u8],
+    ) {
+        self.push_common(file, record, e, d);
+        if self.cols.properties {
+            if json.is_empty() {
+                self.properties.append_null();
+            } else {
+                self.properties
+                    .append_value(std::str::from_utf8(json).unwrap_or("null"));
+            }
+        }
+        self.rows += 1;
+    }
+
+    /// Every column but `properties`; does not count the row.
+    fn push_common(&mut self, file: &str, record: u64, e: &EventRecord<'_>, d: &DecodedEvent) {
         let c = self.cols;
         if c.file {
             self.file.append_value(file);
@@ -256,61 +304,67 @@ impl EventColumns {
                 None => self.stack.append(false),
             }
         }
-        if c.properties {
-            if d.properties.is_empty() {
-                self.properties.append_null();
-            } else {
-                self.json.clear();
-                d.properties.write_json(&mut self.json);
-                self.properties
-                    .append_value(std::str::from_utf8(&self.json).unwrap_or("null"));
-            }
-        }
-        self.rows += 1;
     }
 
-    /// The columns built so far (named as [`column_names`]); the builders start over.
+    /// The columns built so far (named as [`column_names`]); the builders start over, sized for
+    /// as many rows and bytes as this batch had (no regrowing while the next batch fills).
     pub fn finish_columns(&mut self) -> Vec<(&'static str, ArrayRef)> {
+        fn prim<T: ArrowPrimitiveType>(b: &mut PrimitiveBuilder<T>, n: usize) -> ArrayRef {
+            Arc::new(std::mem::replace(b, PrimitiveBuilder::with_capacity(n)).finish())
+        }
+        fn text(b: &mut StringBuilder, n: usize) -> ArrayRef {
+            let a = b.finish();
+            let bytes = a.value_data().len() / a.len().max(1) * n;
+            *b = StringBuilder::with_capacity(n, bytes * 5 / 4);
+            Arc::new(a)
+        }
         let c = self.cols;
+        // Small batches (often the last) leave small builders.
+        let n = if self.rows >= 1024 { self.rows } else { 64 };
         let mut v: Vec<(&'static str, ArrayRef)> = Vec::with_capacity(24);
         if c.file {
-            v.push(("file", Arc::new(self.file.finish())));
+            v.push(("file", text(&mut self.file, n)));
         }
         if c.record {
-            v.push(("record", Arc::new(self.record.finish())));
+            v.push(("record", prim(&mut self.record, n)));
         }
-        v.push(("timestamp", Arc::new(self.timestamp.finish())));
-        v.push(("provider", Arc::new(self.provider.finish())));
-        v.push(("provider_name", Arc::new(self.provider_name.finish())));
-        v.push(("event_name", Arc::new(self.event_name.finish())));
+        let ts = self.timestamp.finish();
+        self.timestamp = TimestampNanosecondBuilder::with_capacity(n).with_timezone("UTC");
+        v.push(("timestamp", Arc::new(ts)));
+        v.push(("provider", text(&mut self.provider, n)));
+        v.push(("provider_name", text(&mut self.provider_name, n)));
+        v.push(("event_name", text(&mut self.event_name, n)));
         if c.task_opcode_names {
-            v.push(("task_name", Arc::new(self.task_name.finish())));
-            v.push(("opcode_name", Arc::new(self.opcode_name.finish())));
+            v.push(("task_name", text(&mut self.task_name, n)));
+            v.push(("opcode_name", text(&mut self.opcode_name, n)));
         }
-        v.push(("id", Arc::new(self.id.finish())));
-        v.push(("version", Arc::new(self.version.finish())));
-        v.push(("level", Arc::new(self.level.finish())));
-        v.push(("opcode", Arc::new(self.opcode.finish())));
-        v.push(("task", Arc::new(self.task.finish())));
-        v.push(("keywords", Arc::new(self.keywords.finish())));
+        v.push(("id", prim(&mut self.id, n)));
+        v.push(("version", prim(&mut self.version, n)));
+        v.push(("level", prim(&mut self.level, n)));
+        v.push(("opcode", prim(&mut self.opcode, n)));
+        v.push(("task", prim(&mut self.task, n)));
+        v.push(("keywords", prim(&mut self.keywords, n)));
         if c.channel {
-            v.push(("channel", Arc::new(self.channel.finish())));
+            v.push(("channel", prim(&mut self.channel, n)));
         }
-        v.push(("pid", Arc::new(self.pid.finish())));
-        v.push(("tid", Arc::new(self.tid.finish())));
-        v.push(("cpu", Arc::new(self.cpu.finish())));
-        v.push(("activity_id", Arc::new(self.activity_id.finish())));
+        v.push(("pid", prim(&mut self.pid, n)));
+        v.push(("tid", prim(&mut self.tid, n)));
+        v.push(("cpu", prim(&mut self.cpu, n)));
+        v.push(("activity_id", text(&mut self.activity_id, n)));
         if c.header_type {
-            v.push(("header_type", Arc::new(self.header_type.finish())));
+            v.push(("header_type", text(&mut self.header_type, n)));
         }
         if c.payload {
-            v.push(("payload", Arc::new(self.payload.finish())));
+            let a = self.payload.finish();
+            let bytes = a.value_data().len() / a.len().max(1) * n;
+            self.payload = BinaryBuilder::with_capacity(n, bytes * 5 / 4);
+            v.push(("payload", Arc::new(a)));
         }
         if c.stack {
             v.push(("stack", Arc::new(self.stack.finish())));
         }
         if c.properties {
-            v.push(("properties", Arc::new(self.properties.finish())));
+            v.push(("properties", text(&mut self.properties, n)));
         }
         self.rows = 0;
         v
@@ -451,6 +505,24 @@ fn systemtime_ms(t: &[u16; 8]) -> Option<i64> {
     Some(((days * 24 + t[4] as i64) * 60 + t[5] as i64) * 60_000 + t[6] as i64 * 1000 + t[7] as i64)
 }
 
+/// `0x` and the lowercase hex digits of `v` without leading zeros (as `{:#x}`).
+fn push_hex(out: &mut String, v: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 18];
+    let mut i = buf.len();
+    let mut x = v;
+    loop {
+        i -= 1;
+        buf[i] = DIGITS[(x & 0xf) as usize];
+        x >>= 4;
+        if x == 0 {
+            break;
+        }
+    }
+    out.push_str("0x");
+    out.push_str(std::str::from_utf8(&buf[i..]).expect("hex digits"));
+}
+
 /// The text of a string-kind value (as `etwkit dump` renders it, without JSON quotes).
 fn str_of(v: &Value, out: &mut String) -> bool {
     out.clear();
@@ -469,9 +541,7 @@ fn str_of(v: &Value, out: &mut String) -> bool {
         Value::SocketAddress(a) => {
             let _ = write!(out, "{a}");
         }
-        Value::Pointer(p) => {
-            let _ = write!(out, "{p:#x}");
-        }
+        Value::Pointer(p) => push_hex(out, *p),
         _ => return false,
     }
     true
@@ -667,6 +737,8 @@ struct PropColumn {
     column: String,
     kind: Kind,
     builder: Box<dyn ArrayBuilder>,
+    /// Text whose values are mostly distinct (addresses, paths): a dictionary would not pay.
+    distinct_text: bool,
 }
 
 /// Rows of one event type: the common columns ([`Columns::TYPED`]) plus one typed column per
@@ -695,7 +767,9 @@ impl Default for TypedColumns {
 impl TypedColumns {
     pub fn new() -> TypedColumns {
         TypedColumns {
-            common: EventColumns::new(Columns::TYPED),
+            // Most event types are rare: start small; batches after the first are sized as
+            // the one before.
+            common: EventColumns::with_capacity(Columns::TYPED, 64),
             pending: Vec::new(),
             columns: None,
             by_name: HashMap::new(),
@@ -728,8 +802,17 @@ impl TypedColumns {
     fn append_props(&mut self, props: &Properties) {
         let cols = self.columns.as_mut().expect("columns fixed");
         let mut seen = 0;
+        // Records of one event type list their properties in the same order as the columns
+        // (both follow the layout): try the next unmatched property before searching.
+        let mut next = 0;
         for c in cols.iter_mut() {
-            let v = props.get(&c.property);
+            let v = match props.0.get(next) {
+                Some((n, v)) if Arc::ptr_eq(n, &c.property) || **n == *c.property => {
+                    next += 1;
+                    Some(v)
+                }
+                _ => props.get(&c.property),
+            };
             if v.is_some() {
                 seen += 1;
             }
@@ -753,9 +836,14 @@ impl TypedColumns {
         let mut taken: std::collections::HashSet<String> =
             reserved.iter().map(|s| s.to_ascii_lowercase()).collect();
         for props in &self.pending {
-            for (name, v) in &props.0 {
+            for (k, (name, v)) in props.0.iter().enumerate() {
                 let empty_array = matches!(v, Value::Array(a) if a.is_empty());
-                if let Some(&i) = self.by_name.get(name) {
+                // Usually the k-th property is the k-th found (same layout); else look it up.
+                let known = match found.get(k) {
+                    Some(f) if Arc::ptr_eq(&f.0, name) || *f.0 == **name => Some(k),
+                    _ => self.by_name.get(name).copied(),
+                };
+                if let Some(i) = known {
                     if found[i].2.is_none() {
                         found[i].2 = Kind::of(v);
                         found[i].3 |= empty_array;
@@ -785,9 +873,27 @@ impl TypedColumns {
                     column,
                     builder: kind.builder(),
                     kind,
+                    distinct_text: false,
                 }
             })
             .collect();
+        let mut cols = cols;
+        for c in cols.iter_mut().filter(|c| c.kind == Kind::Str) {
+            // Distinct texts counted by their hashes (a collision only undercounts).
+            let mut seen = std::collections::HashSet::new();
+            let mut values = 0usize;
+            for props in &self.pending {
+                if let Some(v) = props.get(&c.property) {
+                    if str_of(v, &mut self.text) {
+                        values += 1;
+                        let mut h = std::hash::DefaultHasher::new();
+                        std::hash::Hash::hash(self.text.as_str(), &mut h);
+                        seen.insert(std::hash::Hasher::finish(&h));
+                    }
+                }
+            }
+            c.distinct_text = values >= 64 && seen.len() * 2 > values;
+        }
         let mut fields: Vec<Field> = Vec::new();
         // The common columns' fields come from an empty batch of them.
         let common = EventColumns::new(Columns::TYPED)
@@ -803,6 +909,22 @@ impl TypedColumns {
         for props in std::mem::take(&mut self.pending) {
             self.append_props(&props);
         }
+    }
+
+    /// The property columns whose text values were mostly distinct in the rows that fixed the
+    /// columns (a Parquet dictionary would cost time and save nothing there).
+    pub fn distinct_text_columns(&self) -> Vec<String> {
+        self.columns
+            .iter()
+            .flatten()
+            .filter(|c| c.distinct_text)
+            .map(|c| c.column.clone())
+            .collect()
+    }
+
+    /// Whether the property columns are fixed.
+    pub fn columns_fixed(&self) -> bool {
+        self.columns.is_some()
     }
 
     /// The table's schema (once the property columns are fixed; `None` before).
@@ -831,6 +953,15 @@ impl TypedColumns {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pointer_text_as_format_hex() {
+        for v in [0u64, 1, 0xf, 0x10, 0xdead_beef, u64::MAX, 1 << 63] {
+            let mut s = String::new();
+            push_hex(&mut s, v);
+            assert_eq!(s, format!("{v:#x}"));
+        }
+    }
 
     #[test]
     fn systemtime_to_unix_ms() {

@@ -15,6 +15,7 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
@@ -31,7 +32,7 @@ use crate::guid::Guid;
 use crate::EventRecord;
 
 /// Rows per record batch handed to the Parquet writer.
-pub const BATCH_ROWS: usize = 1 << 16;
+pub const BATCH_ROWS: usize = 1 << 14;
 /// Rows per row group at most (a row group is the unit parallel readers split on).
 pub const ROW_GROUP_ROWS: usize = 1 << 17;
 
@@ -75,19 +76,38 @@ impl ExportSummary {
     }
 }
 
-fn properties(dictionary_off: &[&str]) -> WriterProperties {
+/// Rows all typed tables together hold before those with fixed columns hand theirs on.
+pub const TYPED_BUFFERED_ROWS: usize = 1 << 14;
+
+/// Tables with fewer rows than this, written in one batch, are not compressed.
+pub const SMALL_TABLE_ROWS: usize = 1024;
+
+/// Integer columns of `events.parquet` and the typed tables: written plain (zstd packs them as
+/// small as a dictionary would, for less work).
+const PLAIN_INTEGERS: [&str; 10] = [
+    "id", "version", "level", "opcode", "task", "keywords", "channel", "pid", "tid", "cpu",
+];
+
+fn properties(dictionary_off: &[&str], compress: bool) -> WriterProperties {
+    let compression = if compress {
+        Compression::ZSTD(ZstdLevel::try_new(1).expect("zstd level 1"))
+    } else {
+        Compression::UNCOMPRESSED
+    };
     let mut b = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(
-            ZstdLevel::try_new(1).expect("zstd level 1"),
-        ))
+        .set_compression(compression)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .set_dictionary_enabled(true)
         .set_created_by(format!("etwkit {}", env!("CARGO_PKG_VERSION")));
     // High-cardinality columns gain nothing from a dictionary; min/max of payloads and JSON text
     // help no reader either.
-    for c in dictionary_off {
+    for c in dictionary_off.iter().chain(&PLAIN_INTEGERS) {
         b = b.set_column_dictionary_enabled(ColumnPath::new(vec![c.to_string()]), false);
     }
+    b = b.set_column_dictionary_enabled(
+        ColumnPath::new(vec!["stack".into(), "list".into(), "item".into()]),
+        false,
+    );
     for c in ["payload", "properties"] {
         b = b.set_column_statistics_enabled(
             ColumnPath::new(vec![c.to_string()]),
@@ -169,7 +189,7 @@ enum Job {
 }
 
 /// Batches queued for the writer thread at most (bounds memory).
-const QUEUED_BATCHES: usize = 16;
+const QUEUED_BATCHES: usize = 3;
 
 /// Parquet encoding and compression on their own thread, while the caller decodes and builds the
 /// next batches. Errors are kept and returned by [`Writers::finish`] (later jobs are dropped).
@@ -288,21 +308,92 @@ struct TableKey {
 struct Table {
     rel: String,
     cols: TypedColumns,
+    /// Which of the typed tables' writer threads encodes it.
+    writer: usize,
     /// The writer's id for the table's file, once its first batch fixed the schema.
     sink: Option<usize>,
     rows: u64,
 }
 
-/// Writes a dataset: push records with [`DatasetWriter::push`] (or whole files with
-/// [`DatasetWriter::add_file`]), then [`DatasetWriter::finish`].
-pub struct DatasetWriter {
-    dir: PathBuf,
-    events_cols: EventColumns,
+/// The rows of `events.parquet`: its builder and its writer thread.
+struct EventsPart {
+    path: PathBuf,
+    cols: EventColumns,
     writers: Writers,
-    events: usize,
+    sink: usize,
+    rows: u64,
+    untyped: u64,
+}
+
+impl EventsPart {
+    fn flush(&mut self) -> Result<(), ExportError> {
+        let b = self.cols.finish();
+        self.writers.write(self.sink, &self.path, b)
+    }
+
+    /// Adds one row; `json` holds the properties' JSON text (empty: none), or `None` to take them
+    /// from `d.properties`.
+    fn push(
+        &mut self,
+        file: &str,
+        record: u64,
+        e: &EventRecord<'_>,
+        d: &DecodedEvent,
+        json: Option<&[u8]>,
+    ) -> Result<(), ExportError> {
+        let typed = match json {
+            Some(j) => {
+                self.cols.push_json(file, record, e, d, j);
+                !j.is_empty()
+            }
+            None => {
+                self.cols.push(file, record, e, d);
+                !d.properties.is_empty()
+            }
+        };
+        self.rows += 1;
+        if !typed {
+            self.untyped += 1;
+        }
+        if self.cols.rows() >= BATCH_ROWS {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Hands the last rows and the close to the writer thread (which finishes on its own).
+    fn close(&mut self) -> Result<(), ExportError> {
+        if self.cols.rows() > 0 {
+            self.flush()?;
+        }
+        self.writers.send(Job::Close { id: self.sink })
+    }
+}
+
+/// Writer threads of the typed tables (tables take turns): encoding, compressing and closing
+/// the many tables, the last ones at the end above all, is spread over cores.
+const TABLE_WRITERS: usize = 2;
+
+/// The typed tables: their builders and their writer threads.
+struct TablesPart {
+    dir: PathBuf,
+    /// Rows the tables hold, not yet handed to the writer.
+    buffered: usize,
+    /// `buffered` at which every table with fixed columns hands its rows on.
+    flush_mark: usize,
+    writers: Vec<Writers>,
     tables: HashMap<TableKey, Table>,
     paths: HashSet<String>,
-    summary: ExportSummary,
+}
+
+/// Writes a dataset: push records with [`DatasetWriter::push`] (or whole files with
+/// [`DatasetWriter::add_file`]), then [`DatasetWriter::finish`].
+///
+/// `events.parquet` and the typed tables are built by two walks of each file, side by side on two
+/// threads, each with its own thread encoding and compressing Parquet behind it.
+pub struct DatasetWriter {
+    events: EventsPart,
+    tables: TablesPart,
 }
 
 /// A file or directory name made of `[A-Za-z0-9._-]` (others become `_`), never empty or a dot name.
@@ -353,8 +444,7 @@ impl DatasetWriter {
             path: dir.to_path_buf(),
             source,
         })?;
-        let mut cols = EventColumns::new(Columns::EVENTS);
-        let schema = cols
+        let schema = EventColumns::new(Columns::EVENTS)
             .finish()
             .map_err(|source| ExportError::Arrow {
                 path: dir.join("events.parquet"),
@@ -362,19 +452,29 @@ impl DatasetWriter {
             })?
             .schema();
         let mut writers = Writers::start();
-        let events = writers.create(
-            dir.join("events.parquet"),
+        let path = dir.join("events.parquet");
+        let sink = writers.create(
+            path.clone(),
             schema,
-            properties(&["record", "timestamp", "payload", "properties"]),
+            properties(&["record", "timestamp", "payload", "properties"], true),
         )?;
         Ok(DatasetWriter {
-            dir: dir.to_path_buf(),
-            events_cols: cols,
-            writers,
-            events,
-            tables: HashMap::new(),
-            paths: HashSet::new(),
-            summary: ExportSummary::default(),
+            events: EventsPart {
+                path,
+                cols: EventColumns::with_capacity(Columns::EVENTS, BATCH_ROWS),
+                writers,
+                sink,
+                rows: 0,
+                untyped: 0,
+            },
+            tables: TablesPart {
+                dir: dir.to_path_buf(),
+                buffered: 0,
+                flush_mark: TYPED_BUFFERED_ROWS,
+                writers: (0..TABLE_WRITERS).map(|_| Writers::start()).collect(),
+                tables: HashMap::new(),
+                paths: HashSet::new(),
+            },
         })
     }
 
@@ -385,17 +485,103 @@ impl DatasetWriter {
         file: &str,
         record: u64,
         e: &EventRecord<'_>,
+        d: DecodedEvent,
+    ) -> Result<(), ExportError> {
+        self.events.push(file, record, e, &d, None)?;
+        self.tables.push(file, record, e, d)
+    }
+
+    /// Adds every record of `file` in time order, decoded by `decoder`; `name` fills the `file`
+    /// column. Stops at the first write error; what the file itself could not give is in the
+    /// returned summary.
+    ///
+    /// Two walks of the file run side by side: one builds `events.parquet` (properties written as
+    /// JSON straight from the payload where the layout allows), the other the typed tables.
+    pub fn add_file(
+        &mut self,
+        name: &str,
+        file: &EtlFile,
+        decoder: &Decoder,
+    ) -> Result<ReadSummary, ExportError> {
+        let stop = AtomicBool::new(false);
+        let (events, tables) = (&mut self.events, &mut self.tables);
+        let (summary, typed_err) = std::thread::scope(|s| {
+            let typed = std::thread::Builder::new()
+                .name("etwkit-typed".into())
+                .spawn_scoped(s, || {
+                    let mut err = None;
+                    let mut record = 0u64;
+                    file.for_each(Order::Time, |r| {
+                        if stop.load(Ordering::Relaxed) {
+                            return ControlFlow::Break(());
+                        }
+                        let d = decoder.decode_etl(r);
+                        if let Err(e) = tables.push(name, record, &r.event, d) {
+                            err = Some(e);
+                            stop.store(true, Ordering::Relaxed);
+                            return ControlFlow::Break(());
+                        }
+                        record += 1;
+                        ControlFlow::Continue(())
+                    });
+                    err
+                })
+                .expect("spawn the typed-table thread");
+            let mut err = None;
+            let mut record = 0u64;
+            let (mut json, mut scratch) = (Vec::with_capacity(1024), String::new());
+            let summary = file.for_each(Order::Time, |r| {
+                if stop.load(Ordering::Relaxed) {
+                    return ControlFlow::Break(());
+                }
+                let d = decoder.decode_etl_json(r, &mut json, &mut scratch);
+                if let Err(e) = events.push(name, record, &r.event, &d, Some(&json)) {
+                    err = Some(e);
+                    stop.store(true, Ordering::Relaxed);
+                    return ControlFlow::Break(());
+                }
+                record += 1;
+                ControlFlow::Continue(())
+            });
+            let typed_err = typed.join().unwrap_or_else(|_| {
+                Some(ExportError::Io {
+                    path: PathBuf::new(),
+                    source: std::io::Error::other("the typed-table thread panicked"),
+                })
+            });
+            (err.map_or(Ok(summary), Err), typed_err)
+        });
+        match typed_err {
+            Some(e) => Err(e),
+            None => summary,
+        }
+    }
+
+    /// Writes the last rows and closes every file.
+    pub fn finish(mut self) -> Result<ExportSummary, ExportError> {
+        // events.parquet's writer drains while the typed tables are finished here.
+        let closed = self.events.close();
+        let tables = self.tables.finish();
+        let events = self.events.writers.finish();
+        closed?;
+        events?;
+        Ok(ExportSummary {
+            events: self.events.rows,
+            untyped: self.events.untyped,
+            tables: tables?,
+        })
+    }
+}
+
+impl TablesPart {
+    fn push(
+        &mut self,
+        file: &str,
+        record: u64,
+        e: &EventRecord<'_>,
         mut d: DecodedEvent,
     ) -> Result<(), ExportError> {
-        self.events_cols.push(file, record, e, &d);
-        self.summary.events += 1;
-        if self.events_cols.rows() >= BATCH_ROWS {
-            let b = self.events_cols.finish();
-            let path = self.dir.join("events.parquet");
-            self.writers.write(self.events, &path, b)?;
-        }
         if d.properties.is_empty() {
-            self.summary.untyped += 1;
             return Ok(());
         }
         let key = TableKey {
@@ -410,8 +596,10 @@ impl DatasetWriter {
             Some(t) => t,
             None => {
                 let rel = self.table_path(e, &d);
+                let writer = self.tables.len() % self.writers.len();
                 self.tables.entry(key.clone()).or_insert(Table {
                     rel,
+                    writer,
                     cols: TypedColumns::new(),
                     sink: None,
                     rows: 0,
@@ -420,8 +608,21 @@ impl DatasetWriter {
         };
         t.cols.push(file, record, e, &mut d);
         t.rows += 1;
+        self.buffered += 1;
         if t.cols.rows() >= BATCH_ROWS {
-            Self::flush_table(&self.dir, &mut self.writers, t)?;
+            self.buffered -= t.cols.rows();
+            Self::flush_table(&self.dir, &mut self.writers[t.writer], t, false)?;
+        }
+        if self.buffered >= self.flush_mark {
+            // Bounded memory: every table whose columns are fixed hands its rows on; the
+            // others hold at most INFER_ROWS rows each until their columns are fixed.
+            for t in self.tables.values_mut() {
+                if t.cols.columns_fixed() && t.cols.rows() > 0 {
+                    self.buffered -= t.cols.rows();
+                    Self::flush_table(&self.dir, &mut self.writers[t.writer], t, false)?;
+                }
+            }
+            self.flush_mark = self.buffered + TYPED_BUFFERED_ROWS;
         }
         Ok(())
     }
@@ -453,14 +654,40 @@ impl DatasetWriter {
         rel
     }
 
-    fn flush_table(dir: &Path, w: &mut Writers, t: &mut Table) -> Result<(), ExportError> {
+    /// Sends the table's rows to its writer (creating its file first); `closing`: the last rows.
+    fn flush_table(
+        dir: &Path,
+        w: &mut Writers,
+        t: &mut Table,
+        closing: bool,
+    ) -> Result<(), ExportError> {
+        let rows = t.cols.rows();
         let b = t.cols.finish();
         let path = dir.join(&t.rel);
         let id = match t.sink {
             Some(id) => id,
             None => {
                 let schema = t.cols.schema().expect("fixed by finish");
-                let id = w.create(path.clone(), schema, properties(&["record", "timestamp"]))?;
+                // A table that is whole in its first batch and small is not compressed: a
+                // compressor per column costs more time than its few bytes save.
+                let compress = rows >= SMALL_TABLE_ROWS || !closing;
+                let mut plain = vec!["record".to_string(), "timestamp".to_string()];
+                plain.extend(t.cols.distinct_text_columns());
+                let plain: Vec<&str> = plain.iter().map(String::as_str).collect();
+                let mut props = properties(&plain, compress);
+                // Nor min/max of mostly distinct text (no reader prunes on addresses or paths).
+                let distinct = t.cols.distinct_text_columns();
+                if !distinct.is_empty() {
+                    let mut b = props.into_builder();
+                    for c in distinct {
+                        b = b.set_column_statistics_enabled(
+                            ColumnPath::new(vec![c]),
+                            EnabledStatistics::None,
+                        );
+                    }
+                    props = b.build();
+                }
+                let id = w.create(path.clone(), schema, props)?;
                 t.sink = Some(id);
                 id
             }
@@ -468,48 +695,20 @@ impl DatasetWriter {
         w.write(id, &path, b)
     }
 
-    /// Adds every record of `file` in time order, decoded by `decoder`; `name` fills the `file`
-    /// column. Stops at the first write error; what the file itself could not give is in the
-    /// returned summary.
-    pub fn add_file(
-        &mut self,
-        name: &str,
-        file: &EtlFile,
-        decoder: &Decoder,
-    ) -> Result<ReadSummary, ExportError> {
-        let mut err = None;
-        let mut record = 0u64;
-        let summary = file.for_each(Order::Time, |r| {
-            let d = decoder.decode_etl(r);
-            if let Err(e) = self.push(name, record, &r.event, d) {
-                err = Some(e);
-                return ControlFlow::Break(());
-            }
-            record += 1;
-            ControlFlow::Continue(())
-        });
-        match err {
-            Some(e) => Err(e),
-            None => Ok(summary),
-        }
-    }
-
-    /// Writes the last rows and closes every file.
-    pub fn finish(mut self) -> Result<ExportSummary, ExportError> {
-        if self.events_cols.rows() > 0 {
-            let b = self.events_cols.finish();
-            let path = self.dir.join("events.parquet");
-            self.writers.write(self.events, &path, b)?;
-        }
-        self.writers.send(Job::Close { id: self.events })?;
+    /// Writes the last rows and closes every table; what each received.
+    fn finish(&mut self) -> Result<BTreeMap<String, TableSummary>, ExportError> {
+        let mut out = BTreeMap::new();
+        let mut result = Ok(());
         for (_, mut t) in self.tables.drain() {
-            if t.cols.rows() > 0 || t.sink.is_none() {
-                Self::flush_table(&self.dir, &mut self.writers, &mut t)?;
+            if result.is_ok() && (t.cols.rows() > 0 || t.sink.is_none()) {
+                result = Self::flush_table(&self.dir, &mut self.writers[t.writer], &mut t, true);
             }
             if let Some(id) = t.sink.take() {
-                self.writers.send(Job::Close { id })?;
+                if result.is_ok() {
+                    result = self.writers[t.writer].send(Job::Close { id });
+                }
             }
-            self.summary.tables.insert(
+            out.insert(
                 t.rel,
                 TableSummary {
                     rows: t.rows,
@@ -517,7 +716,9 @@ impl DatasetWriter {
                 },
             );
         }
-        self.writers.finish()?;
-        Ok(self.summary)
+        let finished: Vec<_> = self.writers.iter_mut().map(Writers::finish).collect();
+        result?;
+        finished.into_iter().collect::<Result<(), _>>()?;
+        Ok(out)
     }
 }
