@@ -146,7 +146,8 @@ const SYS_RESTART_SYSCALL: u64 = 219;
 
 /// Test hook: `ETWKIT_INJECT_DIE_AT=N` makes etwkit SIGKILL itself at step N of an injection (1
 /// thread stopped, 2 stub written, 3 frame written, 4 registers set, 5 thread running the stub,
-/// 6 inside dlopen, 7 the shim attached, 8 thread let go), so tests can check that every state in
+/// 6 inside dlopen, 7 the shim attached, 8 thread let go; 9 the shim connected back, before it
+/// got its configuration), so tests can check that every state in
 /// between leaves the process running correctly.
 pub(crate) fn die_at(step: u32) {
     static AT: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();

@@ -984,6 +984,7 @@ fn accept_shim(
         if !ok || cred.pid as u32 != pid {
             continue; // not the process we loaded the shim into
         }
+        super::inject::die_at(9);
         // SAFETY: send reads 16 bytes from the array.
         let sent = unsafe {
             libc::send(
