@@ -136,9 +136,16 @@ fn write_profiles(a: &Args, report: &HeapReport) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Logger name of `-o` files written while attached to a running process; their StartTime is when
+/// tracing started.
+const ATTACHED_LOGGER: &str = "etwkit heap (attached)";
+
 fn report_from_etl(file: &PathBuf, top: usize, frames: usize) -> anyhow::Result<HeapReport> {
     let f = etwkit::etl::EtlFile::open(file)?;
-    let (an, images) = etwkit::analysis::heap::analyze_file(&f);
+    let (mut an, images) = etwkit::analysis::heap::analyze_file(&f);
+    if f.header().logger_name == ATTACHED_LOGGER {
+        an.set_tracing_started(f.header().start_time);
+    }
     Ok(report_named(&an, &images, top, frames))
 }
 
@@ -272,7 +279,7 @@ fn live(a: &Args) -> anyhow::Result<LiveOutcome> {
     stop_after(a.duration, &stop);
     ctrlc_stop(stop);
 
-    let mut writer = open_output(a.output.as_deref())?;
+    let mut writer = open_output(a.output.as_deref(), None)?;
     let mut write_err = None;
     let mut an = HeapAnalyzer::new();
     let mut last = Instant::now();
@@ -423,7 +430,8 @@ fn run_shim(
 
     stop_after(a.duration, &trace.stop_handle());
     ctrlc_stop(trace.stop_handle());
-    let mut writer = open_output(a.output.as_deref())?;
+    let attached_at = trace.attached_pid().map(|_| trace.started());
+    let mut writer = open_output(a.output.as_deref(), attached_at)?;
     let mut write_err = None;
     let mut an = HeapAnalyzer::new();
     let mut last = Instant::now();
@@ -585,13 +593,19 @@ impl HeapOutput {
 }
 
 #[cfg(target_os = "linux")]
-fn open_output(path: Option<&std::path::Path>) -> anyhow::Result<Option<HeapOutput>> {
+fn open_output(
+    path: Option<&std::path::Path>,
+    attached_at: Option<i64>,
+) -> anyhow::Result<Option<HeapOutput>> {
+    use etwkit::etl::writer::WriterOptions;
+    // Attached: the file starts when tracing did, and says so (see report_from_etl).
+    let opts = attached_at.map_or_else(WriterOptions::now, |t| WriterOptions {
+        logger_name: ATTACHED_LOGGER.into(),
+        ..WriterOptions::new(t)
+    });
     path.map(|p| -> anyhow::Result<_> {
         Ok(HeapOutput {
-            writer: etwkit::etl::writer::Writer::create(
-                p,
-                etwkit::etl::writer::WriterOptions::now(),
-            )?,
+            writer: etwkit::etl::writer::Writer::create(p, opts)?,
             enc: etwkit::analysis::heap::HeapEventEncoder::new()
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
             last_time: i64::MIN,

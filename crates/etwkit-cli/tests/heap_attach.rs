@@ -310,6 +310,9 @@ fn attach_to_cxx_and_python() {
     let (saved, _) = heap(&["--report", etl.to_str().unwrap()]);
     assert_eq!(saved["processes"], r["processes"]);
     assert_eq!(saved["outstanding_by_stack"], r["outstanding_by_stack"]);
+    // The file says when tracing started, as the live report did.
+    assert!(r["tracing_started"].is_string(), "{r}");
+    assert_eq!(saved["tracing_started"], r["tracing_started"]);
     assert!(py.wait().unwrap().success());
 }
 
