@@ -590,3 +590,132 @@ fn killed_injection_into_a_busy_thread_keeps_its_registers() {
     );
     assert!(status.success(), "{status:?}");
 }
+
+/// A root directory for `chroot` holding `bin` (as /prog) and the libraries `ldd` lists for it, plus
+/// `extra` libraries from the host's library directory, and an empty /tmp.
+fn chroot_dir(name: &str, bin: &std::path::Path, extra: &[&str]) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("tmp")).unwrap();
+    std::fs::copy(bin, root.join("prog")).unwrap();
+    let ldd = Command::new("ldd").arg(bin).output().expect("ldd");
+    let mut libs: Vec<String> = String::from_utf8_lossy(&ldd.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+        .map(str::to_string)
+        .collect();
+    let libdir = libs
+        .iter()
+        .find(|l| l.contains("/libc.so"))
+        .and_then(|l| l.rsplit_once('/'))
+        .map(|(d, _)| d.to_string())
+        .expect("libc in ldd output");
+    libs.extend(extra.iter().map(|e| format!("{libdir}/{e}")));
+    for l in libs {
+        let dst = root.join(l.trim_start_matches('/'));
+        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        std::fs::copy(&l, &dst).unwrap_or_else(|e| panic!("{l}: {e}"));
+    }
+    root
+}
+
+/// Attaches to the storm started by `cmd` (its pid in our namespace is its only `prog_name`
+/// process); checks the counts against the program's own and returns the report's final line.
+fn attach_in_namespaces(
+    cmd: &mut Command,
+    prog_name: &str,
+) -> (serde_json::Value, String, Vec<u64>) {
+    let (mut child, rx) = start(cmd);
+    let _ = next_line(&rx);
+    // The storm itself (unshare forks it): the process running `prog_name` whose parent is unshare
+    // or chroot's child.
+    let pid = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == prog_name)
+        })
+        .expect("the storm's pid");
+    let (r, last) = heap(&["--pid", &pid.to_string(), "--duration", "1"]);
+    let mut totals = Vec::new();
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(20)) {
+        if let Some(rest) = l.strip_prefix("TRACED ") {
+            totals = rest
+                .split_whitespace()
+                .map(|x| x.parse().unwrap())
+                .collect();
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    assert_eq!(totals.len(), 3, "TRACED line");
+    if !r["processes"].as_array().unwrap().is_empty() {
+        assert_eq!(r["processes"][0]["pid"], pid, "pids as we see them");
+    }
+    (r, last, totals)
+}
+
+#[test]
+fn attach_across_namespaces() {
+    if !common::require_root("attach_across_namespaces") {
+        return;
+    }
+    let _serial = serial();
+    let bin = compile(
+        "cc",
+        "attach_storm.c",
+        "attach_storm_ns",
+        &["-fno-plt", "-ldl"],
+    );
+    let exact = |r: &serde_json::Value, last: &str, t: &[u64]| {
+        assert!(last.contains("now taken out again"), "{last}");
+        assert_eq!(r["exact"], true, "{}", r["notes"]);
+        let p = &r["processes"][0];
+        assert_eq!(p["allocs"].as_u64().unwrap(), t[0], "mallocs");
+        assert_eq!(
+            p["frees"].as_u64().unwrap() + p["frees_of_unknown_blocks"].as_u64().unwrap(),
+            t[1],
+            "frees"
+        );
+        assert_eq!(t[2], 0, "failed allocations");
+    };
+    // Own mount and pid namespaces (the shim's path is the same file there; its pid differs).
+    let (r, last, t) = attach_in_namespaces(
+        Command::new("unshare")
+            .args(["--mount", "--pid", "--fork", "--mount-proc"])
+            .arg(&bin)
+            .args(["3", "1"]),
+        "attach_storm_ns",
+    );
+    exact(&r, &last, &t);
+    // Own root (chroot), network, mount and pid namespaces: the shim is copied into its /tmp and
+    // connects back through a socket made in its network namespace.
+    let root = chroot_dir("attach_chroot", &bin, &["libgcc_s.so.1"]);
+    let (r, last, t) = attach_in_namespaces(
+        Command::new("unshare")
+            .args(["--mount", "--pid", "--net", "--fork", "chroot"])
+            .arg(&root)
+            .args(["/prog", "3", "1"]),
+        "prog",
+    );
+    exact(&r, &last, &t);
+    assert!(std::fs::read_dir(root.join("tmp")).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with("etwkit-heapshim-")));
+    // A root without a library the shim needs: one sentence naming it, then uprobes.
+    let root = chroot_dir("attach_chroot_bare", &bin, &[]);
+    let (r, last, _) = attach_in_namespaces(
+        Command::new("unshare")
+            .args(["--mount", "--pid", "--fork", "chroot"])
+            .arg(&root)
+            .args(["/prog", "3", "1"]),
+        "prog",
+    );
+    assert!(
+        last.contains("traced with uprobes")
+            && last.contains("lacks libgcc_s.so.1, which the shim needs"),
+        "{last}"
+    );
+    assert!(r["operations"].as_u64().unwrap() > 0);
+}

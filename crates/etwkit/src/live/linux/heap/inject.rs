@@ -359,7 +359,8 @@ pub fn inject_shim(pid: u32, shim: &Path, nonce: u64) -> Result<i64, InjectError
             shim.display()
         )));
     }
-    let mut path = shim.as_os_str().as_encoded_bytes().to_vec();
+    let in_target = place_shim(pid, shim)?;
+    let mut path = in_target.as_os_str().as_encoded_bytes().to_vec();
     path.push(0);
     let mut modules = vec![(libc_path.clone(), libc_start)];
     modules.extend(mapped_file(pid, |p| p.contains("/ld-linux")));
@@ -380,15 +381,156 @@ pub fn inject_shim(pid: u32, shim: &Path, nonce: u64) -> Result<i64, InjectError
     die_at(8);
     let v = r?;
     match v {
-        STUB_DLOPEN_FAILED => Err(InjectError::Failed(format!(
-            "dlopen of {} failed inside process {pid}",
-            shim.display()
-        ))),
+        STUB_DLOPEN_FAILED => {
+            let missing = missing_libraries(pid, shim);
+            Err(InjectError::Unsupported(if missing.is_empty() {
+                format!(
+                    "dlopen of {} failed inside process {pid}",
+                    in_target.display()
+                )
+            } else {
+                format!(
+                    "process {pid} could not load the shim: its filesystem lacks {}, which the shim needs",
+                    missing.join(", ")
+                )
+            }))
+        }
         STUB_NO_SYMBOL => Err(InjectError::Failed(format!(
             "{} loaded in process {pid} has no {ATTACH_SYMBOL}",
             shim.display()
         ))),
         v => Ok(v),
+    }
+}
+
+/// The shim's needed libraries that process `pid` neither has loaded nor has in the usual library
+/// directories of its filesystem.
+fn missing_libraries(pid: u32, shim: &Path) -> Vec<String> {
+    use object::read::elf::{Dyn, ElfFile64, FileHeader};
+    let Ok(data) = std::fs::read(shim) else {
+        return Vec::new();
+    };
+    let Ok(elf) = ElfFile64::<object::Endianness>::parse(&data[..]) else {
+        return Vec::new();
+    };
+    let endian = elf.endian();
+    let needed: Vec<String> = (|| {
+        let sections = elf.elf_header().sections(endian, &data[..]).ok()?;
+        let (dyns, link) = sections.dynamic(endian, &data[..]).ok()??;
+        let strings = sections.strings(endian, &data[..], link).ok()?;
+        Some(
+            dyns.iter()
+                .filter(|d| d.tag32(endian) == Some(object::elf::DT_NEEDED))
+                .filter_map(|d| d.string(endian, strings).ok())
+                .map(|n| String::from_utf8_lossy(n).into_owned())
+                .collect(),
+        )
+    })()
+    .unwrap_or_default();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let dirs = [
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib64",
+        "/usr/lib64",
+        "/lib",
+        "/usr/lib",
+    ];
+    needed
+        .into_iter()
+        .filter(|n| {
+            !maps.lines().any(|l| l.ends_with(&format!("/{n}")))
+                && !dirs
+                    .iter()
+                    .any(|d| Path::new(&format!("/proc/{pid}/root{d}/{n}")).exists())
+        })
+        .collect()
+}
+
+/// A path under which process `pid` opens `shim`: `shim` itself when its mount namespace shows the
+/// same file there, else a copy written into its own filesystem (`/tmp`, `/dev/shm` or `/var/tmp`
+/// as it sees them; resolved inside its root, never through its symlinks), named by content.
+fn place_shim(pid: u32, shim: &Path) -> Result<PathBuf, InjectError> {
+    use std::os::unix::fs::MetadataExt;
+    let same =
+        |a: &std::fs::Metadata, b: &std::fs::Metadata| a.dev() == b.dev() && a.ino() == b.ino();
+    let ours = std::fs::metadata(shim)
+        .map_err(|e| InjectError::Failed(format!("{}: {e}", shim.display())))?;
+    let seen = std::fs::metadata(format!("/proc/{pid}/root{}", shim.display()));
+    if seen.is_ok_and(|m| same(&m, &ours)) {
+        return Ok(shim.to_path_buf());
+    }
+    let bytes =
+        std::fs::read(shim).map_err(|e| InjectError::Failed(format!("{}: {e}", shim.display())))?;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in &bytes {
+        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let root = std::fs::File::open(format!("/proc/{pid}/root")).map_err(|e| {
+        InjectError::Unsupported(format!(
+            "the root directory of process {pid} is not reachable ({e})"
+        ))
+    })?;
+    let mut why = String::new();
+    for dir in ["tmp", "dev/shm", "var/tmp"] {
+        let rel = format!("{dir}/etwkit-heapshim-{h:016x}.so");
+        match write_in_root(&root, &rel, &bytes) {
+            Ok(()) => return Ok(PathBuf::from(format!("/{rel}"))),
+            Err(e) if why.is_empty() => why = format!("/{rel}: {e}"),
+            Err(_) => {}
+        }
+    }
+    Err(InjectError::Unsupported(format!(
+        "process {pid} lives in another filesystem namespace where the shim could not be placed ({why})"
+    )))
+}
+
+/// Creates `rel` (relative to `root`, resolved as if `root` were `/`) holding `bytes`, or checks that
+/// it already holds exactly them.
+fn write_in_root(root: &File, rel: &str, bytes: &[u8]) -> io::Result<()> {
+    use std::io::{Read, Write};
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let open = |flags: i32| -> io::Result<File> {
+        // SAFETY: open_how is plain integers.
+        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+        how.flags = (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
+        if flags & libc::O_CREAT != 0 {
+            how.mode = 0o644;
+        }
+        how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+        let c = std::ffi::CString::new(rel).map_err(io::Error::other)?;
+        // SAFETY: openat2 reads a NUL-terminated path and an open_how of the size given.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                root.as_raw_fd(),
+                c.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor, ours.
+        Ok(unsafe { File::from_raw_fd(fd as i32) })
+    };
+    match open(libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL) {
+        Ok(mut f) => {
+            f.write_all(bytes)?;
+            use std::os::unix::fs::PermissionsExt;
+            f.set_permissions(std::fs::Permissions::from_mode(0o644))
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let mut have = Vec::new();
+            open(libc::O_RDONLY)?.read_to_end(&mut have)?;
+            if have == bytes {
+                Ok(())
+            } else {
+                Err(io::Error::other("a different file is already there"))
+            }
+        }
+        Err(e) => Err(e),
     }
 }
 
