@@ -143,6 +143,9 @@ struct ThreadBuf {
     sent: UnsafeCell<[u64; SENT_SLOTS]>,
     cache: UnsafeCell<Option<CacheX86_64>>,
     pend: UnsafeCell<[Pend; PEND_SLOTS]>,
+    /// The newest kept-back allocation, outside `pend` (addr 0 when none): a block freed right after
+    /// its allocation, the common case, then costs no hash-table insert and probe.
+    last: UnsafeCell<Pend>,
     /// Live entries + tombstones in `pend`.
     pend_used: Cell<usize>,
     pend_live: Cell<usize>,
@@ -558,9 +561,19 @@ fn pend_slot(addr: u64) -> usize {
     ((addr >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % PEND_SLOTS
 }
 
-/// Keeps an allocation back (see [`Pend`]).
-#[inline]
+/// Keeps an allocation back (see [`Pend`]): as the newest, the one before going into the table.
+#[inline(always)]
 unsafe fn pend_insert(b: &ThreadBuf, e: Pend) {
+    // Out of `last` before the insert (which may spill: `last` must not be sent twice).
+    let prev = std::mem::take(&mut *b.last.get());
+    if prev.addr > 1 {
+        table_insert(b, prev);
+    }
+    *b.last.get() = e;
+}
+
+#[inline]
+unsafe fn table_insert(b: &ThreadBuf, e: Pend) {
     if b.pend_used.get() >= PEND_MAX {
         if b.pend_live.get() < PEND_MAX / 4 {
             pend_rebuild(b);
@@ -601,12 +614,22 @@ unsafe fn pend_rebuild(b: &ThreadBuf) {
     b.pend_used.set(0);
     b.pend_live.set(0);
     for e in &live[..n] {
-        pend_insert(b, *e);
+        table_insert(b, *e);
     }
 }
 
-#[inline]
+#[inline(always)]
 unsafe fn pend_take(b: &ThreadBuf, addr: u64) -> Option<Pend> {
+    let last = &mut *b.last.get();
+    if last.addr == addr {
+        last.addr = 0;
+        return Some(Pend { addr, ..*last });
+    }
+    table_take(b, addr)
+}
+
+#[inline]
+unsafe fn table_take(b: &ThreadBuf, addr: u64) -> Option<Pend> {
     if b.pend_live.get() == 0 {
         return None;
     }
@@ -652,13 +675,16 @@ fn freed_elsewhere(addr: u64, since: u64) -> bool {
 }
 
 /// Counts a cancelled alloc/free pair under its stack.
+///
+/// Takes the fields, not the entry: copying a `Pend` (padding included) right after `pend_take`
+/// wrote it made the loads wait on partial stores (a store-forwarding stall that was the largest
+/// single cost of a malloc/free pair).
 #[inline]
-unsafe fn agg_add(b: &ThreadBuf, e: &Pend) {
+unsafe fn agg_add(b: &ThreadBuf, stack: u64, api: u8, size: u64) {
     let t = &mut *b.agg.get();
-    let i =
-        ((e.stack ^ e.api as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % AGG_SLOTS;
+    let i = ((stack ^ api as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % AGG_SLOTS;
     let slot = &mut t[i];
-    if slot.count > 0 && (slot.stack != e.stack || slot.api != e.api) {
+    if slot.count > 0 && (slot.stack != stack || slot.api != api) {
         let old = *slot;
         slot.count = 0;
         push(
@@ -672,18 +698,30 @@ unsafe fn agg_add(b: &ThreadBuf, e: &Pend) {
         );
     }
     let slot = &mut t[i];
-    slot.stack = e.stack;
-    slot.api = e.api;
+    slot.stack = stack;
+    slot.api = api;
     slot.count += 1;
-    slot.bytes += e.size;
+    slot.bytes += size;
 }
 
 /// Sends kept-back allocations (those older than `min_age` TSC ticks; 0 = all) and the pair counts.
 unsafe fn spill(b: &ThreadBuf, min_age: u64) {
     let now = tsc();
+    let all = min_age == 0;
+    let last = &mut *b.last.get();
+    if last.addr > 1 && (all || now.wrapping_sub(last.tsc) >= min_age) {
+        let r = [
+            hdr(T_ALLOC, last.api, 0),
+            last.tsc,
+            last.addr,
+            last.size,
+            last.stack,
+        ];
+        last.addr = 0;
+        push_raw(b, &r);
+    }
     let t = &mut *b.pend.get();
     let mut live = 0;
-    let all = min_age == 0;
     for e in t.iter_mut() {
         if e.addr > 1 {
             if all || now.wrapping_sub(e.tsc) >= min_age {
@@ -1243,7 +1281,7 @@ unsafe fn record_realloc(api: u8, old: *mut libc::c_void, new: *mut libc::c_void
                 loop {
                     match pend_take(b, old as u64) {
                         Some(e) if !freed_elsewhere(e.addr, e.tsc) => {
-                            agg_add(b, &e);
+                            agg_add(b, e.stack, e.api, e.size);
                             return;
                         }
                         Some(e) => {
@@ -1315,7 +1353,7 @@ pub(crate) unsafe fn free_impl(p: *mut libc::c_void) {
             loop {
                 match pend_take(b, p as u64) {
                     Some(e) if !freed_elsewhere(e.addr, e.tsc) => {
-                        agg_add(b, &e);
+                        agg_add(b, e.stack, e.api, e.size);
                         return;
                     }
                     // Kept back here, but freed by another thread since (and handed out again by
