@@ -162,6 +162,10 @@ struct ThreadBuf {
     /// Offsets from `stack_id`'s sp of the first user return address, one per hook path seen.
     first_rel: UnsafeCell<[u64; 8]>,
     stack_hi: Cell<u64>,
+    /// The stack-cache slot that matched last: tried first (a loop allocates from the same place).
+    last_sc: Cell<usize>,
+    /// The TRANSIENT counter used last (see `agg_add`).
+    last_agg: Cell<usize>,
 }
 
 const MAX_THREADS: usize = 4096;
@@ -679,10 +683,22 @@ fn freed_elsewhere(addr: u64, since: u64) -> bool {
 /// Takes the fields, not the entry: copying a `Pend` (padding included) right after `pend_take`
 /// wrote it made the loads wait on partial stores (a store-forwarding stall that was the largest
 /// single cost of a malloc/free pair).
-#[inline]
+#[inline(always)]
 unsafe fn agg_add(b: &ThreadBuf, stack: u64, api: u8, size: u64) {
+    let last = &mut (*b.agg.get())[b.last_agg.get()];
+    if last.count > 0 && last.stack == stack && last.api == api {
+        last.count += 1;
+        last.bytes += size;
+        return;
+    }
+    agg_add_slow(b, stack, api, size)
+}
+
+#[inline(never)]
+unsafe fn agg_add_slow(b: &ThreadBuf, stack: u64, api: u8, size: u64) {
     let t = &mut *b.agg.get();
     let i = ((stack ^ api as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % AGG_SLOTS;
+    b.last_agg.set(i);
     let slot = &mut t[i];
     if slot.count > 0 && (slot.stack != stack || slot.api != api) {
         let old = *slot;
@@ -1052,10 +1068,34 @@ fn sc_index(return_address: u64) -> usize {
 /// Fast path: a per-thread cache keyed by the caller's return address. A hit is verified by reading
 /// every cached return-address slot (at the same offsets from the current sp) and comparing: equal
 /// slots mean the same call chain, so the DWARF walk is skipped. Any difference: full unwind.
-#[inline(never)]
+#[inline(always)]
 unsafe fn stack_id(b: &ThreadBuf) -> u64 {
     let sp_now: u64;
-    core::arch::asm!("mov {sp}, rsp", sp = out(reg) sp_now);
+    core::arch::asm!("mov {sp}, rsp", sp = out(reg) sp_now, options(nomem, nostack, preserves_flags));
+    // Inline fast path: the entry that matched last, verified slot by slot.
+    let hi = b.stack_hi.get();
+    let e = &(*b.scache.get())[b.last_sc.get()];
+    if e.n != 0 && hi != 0 {
+        let base = sp_now.wrapping_sub(e.sp_delta);
+        let mut ok = true;
+        for i in 0..e.n as usize {
+            let a = base.wrapping_add(e.offs[i] as u64);
+            if a < sp_now || a + 8 > hi || std::ptr::read(a as *const u64) != e.addrs[i] {
+                ok = false;
+                break;
+            }
+        }
+        if ok {
+            return e.hash;
+        }
+    }
+    stack_id_slow(b, sp_now)
+}
+
+/// [`stack_id`] past its fast path; `sp_now` is the stack pointer there (cache entries are kept
+/// relative to it).
+#[inline(never)]
+unsafe fn stack_id_slow(b: &ThreadBuf, sp_now: u64) -> u64 {
     let hi = stack_hi(b);
     let sc = &mut *b.scache.get();
     // The key: the first user return address, at a fixed offset from this function's sp for a given
@@ -1085,6 +1125,7 @@ unsafe fn stack_id(b: &ThreadBuf) -> u64 {
         }
         let i = sc_index(std::ptr::read(a as *const u64));
         if probe(&sc[i]) {
+            b.last_sc.set(i);
             return sc[i].hash;
         }
     }
@@ -1113,6 +1154,7 @@ unsafe fn stack_id(b: &ThreadBuf) -> u64 {
         e.n = n as u32;
         e.offs[..n].copy_from_slice(&slots[..n]);
         e.addrs[..n].copy_from_slice(&frames[..n]);
+        b.last_sc.set(i);
     }
     let sent = &mut *b.sent.get();
     let slot = (h as usize >> 3) % SENT_SLOTS;
