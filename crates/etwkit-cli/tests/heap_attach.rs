@@ -689,10 +689,14 @@ fn attach_across_namespaces() {
     exact(&r, &last, &t);
     // Own root (chroot), network, mount and pid namespaces: the shim is copied into its /tmp and
     // connects back through a socket made in its network namespace.
+    // (With /proc mounted inside: the shim watches its threads there to detach exactly.)
     let root = chroot_dir("attach_chroot", &bin, &["libgcc_s.so.1"]);
+    std::fs::create_dir_all(root.join("proc")).unwrap();
     let (r, last, t) = attach_in_namespaces(
         Command::new("unshare")
-            .args(["--mount", "--pid", "--net", "--fork", "chroot"])
+            .args(["--mount", "--pid", "--net", "--fork"])
+            .arg(format!("--mount-proc={}", root.join("proc").display()))
+            .arg("chroot")
             .arg(&root)
             .args(["/prog", "3", "1"]),
         "prog",
@@ -702,7 +706,7 @@ fn attach_across_namespaces() {
         .unwrap()
         .file_name()
         .to_string_lossy()
-        .starts_with("etwkit-heapshim-")));
+        .starts_with("libetwkit_heapshim-")));
     // A root without a library the shim needs: one sentence naming it, then uprobes.
     let root = chroot_dir("attach_chroot_bare", &bin, &[]);
     let (r, last, _) = attach_in_namespaces(

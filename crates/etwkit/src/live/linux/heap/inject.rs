@@ -359,6 +359,9 @@ pub fn inject_shim(pid: u32, shim: &Path, nonce: u64) -> Result<i64, InjectError
             shim.display()
         )));
     }
+    // Absolute: the process resolves a relative path from its own working directory.
+    let shim = &std::path::absolute(shim)
+        .map_err(|e| InjectError::Failed(format!("{}: {e}", shim.display())))?;
     let in_target = place_shim(pid, shim)?;
     let mut path = in_target.as_os_str().as_encoded_bytes().to_vec();
     path.push(0);
@@ -473,7 +476,7 @@ fn place_shim(pid: u32, shim: &Path) -> Result<PathBuf, InjectError> {
     })?;
     let mut why = String::new();
     for dir in ["tmp", "dev/shm", "var/tmp"] {
-        let rel = format!("{dir}/etwkit-heapshim-{h:016x}.so");
+        let rel = format!("{dir}/libetwkit_heapshim-{h:016x}.so");
         match write_in_root(&root, &rel, &bytes) {
             Ok(()) => return Ok(PathBuf::from(format!("/{rel}"))),
             Err(e) if why.is_empty() => why = format!("/{rel}: {e}"),
