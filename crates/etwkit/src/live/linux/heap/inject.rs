@@ -338,6 +338,16 @@ pub fn inject_shim(pid: u32, shim: &Path, nonce: u64) -> Result<i64, InjectError
             "the memory map of process {pid} is not readable ({e})"
         )));
     }
+    // The stub returns with `ret`, which a hardware shadow stack (CET) would refuse.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    if status
+        .lines()
+        .any(|l| l.starts_with("x86_Thread_features:") && l.contains("shstk"))
+    {
+        return Err(InjectError::Unsupported(format!(
+            "process {pid} runs with x86 shadow stacks, which the shim's loader stub cannot return through"
+        )));
+    }
     let Some((libc_path, libc_start)) = mapped_file(pid, is_libc) else {
         return Err(InjectError::Unsupported(format!(
             "process {pid} has no glibc libc.so mapped (a static binary, or another C library), so it cannot load the shim"
