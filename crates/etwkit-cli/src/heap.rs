@@ -139,9 +139,16 @@ fn write_profiles(a: &Args, report: &HeapReport) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Logger name of `-o` files written while attached to a running process; their StartTime is when
+/// tracing started.
+const ATTACHED_LOGGER: &str = "etwkit heap (attached)";
+
 fn report_from_etl(file: &PathBuf, top: usize, frames: usize) -> anyhow::Result<HeapReport> {
     let f = etwkit::etl::EtlFile::open(file)?;
-    let (an, images, modules) = etwkit::analysis::heap::analyze_file_modules(&f);
+    let (mut an, images, modules) = etwkit::analysis::heap::analyze_file_modules(&f);
+    if f.header().logger_name == ATTACHED_LOGGER {
+        an.set_tracing_started(f.header().start_time);
+    }
     Ok(
         match etwkit::live::heap::saved_trace_namer(&images, modules) {
             Some(mut namer) => an.report(Some(namer.as_mut()), top, frames),
@@ -204,7 +211,7 @@ fn live(a: &Args) -> anyhow::Result<LiveOutcome> {
     let s = stop.clone();
     let _ = ctrlc::set_handler(move || s.stop());
 
-    let mut writer = open_output(a.output.as_deref())?;
+    let mut writer = open_output(a.output.as_deref(), session.tracing_started())?;
     let mut write_err = None;
     let mut an = HeapAnalyzer::new();
     let mut last = Instant::now();
@@ -292,13 +299,19 @@ impl HeapOutput {
     }
 }
 
-fn open_output(path: Option<&std::path::Path>) -> anyhow::Result<Option<HeapOutput>> {
+fn open_output(
+    path: Option<&std::path::Path>,
+    attached_at: Option<i64>,
+) -> anyhow::Result<Option<HeapOutput>> {
+    use etwkit::etl::writer::WriterOptions;
+    // Attached: the file starts when tracing did, and says so (see report_from_etl).
+    let opts = attached_at.map_or_else(WriterOptions::now, |t| WriterOptions {
+        logger_name: ATTACHED_LOGGER.into(),
+        ..WriterOptions::new(t)
+    });
     path.map(|p| -> anyhow::Result<_> {
         Ok(HeapOutput {
-            writer: etwkit::etl::writer::Writer::create(
-                p,
-                etwkit::etl::writer::WriterOptions::now(),
-            )?,
+            writer: etwkit::etl::writer::Writer::create(p, opts)?,
             enc: etwkit::analysis::heap::HeapEventEncoder::new()
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
             last_time: i64::MIN,

@@ -310,6 +310,9 @@ fn attach_to_cxx_and_python() {
     let (saved, _) = heap(&["--report", etl.to_str().unwrap()]);
     assert_eq!(saved["processes"], r["processes"]);
     assert_eq!(saved["outstanding_by_stack"], r["outstanding_by_stack"]);
+    // The file says when tracing started, as the live report did.
+    assert!(r["tracing_started"].is_string(), "{r}");
+    assert_eq!(saved["tracing_started"], r["tracing_started"]);
     assert!(py.wait().unwrap().success());
 }
 
@@ -429,4 +432,294 @@ for t in ts: t.start()\n    for t in ts: t.join()\n";
         assert!(r["processes"][0]["allocs"].as_u64().unwrap() > 1000);
     }
     assert!(py.wait().unwrap().success());
+}
+
+/// Runs `etwkit heap --pid PID --duration 1` with `ETWKIT_INJECT_DIE_AT=step` (etwkit SIGKILLs itself
+/// at that step of the injection); true when it died that way.
+fn heap_dying_at(pid: u32, step: u32) -> bool {
+    let st = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+        .args(["heap", "--pid", &pid.to_string(), "--duration", "1"])
+        .args(["--format", "json"])
+        .env_remove("ETWKIT_HEAPSHIM")
+        .env("ETWKIT_INJECT_DIE_AT", step.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    std::os::unix::process::ExitStatusExt::signal(&st) == Some(9) // SIGKILL
+}
+
+/// Injection steps of `ETWKIT_INJECT_DIE_AT` (see etwkit::live::linux::heap::inject::die_at).
+const INJECT_STEPS: u32 = 9;
+
+#[test]
+fn killed_at_every_step_of_the_injection_leaves_the_target_correct() {
+    if !common::require_root("killed_at_every_step_of_the_injection_leaves_the_target_correct") {
+        return;
+    }
+    let _serial = serial();
+    let bin = compile(
+        "cc",
+        "attach_storm.c",
+        "attach_storm_steps",
+        &["-fno-plt", "-ldl"],
+    );
+    let (mut child, rx) = start(Command::new(&bin).args(["25", "2"]));
+    let pid = child.id();
+    let _ = next_line(&rx);
+    for step in 1..=INJECT_STEPS {
+        assert!(heap_dying_at(pid, step), "etwkit did not reach step {step}");
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            std::path::Path::new(&format!("/proc/{pid}")).exists()
+                && child.try_wait().unwrap().is_none(),
+            "the target died after etwkit was killed at step {step}"
+        );
+    }
+    // Killed from outside after varied delays (any point of the injection or the trace).
+    for delay_ms in [0u64, 1, 2, 4, 7, 12, 20, 35, 60, 100] {
+        let mut e = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+            .args(["heap", "--pid", &pid.to_string(), "--format", "json"])
+            .env_remove("ETWKIT_HEAPSHIM")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        e.kill().unwrap();
+        e.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the target died (kill after {delay_ms} ms)"
+        );
+    }
+    // Still attachable, and exact.
+    std::thread::sleep(Duration::from_millis(500));
+    let (r, last) = heap(&["--pid", &pid.to_string(), "--duration", "1"]);
+    assert!(last.contains("now taken out again"), "{last}");
+    assert_eq!(r["exact"], true, "{}", r["notes"]);
+    // The program went on allocating through all of it, untraced at the end, and exits normally.
+    let mut lines = Vec::new();
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(40)) {
+        lines.push(l);
+    }
+    let rates: Vec<(f64, String)> = lines
+        .iter()
+        .filter(|l| l.starts_with("RATE"))
+        .map(|l| rate(l))
+        .collect();
+    let tail = &rates[rates.len().saturating_sub(3)..];
+    assert!(
+        tail.iter().all(|(r, m)| *r > 0.0 && m == "libc.so.6"),
+        "{tail:?}"
+    );
+    let totals = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("TRACED "))
+        .expect("TRACED line");
+    assert!(totals.ends_with(" 0"), "failed allocations: {totals}");
+    assert!(child.wait().unwrap().success());
+}
+
+/// A single-threaded program that never sleeps (the borrowed thread is interrupted mid-computation,
+/// not in a system call) and checks its floating-point results every round: the loader stub must
+/// give back every register, vector state included.
+const BUSY_C: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+int main(int argc, char **argv) {
+    double secs = atof(argv[1]), t0 = now();
+    long rounds = 0, bad = 0;
+    volatile double seed = 1.5;
+    while (now() - t0 < secs) {
+        for (int k = 0; k < 1000; k++) {
+            double a[16], s = 0, step = seed;
+            for (int i = 0; i < 16; i++) a[i] = i * step + k;
+            for (int i = 0; i < 16; i++) s += a[i] * a[i];
+            /* sum of (1.5 i + k)^2 for i < 16, in closed form (exact in doubles) */
+            if (s != 2.25 * 1240 + 3.0 * k * 120 + 16.0 * k * k) bad++;
+            char *p = malloc(32 + (k & 63));
+            if (!p) { bad++; continue; }
+            memset(p, k, 32);
+            if (p[31] != (char)k) bad++;
+            free(p);
+        }
+        rounds++;
+    }
+    printf("ROUNDS %ld BAD %ld\n", rounds, bad);
+    return bad ? 3 : 0;
+}
+"#;
+
+#[test]
+fn killed_injection_into_a_busy_thread_keeps_its_registers() {
+    if !common::require_root("killed_injection_into_a_busy_thread_keeps_its_registers") {
+        return;
+    }
+    let _serial = serial();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let src = dir.join("attach_busy.c");
+    std::fs::write(&src, BUSY_C).unwrap();
+    let bin = dir.join("attach_busy");
+    let st = Command::new("cc")
+        .args(["-O2", "-mavx2", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (mut child, rx) = start(Command::new(&bin).arg("12"));
+    let pid = child.id();
+    std::thread::sleep(Duration::from_millis(300));
+    for step in 1..=INJECT_STEPS {
+        assert!(heap_dying_at(pid, step), "etwkit did not reach step {step}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (r, last) = heap(&["--pid", &pid.to_string(), "--duration", "1"]);
+    assert!(last.contains("now taken out again"), "{last}");
+    assert_eq!(r["exact"], true, "{}", r["notes"]);
+    let out = next_line(&rx);
+    let status = child.wait().unwrap();
+    assert!(
+        out.starts_with("ROUNDS ") && out.ends_with(" BAD 0"),
+        "{out}"
+    );
+    assert!(status.success(), "{status:?}");
+}
+
+/// A root directory for `chroot` holding `bin` (as /prog) and the libraries `ldd` lists for it, plus
+/// `extra` libraries from the host's library directory, and an empty /tmp.
+fn chroot_dir(name: &str, bin: &std::path::Path, extra: &[&str]) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("tmp")).unwrap();
+    std::fs::copy(bin, root.join("prog")).unwrap();
+    let ldd = Command::new("ldd").arg(bin).output().expect("ldd");
+    let mut libs: Vec<String> = String::from_utf8_lossy(&ldd.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+        .map(str::to_string)
+        .collect();
+    let libdir = libs
+        .iter()
+        .find(|l| l.contains("/libc.so"))
+        .and_then(|l| l.rsplit_once('/'))
+        .map(|(d, _)| d.to_string())
+        .expect("libc in ldd output");
+    libs.extend(extra.iter().map(|e| format!("{libdir}/{e}")));
+    for l in libs {
+        let dst = root.join(l.trim_start_matches('/'));
+        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        std::fs::copy(&l, &dst).unwrap_or_else(|e| panic!("{l}: {e}"));
+    }
+    root
+}
+
+/// Attaches to the storm started by `cmd` (its pid in our namespace is its only `prog_name`
+/// process); checks the counts against the program's own and returns the report's final line.
+fn attach_in_namespaces(
+    cmd: &mut Command,
+    prog_name: &str,
+) -> (serde_json::Value, String, Vec<u64>) {
+    let (mut child, rx) = start(cmd);
+    let _ = next_line(&rx);
+    // The storm itself (unshare forks it): the process running `prog_name` whose parent is unshare
+    // or chroot's child.
+    let pid = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == prog_name)
+        })
+        .expect("the storm's pid");
+    let (r, last) = heap(&["--pid", &pid.to_string(), "--duration", "1"]);
+    let mut totals = Vec::new();
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(20)) {
+        if let Some(rest) = l.strip_prefix("TRACED ") {
+            totals = rest
+                .split_whitespace()
+                .map(|x| x.parse().unwrap())
+                .collect();
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    assert_eq!(totals.len(), 3, "TRACED line");
+    if !r["processes"].as_array().unwrap().is_empty() {
+        assert_eq!(r["processes"][0]["pid"], pid, "pids as we see them");
+    }
+    (r, last, totals)
+}
+
+#[test]
+fn attach_across_namespaces() {
+    if !common::require_root("attach_across_namespaces") {
+        return;
+    }
+    let _serial = serial();
+    let bin = compile(
+        "cc",
+        "attach_storm.c",
+        "attach_storm_ns",
+        &["-fno-plt", "-ldl"],
+    );
+    let exact = |r: &serde_json::Value, last: &str, t: &[u64]| {
+        assert!(last.contains("now taken out again"), "{last}");
+        assert_eq!(r["exact"], true, "{}", r["notes"]);
+        let p = &r["processes"][0];
+        assert_eq!(p["allocs"].as_u64().unwrap(), t[0], "mallocs");
+        assert_eq!(
+            p["frees"].as_u64().unwrap() + p["frees_of_unknown_blocks"].as_u64().unwrap(),
+            t[1],
+            "frees"
+        );
+        assert_eq!(t[2], 0, "failed allocations");
+    };
+    // Own mount and pid namespaces (the shim's path is the same file there; its pid differs).
+    let (r, last, t) = attach_in_namespaces(
+        Command::new("unshare")
+            .args(["--mount", "--pid", "--fork", "--mount-proc"])
+            .arg(&bin)
+            .args(["3", "1"]),
+        "attach_storm_ns",
+    );
+    exact(&r, &last, &t);
+    // Own root (chroot), network, mount and pid namespaces: the shim is copied into its /tmp and
+    // connects back through a socket made in its network namespace.
+    // (With /proc mounted inside: the shim watches its threads there to detach exactly.)
+    let root = chroot_dir("attach_chroot", &bin, &["libgcc_s.so.1"]);
+    std::fs::create_dir_all(root.join("proc")).unwrap();
+    let (r, last, t) = attach_in_namespaces(
+        Command::new("unshare")
+            .args(["--mount", "--pid", "--net", "--fork"])
+            .arg(format!("--mount-proc={}", root.join("proc").display()))
+            .arg("chroot")
+            .arg(&root)
+            .args(["/prog", "3", "1"]),
+        "prog",
+    );
+    exact(&r, &last, &t);
+    assert!(std::fs::read_dir(root.join("tmp")).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with("libetwkit_heapshim-")));
+    // A root without a library the shim needs: one sentence naming it, then uprobes.
+    let root = chroot_dir("attach_chroot_bare", &bin, &[]);
+    let (r, last, _) = attach_in_namespaces(
+        Command::new("unshare")
+            .args(["--mount", "--pid", "--fork", "chroot"])
+            .arg(&root)
+            .args(["/prog", "3", "1"]),
+        "prog",
+    );
+    assert!(
+        last.contains("traced with uprobes")
+            && last.contains("lacks libgcc_s.so.1, which the shim needs"),
+        "{last}"
+    );
+    assert!(r["operations"].as_u64().unwrap() > 0);
 }

@@ -525,7 +525,8 @@ unsafe fn control() {
 /// Waits (at most 2 s) until every other thread of the process has either run for a while since
 /// now, or is blocked in the kernel: the few instructions between loading a GOT entry and calling
 /// it contain no system call, so such a thread holds no hook address read before the GOT entries
-/// were restored. (A stopped or long-starved thread is given up on after 2 s.)
+/// were restored. (A stopped or long-starved thread is given up on after 2 s; without /proc, a
+/// fixed 200 ms.)
 fn wait_past_stale_hooks() {
     fn read(path: &str) -> Option<String> {
         std::fs::read_to_string(path).ok()
@@ -544,6 +545,10 @@ fn wait_past_stale_hooks() {
     // SAFETY: gettid has no preconditions.
     let me = unsafe { libc::syscall(libc::SYS_gettid) }.to_string();
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        // No /proc where the process lives (a chroot without it): the threads cannot be watched;
+        // a running thread is past that point within nanoseconds, a preempted one within a few
+        // scheduler periods.
+        std::thread::sleep(std::time::Duration::from_millis(200));
         return;
     };
     let mut pending: Vec<(String, u64)> = dir

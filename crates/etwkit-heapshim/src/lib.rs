@@ -143,6 +143,9 @@ struct ThreadBuf {
     sent: UnsafeCell<[u64; SENT_SLOTS]>,
     cache: UnsafeCell<Option<CacheX86_64>>,
     pend: UnsafeCell<[Pend; PEND_SLOTS]>,
+    /// The newest kept-back allocation, outside `pend` (addr 0 when none): a block freed right after
+    /// its allocation, the common case, then costs no hash-table insert and probe.
+    last: UnsafeCell<Pend>,
     /// Live entries + tombstones in `pend`.
     pend_used: Cell<usize>,
     pend_live: Cell<usize>,
@@ -159,6 +162,10 @@ struct ThreadBuf {
     /// Offsets from `stack_id`'s sp of the first user return address, one per hook path seen.
     first_rel: UnsafeCell<[u64; 8]>,
     stack_hi: Cell<u64>,
+    /// The stack-cache slot that matched last: tried first (a loop allocates from the same place).
+    last_sc: Cell<usize>,
+    /// The TRANSIENT counter used last (see `agg_add`).
+    last_agg: Cell<usize>,
 }
 
 const MAX_THREADS: usize = 4096;
@@ -558,9 +565,19 @@ fn pend_slot(addr: u64) -> usize {
     ((addr >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % PEND_SLOTS
 }
 
-/// Keeps an allocation back (see [`Pend`]).
-#[inline]
+/// Keeps an allocation back (see [`Pend`]): as the newest, the one before going into the table.
+#[inline(always)]
 unsafe fn pend_insert(b: &ThreadBuf, e: Pend) {
+    // Out of `last` before the insert (which may spill: `last` must not be sent twice).
+    let prev = std::mem::take(&mut *b.last.get());
+    if prev.addr > 1 {
+        table_insert(b, prev);
+    }
+    *b.last.get() = e;
+}
+
+#[inline]
+unsafe fn table_insert(b: &ThreadBuf, e: Pend) {
     if b.pend_used.get() >= PEND_MAX {
         if b.pend_live.get() < PEND_MAX / 4 {
             pend_rebuild(b);
@@ -601,12 +618,22 @@ unsafe fn pend_rebuild(b: &ThreadBuf) {
     b.pend_used.set(0);
     b.pend_live.set(0);
     for e in &live[..n] {
-        pend_insert(b, *e);
+        table_insert(b, *e);
     }
 }
 
-#[inline]
+#[inline(always)]
 unsafe fn pend_take(b: &ThreadBuf, addr: u64) -> Option<Pend> {
+    let last = &mut *b.last.get();
+    if last.addr == addr {
+        last.addr = 0;
+        return Some(Pend { addr, ..*last });
+    }
+    table_take(b, addr)
+}
+
+#[inline]
+unsafe fn table_take(b: &ThreadBuf, addr: u64) -> Option<Pend> {
     if b.pend_live.get() == 0 {
         return None;
     }
@@ -652,13 +679,28 @@ fn freed_elsewhere(addr: u64, since: u64) -> bool {
 }
 
 /// Counts a cancelled alloc/free pair under its stack.
-#[inline]
-unsafe fn agg_add(b: &ThreadBuf, e: &Pend) {
+///
+/// Takes the fields, not the entry: copying a `Pend` (padding included) right after `pend_take`
+/// wrote it made the loads wait on partial stores (a store-forwarding stall that was the largest
+/// single cost of a malloc/free pair).
+#[inline(always)]
+unsafe fn agg_add(b: &ThreadBuf, stack: u64, api: u8, size: u64) {
+    let last = &mut (*b.agg.get())[b.last_agg.get()];
+    if last.count > 0 && last.stack == stack && last.api == api {
+        last.count += 1;
+        last.bytes += size;
+        return;
+    }
+    agg_add_slow(b, stack, api, size)
+}
+
+#[inline(never)]
+unsafe fn agg_add_slow(b: &ThreadBuf, stack: u64, api: u8, size: u64) {
     let t = &mut *b.agg.get();
-    let i =
-        ((e.stack ^ e.api as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % AGG_SLOTS;
+    let i = ((stack ^ api as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % AGG_SLOTS;
+    b.last_agg.set(i);
     let slot = &mut t[i];
-    if slot.count > 0 && (slot.stack != e.stack || slot.api != e.api) {
+    if slot.count > 0 && (slot.stack != stack || slot.api != api) {
         let old = *slot;
         slot.count = 0;
         push(
@@ -672,18 +714,30 @@ unsafe fn agg_add(b: &ThreadBuf, e: &Pend) {
         );
     }
     let slot = &mut t[i];
-    slot.stack = e.stack;
-    slot.api = e.api;
+    slot.stack = stack;
+    slot.api = api;
     slot.count += 1;
-    slot.bytes += e.size;
+    slot.bytes += size;
 }
 
 /// Sends kept-back allocations (those older than `min_age` TSC ticks; 0 = all) and the pair counts.
 unsafe fn spill(b: &ThreadBuf, min_age: u64) {
     let now = tsc();
+    let all = min_age == 0;
+    let last = &mut *b.last.get();
+    if last.addr > 1 && (all || now.wrapping_sub(last.tsc) >= min_age) {
+        let r = [
+            hdr(T_ALLOC, last.api, 0),
+            last.tsc,
+            last.addr,
+            last.size,
+            last.stack,
+        ];
+        last.addr = 0;
+        push_raw(b, &r);
+    }
     let t = &mut *b.pend.get();
     let mut live = 0;
-    let all = min_age == 0;
     for e in t.iter_mut() {
         if e.addr > 1 {
             if all || now.wrapping_sub(e.tsc) >= min_age {
@@ -1014,10 +1068,34 @@ fn sc_index(return_address: u64) -> usize {
 /// Fast path: a per-thread cache keyed by the caller's return address. A hit is verified by reading
 /// every cached return-address slot (at the same offsets from the current sp) and comparing: equal
 /// slots mean the same call chain, so the DWARF walk is skipped. Any difference: full unwind.
-#[inline(never)]
+#[inline(always)]
 unsafe fn stack_id(b: &ThreadBuf) -> u64 {
     let sp_now: u64;
-    core::arch::asm!("mov {sp}, rsp", sp = out(reg) sp_now);
+    core::arch::asm!("mov {sp}, rsp", sp = out(reg) sp_now, options(nomem, nostack, preserves_flags));
+    // Inline fast path: the entry that matched last, verified slot by slot.
+    let hi = b.stack_hi.get();
+    let e = &(*b.scache.get())[b.last_sc.get()];
+    if e.n != 0 && hi != 0 {
+        let base = sp_now.wrapping_sub(e.sp_delta);
+        let mut ok = true;
+        for i in 0..e.n as usize {
+            let a = base.wrapping_add(e.offs[i] as u64);
+            if a < sp_now || a + 8 > hi || std::ptr::read(a as *const u64) != e.addrs[i] {
+                ok = false;
+                break;
+            }
+        }
+        if ok {
+            return e.hash;
+        }
+    }
+    stack_id_slow(b, sp_now)
+}
+
+/// [`stack_id`] past its fast path; `sp_now` is the stack pointer there (cache entries are kept
+/// relative to it).
+#[inline(never)]
+unsafe fn stack_id_slow(b: &ThreadBuf, sp_now: u64) -> u64 {
     let hi = stack_hi(b);
     let sc = &mut *b.scache.get();
     // The key: the first user return address, at a fixed offset from this function's sp for a given
@@ -1047,6 +1125,7 @@ unsafe fn stack_id(b: &ThreadBuf) -> u64 {
         }
         let i = sc_index(std::ptr::read(a as *const u64));
         if probe(&sc[i]) {
+            b.last_sc.set(i);
             return sc[i].hash;
         }
     }
@@ -1075,6 +1154,7 @@ unsafe fn stack_id(b: &ThreadBuf) -> u64 {
         e.n = n as u32;
         e.offs[..n].copy_from_slice(&slots[..n]);
         e.addrs[..n].copy_from_slice(&frames[..n]);
+        b.last_sc.set(i);
     }
     let sent = &mut *b.sent.get();
     let slot = (h as usize >> 3) % SENT_SLOTS;
@@ -1243,7 +1323,7 @@ unsafe fn record_realloc(api: u8, old: *mut libc::c_void, new: *mut libc::c_void
                 loop {
                     match pend_take(b, old as u64) {
                         Some(e) if !freed_elsewhere(e.addr, e.tsc) => {
-                            agg_add(b, &e);
+                            agg_add(b, e.stack, e.api, e.size);
                             return;
                         }
                         Some(e) => {
@@ -1315,7 +1395,7 @@ pub(crate) unsafe fn free_impl(p: *mut libc::c_void) {
             loop {
                 match pend_take(b, p as u64) {
                     Some(e) if !freed_elsewhere(e.addr, e.tsc) => {
-                        agg_add(b, &e);
+                        agg_add(b, e.stack, e.api, e.size);
                         return;
                     }
                     // Kept back here, but freed by another thread since (and handed out again by

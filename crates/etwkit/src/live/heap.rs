@@ -257,6 +257,16 @@ impl HeapSession {
         }
     }
 
+    /// When tracing began, as a FILETIME, when it began after the process did (the Linux shim loaded
+    /// into a running process): operations before it are not seen.
+    pub fn tracing_started(&self) -> Option<i64> {
+        match &self.inner {
+            #[cfg(target_os = "linux")]
+            Inner::Linux(l) => l.tracing_started(),
+            Inner::Session(_) => None,
+        }
+    }
+
     /// Whether [`HeapSession::process`]'s `progress` counts records received (the shim) — their
     /// operations may arrive later than the records — rather than never being called.
     pub fn counts_records(&self) -> bool {

@@ -187,6 +187,14 @@ impl LinuxHeap {
         }
     }
 
+    /// When the shim began recording in the process it was loaded into (FILETIME), attach mode.
+    pub(super) fn tracing_started(&self) -> Option<i64> {
+        match self {
+            LinuxHeap::Shim(t, _) => t.attached_pid().map(|_| t.started()),
+            LinuxHeap::Uprobe { .. } => None,
+        }
+    }
+
     pub(super) fn counts_records(&self) -> bool {
         matches!(self, LinuxHeap::Shim(..))
     }

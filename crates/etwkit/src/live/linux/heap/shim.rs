@@ -245,6 +245,96 @@ pub struct ShimTrace {
     clock: (u64, u64),
     stop: Arc<AtomicBool>,
     stats: ShimStats,
+    /// Attached to a process in another pid namespace: its pids (as the shim sees them) to ours.
+    pid_ns: Option<PidNs>,
+}
+
+/// A pid namespace other than ours: translates the pids its processes see into ours (through
+/// `NSpid` in /proc/PID/status), caching each answer.
+struct PidNs {
+    ino: u64,
+    map: HashMap<u32, u32>,
+}
+
+impl PidNs {
+    /// The pid namespace of `pid` when it is not ours, with `pid` itself mapped.
+    fn of(pid: u32) -> Option<PidNs> {
+        use std::os::unix::fs::MetadataExt;
+        let ino = |p: &str| std::fs::metadata(p).ok().map(|m| m.ino());
+        let theirs = ino(&format!("/proc/{pid}/ns/pid"))?;
+        if Some(theirs) == ino("/proc/self/ns/pid") {
+            return None;
+        }
+        let mut ns = PidNs {
+            ino: theirs,
+            map: HashMap::new(),
+        };
+        if let Some(inner) = Self::inner_pid(pid) {
+            ns.map.insert(inner, pid);
+        }
+        Some(ns)
+    }
+
+    /// The pid `pid` has in its own (innermost) namespace.
+    fn inner_pid(pid: u32) -> Option<u32> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        s.lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))?
+            .split_whitespace()
+            .last()?
+            .parse()
+            .ok()
+    }
+
+    /// Our pid for `inner` (its pid in that namespace); `inner` itself when no process has it.
+    fn ours(&mut self, inner: u32) -> u32 {
+        if let Some(&p) = self.map.get(&inner) {
+            return p;
+        }
+        use std::os::unix::fs::MetadataExt;
+        let found = std::fs::read_dir("/proc").ok().and_then(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .find(|&p| {
+                    Self::inner_pid(p) == Some(inner)
+                        && std::fs::metadata(format!("/proc/{p}/ns/pid"))
+                            .is_ok_and(|m| m.ino() == self.ino)
+                })
+        });
+        let p = found.unwrap_or(inner);
+        if found.is_some() {
+            self.map.insert(inner, p);
+        }
+        p
+    }
+}
+
+/// Runs `f` on a thread that joined the network namespace of `pid` when it differs from ours
+/// (sockets keep the namespace they were made in).
+fn in_net_ns_of<T: Send>(pid: u32, f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
+    use std::os::unix::fs::MetadataExt;
+    let theirs = format!("/proc/{pid}/ns/net");
+    let same = match (
+        std::fs::metadata(&theirs),
+        std::fs::metadata("/proc/self/ns/net"),
+    ) {
+        (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+        _ => true,
+    };
+    if same {
+        return f();
+    }
+    let ns = std::fs::File::open(&theirs)?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: setns on this (short-lived) thread with a namespace descriptor we opened.
+            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            f()
+        })
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the namespace thread panicked")))
+    })
 }
 
 impl ShimTrace {
@@ -368,6 +458,7 @@ impl ShimTrace {
             clock,
             stop: Arc::new(AtomicBool::new(false)),
             stats: ShimStats::default(),
+            pid_ns: None,
         }
     }
 
@@ -385,7 +476,9 @@ impl ShimTrace {
         let failed = |what: &str, e: io::Error| InjectError::Failed(format!("{what}: {e}"));
         let nonce = perf::clocks_now().0 ^ ((pid as u64) << 32);
         let name = format!("etwkit-heap-{}-{nonce:x}", std::process::id());
-        let listener = abstract_listener(&name).map_err(|e| failed("listening for the shim", e))?;
+        // In the target's network namespace: abstract socket names are per network namespace.
+        let listener = in_net_ns_of(pid, || abstract_listener(&name))
+            .map_err(|e| failed("listening for the shim", e))?;
         let mask = opts.stacks.alloc as u32
             | (opts.stacks.realloc as u32) << 1
             | (opts.stacks.free as u32) << 2;
@@ -422,6 +515,7 @@ impl ShimTrace {
         }
         let mut t = ShimTrace::new(sock, None, opts.every_op, Some(pid));
         t.follow = follow_forks;
+        t.pid_ns = PidNs::of(pid);
         Ok(t)
     }
 
@@ -739,6 +833,10 @@ impl ShimTrace {
             self.stats.malformed += 1;
             return;
         };
+        let pid = match self.pid_ns.as_mut() {
+            Some(ns) => ns.ours(pid),
+            None => pid,
+        };
         if self.every_op || self.attached.is_some() {
             self.marks.entry(pid).or_insert(0);
         }
@@ -984,6 +1082,7 @@ fn accept_shim(
         if !ok || cred.pid as u32 != pid {
             continue; // not the process we loaded the shim into
         }
+        super::inject::die_at(9);
         // SAFETY: send reads 16 bytes from the array.
         let sent = unsafe {
             libc::send(
