@@ -139,16 +139,9 @@ fn write_profiles(a: &Args, report: &HeapReport) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Logger name of `-o` files written while attached to a running process; their StartTime is when
-/// tracing started.
-const ATTACHED_LOGGER: &str = "etwkit heap (attached)";
-
 fn report_from_etl(file: &PathBuf, top: usize, frames: usize) -> anyhow::Result<HeapReport> {
     let f = etwkit::etl::EtlFile::open(file)?;
-    let (mut an, images, modules) = etwkit::analysis::heap::analyze_file_modules(&f);
-    if f.header().logger_name == ATTACHED_LOGGER {
-        an.set_tracing_started(f.header().start_time);
-    }
+    let (an, images, modules) = etwkit::analysis::heap::analyze_file_modules(&f);
     Ok(
         match etwkit::live::heap::saved_trace_namer(&images, modules) {
             Some(mut namer) => an.report(Some(namer.as_mut()), top, frames),
@@ -306,7 +299,7 @@ fn open_output(
     use etwkit::etl::writer::WriterOptions;
     // Attached: the file starts when tracing did, and says so (see report_from_etl).
     let opts = attached_at.map_or_else(WriterOptions::now, |t| WriterOptions {
-        logger_name: ATTACHED_LOGGER.into(),
+        logger_name: etwkit::analysis::heap::ATTACHED_LOGGER_NAME.into(),
         ..WriterOptions::new(t)
     });
     path.map(|p| -> anyhow::Result<_> {

@@ -18,17 +18,12 @@ pub fn heap_report(
 ) -> PyResult<Py<PyAny>> {
     let json = py.detach(|| -> PyResult<String> {
         let f = crate::reader::open(&path)?;
-        let (an, images) = etwkit::analysis::heap::analyze_file(&f);
-        // Stacks named as `etwkit heap --report` names them: through the mappings the file carries.
-        #[cfg(target_os = "linux")]
-        let report = match etwkit::live::linux::unwind::LinuxStackNamer::from_images(&images) {
-            Some(mut namer) => an.report(Some(&mut namer), top, frames),
+        let (an, images, modules) = etwkit::analysis::heap::analyze_file_modules(&f);
+        // Stacks named as `etwkit heap --report` names them: ELF files of the mappings the file
+        // carries (Linux-born traces), or `module+offset` from its image events (Windows traces).
+        let report = match etwkit::live::heap::saved_trace_namer(&images, modules) {
+            Some(mut namer) => an.report(Some(namer.as_mut()), top, frames),
             None => an.report(None, top, frames),
-        };
-        #[cfg(not(target_os = "linux"))]
-        let report = {
-            let _ = images;
-            an.report(None, top, frames)
         };
         serde_json::to_string(&report).map_err(|e| PyValueError::new_err(e.to_string()))
     })?;

@@ -17,8 +17,8 @@ pub use crate::decode::symbols::{
     Frame, ModuleMap, ModuleNamer, StackNamer, IMAGE_CLASS, IMAGE_ID_CLASS,
 };
 pub use crate::schema::builtin::heap_events::{
-    HeapEventEncoder, HeapOp, HeapOpKind, HeapTotals, ImageMapping, EVENT_ALLOC, EVENT_FREE,
-    EVENT_IMAGE, EVENT_REALLOC, HEAP_PROVIDER, IMAGE_PROVIDER_NAME,
+    HeapEventEncoder, HeapOp, HeapOpKind, HeapTotals, ImageMapping, ATTACHED_LOGGER_NAME,
+    EVENT_ALLOC, EVENT_FREE, EVENT_IMAGE, EVENT_REALLOC, HEAP_PROVIDER, IMAGE_PROVIDER_NAME,
 };
 
 #[derive(Clone, Debug, Default)]
@@ -502,6 +502,9 @@ pub fn analyze_file_modules(
     file: &crate::etl::EtlFile,
 ) -> (HeapAnalyzer, Vec<ImageMapping>, ModuleMap) {
     let mut an = HeapAnalyzer::new();
+    if file.header().logger_name == ATTACHED_LOGGER_NAME {
+        an.set_tracing_started(file.header().start_time);
+    }
     let mut w = WindowsHeapEvents::new();
     let summary = file.for_each(crate::etl::Order::Time, |r| {
         w.push(&r.event);

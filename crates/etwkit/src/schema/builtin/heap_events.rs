@@ -215,6 +215,10 @@ impl HeapEventEncoder {
     }
 }
 
+/// Logger name of etwkit heap files written while attached to a running process: their StartTime
+/// is when tracing started (operations before it were not seen).
+pub const ATTACHED_LOGGER_NAME: &str = "etwkit heap (attached)";
+
 /// Allocations settled inside a tracer: (pid, allocation stack, count, bytes).
 pub type SettledPairs = (u32, Option<Arc<[u64]>>, u64, u64);
 
