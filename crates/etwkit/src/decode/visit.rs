@@ -135,3 +135,231 @@ pub trait TextFormat {
     /// A visitor appending to `out`; `scratch` is reusable space for conversions.
     fn visitor<'b>(out: &'b mut Vec<u8>, scratch: &'b mut String) -> Self::Visitor<'b>;
 }
+
+/// A visitor that builds the [`Properties`] a walk describes: the values [`super::Decoder`] would
+/// have decoded (each callback maps back to its [`Value`] variant; text handed as UTF-16 or Latin-1
+/// bytes becomes a `String`). With another visitor beside it ([`Tee`]), one walk of a payload gives
+/// both, e.g. the JSON text and the values of `etwkit export`.
+#[derive(Default)]
+pub struct PropertiesBuilder {
+    /// Open structs (with the name of the property whose value comes next) and arrays.
+    open: Vec<Open>,
+    /// The outermost struct, once closed.
+    done: Option<Properties>,
+    /// Property names by nesting depth and index, kept between records (no allocation per
+    /// property while the names repeat).
+    names: Vec<Vec<std::sync::Arc<str>>>,
+}
+
+enum Open {
+    Struct(Properties, Option<std::sync::Arc<str>>),
+    Array(Vec<Value>),
+}
+
+impl PropertiesBuilder {
+    /// Forgets what was built (a walk that failed part-way).
+    pub fn reset(&mut self) {
+        self.open.clear();
+        self.done = None;
+    }
+
+    /// The properties of the last complete walk (empty when none); the builder starts over.
+    pub fn take(&mut self) -> Properties {
+        self.open.clear();
+        self.done.take().unwrap_or_default()
+    }
+
+    fn put(&mut self, v: Value) {
+        match self.open.last_mut() {
+            Some(Open::Struct(p, name)) => {
+                let n = name.take().unwrap_or_else(|| std::sync::Arc::from(""));
+                p.0.push((n, v));
+            }
+            Some(Open::Array(a)) => a.push(v),
+            None => {}
+        }
+    }
+}
+
+impl PropertyVisitor for PropertiesBuilder {
+    fn field(&mut self, index: usize, name: &str) {
+        let depth = self.open.len();
+        if self.names.len() < depth {
+            self.names.resize_with(depth, Vec::new);
+        }
+        let Some(level) = depth.checked_sub(1).map(|d| &mut self.names[d]) else {
+            return;
+        };
+        let n = match level.get(index) {
+            Some(n) if &**n == name => n.clone(),
+            _ => {
+                let n: std::sync::Arc<str> = std::sync::Arc::from(name);
+                if index < level.len() {
+                    level[index] = n.clone();
+                } else if index == level.len() {
+                    level.push(n.clone());
+                }
+                n
+            }
+        };
+        if let Some(Open::Struct(_, pending)) = self.open.last_mut() {
+            *pending = Some(n);
+        }
+    }
+    fn begin_array(&mut self, count: u64) {
+        self.open
+            .push(Open::Array(Vec::with_capacity(count.min(1024) as usize)));
+    }
+    fn end_array(&mut self) {
+        if let Some(Open::Array(a)) = self.open.pop() {
+            self.put(Value::Array(a));
+        }
+    }
+    fn begin_struct(&mut self) {
+        self.open.push(Open::Struct(Properties::default(), None));
+    }
+    fn end_struct(&mut self) {
+        if let Some(Open::Struct(p, _)) = self.open.pop() {
+            if self.open.is_empty() {
+                self.done = Some(p);
+            } else {
+                self.put(Value::Struct(p));
+            }
+        }
+    }
+    fn null(&mut self) {
+        self.put(Value::Null)
+    }
+    fn bool(&mut self, v: bool) {
+        self.put(Value::Bool(v))
+    }
+    fn unsigned(&mut self, v: u64) {
+        self.put(Value::U64(v))
+    }
+    fn signed(&mut self, v: i64) {
+        self.put(Value::I64(v))
+    }
+    fn f32(&mut self, v: f32) {
+        self.put(Value::F32(v))
+    }
+    fn f64(&mut self, v: f64) {
+        self.put(Value::F64(v))
+    }
+    fn hex(&mut self, v: u64) {
+        self.put(Value::Hex(v))
+    }
+    fn pointer(&mut self, v: u64) {
+        self.put(Value::Pointer(v))
+    }
+    fn str(&mut self, v: &str) {
+        self.put(Value::String(v.to_string()))
+    }
+    fn latin1(&mut self, v: &[u8]) {
+        self.put(Value::String(v.iter().map(|&c| c as char).collect()))
+    }
+    fn utf16(&mut self, units: &[u8]) {
+        self.put(Value::String(super::scalar::utf16(units)))
+    }
+    fn binary(&mut self, v: &[u8]) {
+        self.put(Value::Binary(v.to_vec()))
+    }
+    fn guid(&mut self, v: &Guid) {
+        self.put(Value::Guid(*v))
+    }
+    fn sid(&mut self, v: &str) {
+        self.put(Value::Sid(v.to_string()))
+    }
+    fn filetime(&mut self, v: i64) {
+        self.put(Value::FileTime(v))
+    }
+    fn systemtime(&mut self, v: &[u16; 8]) {
+        self.put(Value::SystemTime(*v))
+    }
+    fn mapped(&mut self, value: u64, name: &str) {
+        self.put(Value::Mapped {
+            value,
+            name: name.to_string(),
+        })
+    }
+    fn ip(&mut self, v: IpAddr) {
+        self.put(match v {
+            IpAddr::V4(a) => Value::Ipv4(a),
+            IpAddr::V6(a) => Value::Ipv6(a),
+        })
+    }
+    fn port(&mut self, v: u16) {
+        self.put(Value::Port(v))
+    }
+    fn socket_address(&mut self, v: SocketAddr) {
+        self.put(Value::SocketAddress(v))
+    }
+    fn win32_error(&mut self, v: u32) {
+        self.put(Value::Win32Error(v))
+    }
+    fn ntstatus(&mut self, v: u32) {
+        self.put(Value::NtStatus(v))
+    }
+    fn hresult(&mut self, v: u32) {
+        self.put(Value::HResult(v))
+    }
+}
+
+/// Two visitors driven by one walk, `0` then `1` at every callback. (A `&mut` of a visitor is a
+/// visitor too.)
+pub struct Tee<A, B>(pub A, pub B);
+
+macro_rules! tee {
+    ($($f:ident($($a:ident: $t:ty),*);)*) => {
+        impl<A: PropertyVisitor, B: PropertyVisitor> PropertyVisitor for Tee<A, B> {
+            $(
+                #[inline]
+                fn $f(&mut self, $($a: $t),*) {
+                    self.0.$f($($a),*);
+                    self.1.$f($($a),*);
+                }
+            )*
+        }
+
+        impl<V: PropertyVisitor + ?Sized> PropertyVisitor for &mut V {
+            $(
+                #[inline]
+                fn $f(&mut self, $($a: $t),*) {
+                    (**self).$f($($a),*);
+                }
+            )*
+        }
+    };
+}
+
+tee! {
+    field(index: usize, name: &str);
+    plain_field(index: usize, name: &str);
+    begin_array(count: u64);
+    element(i: u64);
+    end_array();
+    begin_struct();
+    end_struct();
+    null();
+    bool(v: bool);
+    unsigned(v: u64);
+    signed(v: i64);
+    f32(v: f32);
+    f64(v: f64);
+    hex(v: u64);
+    pointer(v: u64);
+    str(v: &str);
+    latin1(v: &[u8]);
+    utf16(units: &[u8]);
+    binary(v: &[u8]);
+    guid(v: &Guid);
+    sid(v: &str);
+    filetime(v: i64);
+    systemtime(v: &[u16; 8]);
+    mapped(value: u64, name: &str);
+    ip(v: IpAddr);
+    port(v: u16);
+    socket_address(v: SocketAddr);
+    win32_error(v: u32);
+    ntstatus(v: u32);
+    hresult(v: u32);
+}

@@ -279,6 +279,11 @@ impl<'b> JsonProps<'b> {
     pub fn new(out: &'b mut Vec<u8>, scratch: &'b mut String) -> Self {
         JsonProps { out, scratch }
     }
+
+    /// Empties the buffer (a walk that failed part-way starts over).
+    pub fn clear(&mut self) {
+        self.out.clear();
+    }
 }
 
 impl PropertyVisitor for JsonProps<'_> {
