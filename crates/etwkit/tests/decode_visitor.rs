@@ -1,7 +1,9 @@
 //! The typed property walk (`PropertyVisitor`): on every record of every sample, the callbacks a
 //! plan makes straight from the payload (`Decoder::decode_etl_visit`) are the ones the decoded
 //! values make (`Properties::visit` of `Decoder::decode_etl`), in the same order with the same
-//! typed values; text handed as UTF-16 or Latin-1 bytes reads as the decoded string.
+//! typed values; text handed as UTF-16 or Latin-1 bytes reads as the decoded string. And a
+//! `PropertiesBuilder` beside another visitor (`Tee`, what `etwkit export` runs) rebuilds exactly
+//! the decoded properties from one walk.
 
 mod common;
 
@@ -9,7 +11,7 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::ControlFlow;
 
-use etwkit::decode::{Decoder, PropertyVisitor};
+use etwkit::decode::{Decoder, PropertiesBuilder, PropertyVisitor, Tee};
 use etwkit::etl::{EtlFile, Order};
 use etwkit::schema::Registry;
 use etwkit::Guid;
@@ -168,4 +170,57 @@ fn payload_walk_makes_the_callbacks_of_the_decoded_values() {
     assert!(records > 300_000, "{records}");
     assert!(typed.iter().all(|&n| n > 1000), "{typed:?}");
     assert!(restarts > 0);
+}
+
+#[test]
+fn one_walk_rebuilds_the_decoded_properties_beside_another_visitor() {
+    let Some(files) =
+        common::all_samples("one_walk_rebuilds_the_decoded_properties_beside_another_visitor")
+    else {
+        return;
+    };
+    let mut values = PropertiesBuilder::default();
+    let mut log = Log::default();
+    let (mut records, mut with_props, mut skipped) = (0u64, 0u64, 0u64);
+    for path in &files {
+        let f = EtlFile::open(path).unwrap();
+        let (d, _) = Decoder::for_file(Registry::with_builtins(), &f);
+        f.for_each(Order::File, |r| {
+            log.0.clear();
+            values.reset();
+            let slow = d.decode_etl(r);
+            let mut tee = Tee(&mut log, &mut values);
+            let fast = d.decode_etl_visit(
+                r,
+                &mut tee,
+                |t| {
+                    t.0 .0.clear();
+                    t.1.reset()
+                },
+                false,
+            );
+            let got = values.take();
+            assert_eq!(
+                got,
+                slow.properties,
+                "{} record at buffer {} offset {}",
+                path.display(),
+                r.buffer_index,
+                r.offset
+            );
+            // Asked for no stack, the straight walk looks none up (the value path still has it).
+            if fast.stack.is_some() {
+                assert_eq!(fast.stack, slow.stack);
+            }
+            skipped += (slow.stack.is_some() && fast.stack.is_none()) as u64;
+            records += 1;
+            with_props += !got.is_empty() as u64;
+            ControlFlow::Continue(())
+        });
+    }
+    assert!(
+        records > 300_000 && with_props > 300_000,
+        "{records} {with_props}"
+    );
+    assert!(skipped > 1000, "{skipped}");
 }
