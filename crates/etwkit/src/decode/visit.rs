@@ -146,9 +146,9 @@ pub struct PropertiesBuilder {
     open: Vec<Open>,
     /// The outermost struct, once closed.
     done: Option<Properties>,
-    /// Property names by nesting depth and index, kept between records (no allocation per
-    /// property while the names repeat).
-    names: Vec<Vec<std::sync::Arc<str>>>,
+    /// Property names by the address of the text the walk hands over, kept between records (no
+    /// allocation per property while the layouts repeat).
+    names: crate::schema::registry::FastMap<usize, std::sync::Arc<str>>,
 }
 
 enum Open {
@@ -182,23 +182,17 @@ impl PropertiesBuilder {
 }
 
 impl PropertyVisitor for PropertiesBuilder {
-    fn field(&mut self, index: usize, name: &str) {
-        let depth = self.open.len();
-        if self.names.len() < depth {
-            self.names.resize_with(depth, Vec::new);
-        }
-        let Some(level) = depth.checked_sub(1).map(|d| &mut self.names[d]) else {
-            return;
-        };
-        let n = match level.get(index) {
+    fn field(&mut self, _index: usize, name: &str) {
+        // Keyed by where the name lives (a plan's names stay put while it is cached), checked by
+        // content: the same property gets the same `Arc` record after record.
+        let n = match self.names.get(&(name.as_ptr() as usize)) {
             Some(n) if &**n == name => n.clone(),
             _ => {
-                let n: std::sync::Arc<str> = std::sync::Arc::from(name);
-                if index < level.len() {
-                    level[index] = n.clone();
-                } else if index == level.len() {
-                    level.push(n.clone());
+                if self.names.len() >= 1 << 16 {
+                    self.names.clear();
                 }
+                let n: std::sync::Arc<str> = std::sync::Arc::from(name);
+                self.names.insert(name.as_ptr() as usize, n.clone());
                 n
             }
         };
