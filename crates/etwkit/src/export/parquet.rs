@@ -389,8 +389,8 @@ struct TablesPart {
 /// Writes a dataset: push records with [`DatasetWriter::push`] (or whole files with
 /// [`DatasetWriter::add_file`]), then [`DatasetWriter::finish`].
 ///
-/// `events.parquet` and the typed tables are built by two walks of each file, side by side on two
-/// threads, each with its own thread encoding and compressing Parquet behind it.
+/// `events.parquet` and the typed tables are built from one walk of each file (one decode per
+/// record feeding both), with threads encoding and compressing Parquet behind it.
 pub struct DatasetWriter {
     events: EventsPart,
     tables: TablesPart,
