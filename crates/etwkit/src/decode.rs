@@ -3,8 +3,9 @@
 //! [`decode_properties`] walks a payload against an [`EventSchema`]; [`Decoder`] adds the registry
 //! lookup, per-schema plans cached by schema, names, STRING_ONLY and WPP records, and stacks.
 //!
-//! One concept per module: `value` (decoded values and their JSON), `plan` (a schema compiled once
-//! and the one payload walk that decodes, measures or writes JSON), `scalar` (one in-type's bytes
+//! One concept per module: `value` (decoded values), `plan` (a schema compiled once and the one
+//! payload walk that decodes, measures or drives a visitor), `visit` (the typed
+//! [`PropertyVisitor`] a walk drives; JSON text is one, in the sinks), `scalar` (one in-type's bytes
 //! and value), `bitmaps` (value-map names), `records` (MetaData and WPP records), `stats` (the
 //! counts of `etwkit stats`); `stacks`, `threads` and `paths` hold what a file's pre-scan learns.
 //!
@@ -69,11 +70,13 @@ pub mod symbols;
 pub mod threads;
 mod value;
 pub mod view;
+mod visit;
 
 pub use plan::{decode_properties, Plan};
 pub use stats::{file_stats, DecodeStats};
 pub use value::{DecodeError, Properties, Value};
 pub use view::{EventView, Local};
+pub use visit::{PropertiesBuilder, PropertyVisitor, Tee, TextFormat};
 
 use std::sync::{Arc, RwLock};
 
@@ -587,25 +590,30 @@ impl Decoder {
         Some((schema, plan))
     }
 
-    /// As [`Decoder::decode_etl`], but the properties go to `json` as their JSON object text
-    /// (cleared first; left empty when there are none) and the result's `properties` stays empty.
-    /// Records whose layout fits their payload are written straight from the payload, without
-    /// building values; the rest take the value path. `scratch` is reused between calls.
-    pub fn decode_etl_json(
+    /// As [`Decoder::decode_etl`], but the properties go to `text` as the text visitor `T` renders
+    /// them (cleared first; left empty when there are none) and the result's `properties` stays
+    /// empty. Records whose layout fits their payload are rendered straight from the payload,
+    /// without building values; the rest take the value path. `scratch` is reused between calls.
+    /// (`decode_etl_json` is this with the JSON the sinks write.)
+    pub fn decode_etl_text<T: TextFormat>(
         &self,
         r: &crate::etl::Record<'_>,
-        json: &mut Vec<u8>,
+        text: &mut Vec<u8>,
         scratch: &mut String,
     ) -> DecodedEvent {
-        json.clear();
+        text.clear();
         let rec = &r.event;
         if let Some((schema, plan)) = self.layout_route(rec) {
             let written = if plan.fields.is_empty() {
                 None
             } else {
-                plan.write_json(&rec.payload, rec.pointer_size, json, scratch)
-                    .ok()
-                    .filter(|&(used, _)| used == rec.payload.len())
+                plan.visit(
+                    &rec.payload,
+                    rec.pointer_size,
+                    &mut T::visitor(text, scratch),
+                )
+                .ok()
+                .filter(|&(used, _)| used == rec.payload.len())
             };
             if let Some((_, ids)) = written {
                 return DecodedEvent {
@@ -623,11 +631,59 @@ impl Decoder {
                     ..Default::default()
                 };
             }
-            json.clear();
+            text.clear();
         }
         let mut ev = self.decode_etl(r);
         if !ev.properties.is_empty() {
-            ev.properties.write_json(json);
+            ev.properties.visit(&mut T::visitor(text, scratch));
+            ev.properties = Properties::default();
+        }
+        ev
+    }
+
+    /// As [`Decoder::decode_etl_text`], for any [`PropertyVisitor`]: records whose layout fits
+    /// their payload drive `v` straight from the payload; the rest are decoded into values first
+    /// (their `properties` then drive `v`). Returns the event without properties. A walk straight
+    /// from the payload that finds the layout does not fit calls `restart` before the value path
+    /// drives `v` again (a visitor then drops what it got).
+    pub fn decode_etl_visit<V: PropertyVisitor>(
+        &self,
+        r: &crate::etl::Record<'_>,
+        v: &mut V,
+        mut restart: impl FnMut(&mut V),
+        want_stack: bool,
+    ) -> DecodedEvent {
+        let rec = &r.event;
+        if let Some((schema, plan)) = self.layout_route(rec) {
+            if !plan.fields.is_empty() {
+                match plan.visit(&rec.payload, rec.pointer_size, v) {
+                    Ok((used, ids)) if used == rec.payload.len() => {
+                        return DecodedEvent {
+                            ids: self.attribute(rec, &ids),
+                            dos_path: self.dos_path(&plan, &ids),
+                            provider_name: self
+                                .registry
+                                .provider_name(rec)
+                                .or_else(|| plan.names.provider.clone()),
+                            event_name: plan.names.event.clone(),
+                            task_name: plan.names.task.clone(),
+                            opcode_name: plan.names.opcode.clone(),
+                            source: Some(schema.source),
+                            stack: if want_stack {
+                                record_stack(rec, self.stacks.as_ref())
+                            } else {
+                                None
+                            },
+                            ..Default::default()
+                        };
+                    }
+                    _ => restart(v),
+                }
+            }
+        }
+        let mut ev = self.decode_etl(r);
+        if !ev.properties.is_empty() {
+            ev.properties.visit(v);
             ev.properties = Properties::default();
         }
         ev

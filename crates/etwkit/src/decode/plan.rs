@@ -1,5 +1,5 @@
-//! Plans: a schema compiled once (names shared, types resolved, JSON keys pre-rendered) and one
-//! walk over a payload that decodes values, measures, or writes JSON straight from the bytes.
+//! Plans: a schema compiled once (names shared, types resolved) and one walk over a payload that
+//! decodes values, measures, or drives a [`PropertyVisitor`] straight from the bytes.
 
 use std::sync::Arc;
 
@@ -10,6 +10,7 @@ use crate::schema::{
 
 use super::bitmaps::{MapRef, DOTNET_FLAG_PROVIDERS};
 use super::scalar::*;
+use super::visit::{NoVisit, PropertyVisitor};
 use super::{DecodeError, Properties, Value};
 
 #[derive(Debug)]
@@ -27,10 +28,10 @@ pub(crate) struct PlanField {
     pub(crate) members: Option<Vec<PlanField>>,
     /// Another field of this level takes its count or length from this one.
     pub(crate) referenced: bool,
-    /// How the JSON walk writes this field without building a value (see [`Fast`]).
+    /// How the visiting walk reads this field without building a value (see [`Fast`]).
     pub(crate) fast: Fast,
-    /// `"name":` as JSON.
-    pub(crate) json_key: Box<[u8]>,
+    /// The name is printable ASCII without `"` or `\` (no text format needs to escape it).
+    pub(crate) plain_name: bool,
     /// A top-level field naming the record's process (1) or thread (2) — kernel records whose
     /// header carries no pid/tid take them from here — or a file path (3) that may have a DOS form.
     pub(crate) ids: u8,
@@ -109,7 +110,11 @@ impl Plan {
     ) -> (Result<(Properties, usize), DecodeError>, PayloadIds) {
         let mut cur = Cursor::new(payload, pointer_size, true);
         let mut out = Properties(Vec::with_capacity(self.fields.len()));
-        let r = match decode_level(&self.fields, &mut cur, &mut Dest::Props(&mut out)) {
+        let r = match decode_level(
+            &self.fields,
+            &mut cur,
+            &mut Dest::<NoVisit>::Props(&mut out),
+        ) {
             Ok(()) => Ok((out, cur.pos)),
             Err(f) => Err(DecodeError {
                 property: f.path,
@@ -125,7 +130,7 @@ impl Plan {
     /// The process and thread ids the payload names (measuring walk, no values built).
     pub(crate) fn payload_ids(&self, payload: &[u8], pointer_size: u8) -> PayloadIds {
         let mut cur = Cursor::new(payload, pointer_size, true);
-        let _ = decode_level(&self.fields, &mut cur, &mut Dest::Measure);
+        let _ = decode_level(&self.fields, &mut cur, &mut Dest::<NoVisit>::Measure);
         cur.captured()
     }
 }
@@ -150,20 +155,20 @@ impl Cursor<'_> {
 }
 
 impl Plan {
-    /// Appends the properties' JSON object (exactly what [`Properties::write_json`] writes for
-    /// [`Plan::decode`]'s result) straight from the payload, and returns the bytes consumed. On
-    /// error `out` holds a partial object: callers truncate it and take the value path.
-    pub(crate) fn write_json(
+    /// Drives `v` with the payload's properties (the same callbacks [`Properties::visit`] makes
+    /// for [`Plan::decode`]'s result) straight from the bytes, and returns the bytes consumed and
+    /// the ids the payload names. On error the walk stops part-way (nothing closed): callers
+    /// discard what `v` got and take the value path.
+    pub(crate) fn visit<V: PropertyVisitor>(
         &self,
         payload: &[u8],
         pointer_size: u8,
-        out: &mut Vec<u8>,
-        scratch: &mut String,
+        v: &mut V,
     ) -> Result<(usize, PayloadIds), ()> {
         let mut cur = Cursor::new(payload, pointer_size, true);
-        out.push(b'{');
-        decode_level(&self.fields, &mut cur, &mut Dest::Json(out, scratch)).map_err(|_| ())?;
-        out.push(b'}');
+        v.begin_struct();
+        decode_level(&self.fields, &mut cur, &mut Dest::Visit(v)).map_err(|_| ())?;
+        v.end_struct();
         Ok((cur.pos, cur.captured()))
     }
 
@@ -171,7 +176,7 @@ impl Plan {
     /// string running to the end of the payload would make any layout "fit".
     pub(crate) fn measure_strict(&self, payload: &[u8], pointer_size: u8) -> Option<usize> {
         let mut cur = Cursor::new(payload, pointer_size, false);
-        decode_level(&self.fields, &mut cur, &mut Dest::Measure).ok()?;
+        decode_level(&self.fields, &mut cur, &mut Dest::<NoVisit>::Measure).ok()?;
         (!cur.unterminated).then_some(cur.pos)
     }
 
@@ -179,7 +184,7 @@ impl Plan {
     /// `etwkit stats` needs to count records whose layout leaves bytes unread or runs short.
     pub fn measure(&self, payload: &[u8], pointer_size: u8) -> Result<usize, DecodeError> {
         let mut cur = Cursor::new(payload, pointer_size, false);
-        match decode_level(&self.fields, &mut cur, &mut Dest::Measure) {
+        match decode_level(&self.fields, &mut cur, &mut Dest::<NoVisit>::Measure) {
             Ok(()) => Ok(cur.pos),
             Err(f) => Err(DecodeError {
                 property: f.path,
@@ -191,8 +196,8 @@ impl Plan {
     }
 }
 
-/// The JSON shortcut of a scalar field with no map: what its value renders as, read straight from
-/// the bytes (exactly what `build_value(..).write_json(..)` gives; anything else is `No`).
+/// The shortcut of a scalar field with no map: the visitor callback its value makes, read straight
+/// from the bytes (exactly what `build_value(..).visit(..)` gives; anything else is `No`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fast {
     /// The generic path.
@@ -201,8 +206,10 @@ pub(crate) enum Fast {
     Dec(u8),
     /// A signed little-endian integer of this many bytes, in decimal.
     SDec(u8),
-    /// An unsigned little-endian integer of this many bytes (0: the pointer size), as `"0x…"`.
+    /// An unsigned little-endian integer of this many bytes (0: the pointer size), hex-typed.
     Hex(u8),
+    /// A pointer (of the pointer size).
+    Ptr,
     /// A NUL-terminated UTF-16 string.
     Utf16Z,
 }
@@ -239,7 +246,7 @@ impl Fast {
             it::POINTER if matches!(out, ot::UNSIGNEDLONG | ot::UNSIGNEDINT | ot::LONG) => {
                 Fast::Dec(0)
             }
-            it::POINTER => Fast::Hex(0),
+            it::POINTER => Fast::Ptr,
             it::SIZET if matches!(out, ot::HEXINT64 | ot::HEXINT32) => Fast::Hex(0),
             it::SIZET => Fast::Dec(0),
             it::UNICODESTRING if *length == Length::Natural => Fast::Utf16Z,
@@ -273,12 +280,10 @@ pub(crate) fn compile(props: &[Property], dotnet_flags: bool) -> Vec<PlanField> 
                 referenced: false,
                 ids: 0,
                 fast,
-                json_key: {
-                    let mut k = Vec::with_capacity(p.name.len() + 3);
-                    crate::sink::json::escape(&mut k, &p.name);
-                    k.push(b':');
-                    k.into_boxed_slice()
-                },
+                plain_name: p
+                    .name
+                    .bytes()
+                    .all(|c| (0x20..0x7f).contains(&c) && c != b'"' && c != b'\\'),
             }
         })
         .collect();
@@ -385,32 +390,31 @@ impl<'a> Cursor<'a> {
 }
 
 /// Where a walk puts what it reads.
-pub(crate) enum Dest<'o> {
+pub(crate) enum Dest<'o, V> {
     /// Nowhere: the walk only measures (no allocation).
     Measure,
     /// Values, pushed to a property list.
     Props(&'o mut Properties),
-    /// JSON text (exactly [`Properties::write_json`]'s), appended to a buffer; `scratch` is reused
-    /// for UTF-16 strings.
-    Json(&'o mut Vec<u8>, &'o mut String),
+    /// Typed callbacks to a visitor.
+    Visit(&'o mut V),
 }
 
-impl Dest<'_> {
-    fn reborrow(&mut self) -> Dest<'_> {
+impl<V> Dest<'_, V> {
+    fn reborrow(&mut self) -> Dest<'_, V> {
         match self {
             Dest::Measure => Dest::Measure,
             Dest::Props(p) => Dest::Props(p),
-            Dest::Json(b, s) => Dest::Json(b, s),
+            Dest::Visit(v) => Dest::Visit(v),
         }
     }
 }
 
-/// Walks one level of fields into `out`. Decoding, measuring and JSON writing all go through this
+/// Walks one level of fields into `out`. Decoding, measuring and visiting all go through this
 /// walk, so they agree on every byte.
-pub(crate) fn decode_level(
+pub(crate) fn decode_level<V: PropertyVisitor>(
     fields: &[PlanField],
     cur: &mut Cursor<'_>,
-    out: &mut Dest<'_>,
+    out: &mut Dest<'_, V>,
 ) -> Result<(), Fail> {
     // Integer values of this level's properties, for count=/length= references.
     let mut small = [None::<u64>; 32];
@@ -467,11 +471,12 @@ pub(crate) fn decode_level(
                 Some(cur.d.len().saturating_sub(cur.pos) as u64 / size)
             }
         };
-        if let Dest::Json(buf, _) = out {
-            if idx > 0 {
-                buf.push(b',');
+        if let Dest::Visit(v) = out {
+            if f.plain_name {
+                v.plain_field(idx, &f.name);
+            } else {
+                v.field(idx, &f.name);
             }
-            buf.extend_from_slice(&f.json_key);
         }
         match n {
             None => match one(
@@ -525,29 +530,19 @@ pub(crate) fn decode_level(
                     0
                 });
                 let mut first = 0;
-                if let Dest::Json(buf, _) = out {
-                    buf.push(b'[');
+                if let Dest::Visit(v) = out {
+                    v.begin_array(n);
                     // Plain numbers straight from the bytes, in one tight loop; an element that
                     // runs past the payload is left to the general loop, which reports it.
                     if f.fast != Fast::No {
-                        while first < n {
-                            let mark = buf.len();
-                            if first > 0 {
-                                buf.push(b',');
-                            }
-                            if !fast_json(f.fast, cur, buf) {
-                                buf.truncate(mark);
-                                break;
-                            }
+                        while first < n && fast_visit(f.fast, cur, *v, Some(first)) {
                             first += 1;
                         }
                     }
                 }
                 for i in first..n {
-                    if i > 0 {
-                        if let Dest::Json(buf, _) = out {
-                            buf.push(b',');
-                        }
+                    if let Dest::Visit(v) = out {
+                        v.element(i);
                     }
                     match one(f, cur, len, out, false) {
                         Ok(v) => {
@@ -570,7 +565,7 @@ pub(crate) fn decode_level(
                 }
                 match out {
                     Dest::Props(o) => o.0.push((f.name.clone(), Value::Array(arr))),
-                    Dest::Json(buf, _) => buf.push(b']'),
+                    Dest::Visit(v) => v.end_array(),
                     Dest::Measure => {}
                 }
             }
@@ -582,11 +577,11 @@ pub(crate) fn decode_level(
 /// One element of a field, into `out`. Returns the value when `out` collects values, or when
 /// `want` asks for it (a count or length other fields refer to). A returned `Fail` has an empty
 /// path when it is about `f` itself.
-pub(crate) fn one(
+pub(crate) fn one<V: PropertyVisitor>(
     f: &PlanField,
     cur: &mut Cursor<'_>,
     len: Option<u64>,
-    out: &mut Dest<'_>,
+    out: &mut Dest<'_, V>,
     want: bool,
 ) -> Result<Option<Value>, Fail> {
     let at = cur.pos;
@@ -594,22 +589,22 @@ pub(crate) fn one(
         return match out {
             Dest::Props(_) => {
                 let mut p = Properties(Vec::with_capacity(members.len()));
-                decode_level(members, cur, &mut Dest::Props(&mut p))?;
+                decode_level(members, cur, &mut Dest::<V>::Props(&mut p))?;
                 Ok(Some(Value::Struct(p)))
             }
-            Dest::Json(buf, _) => {
-                buf.push(b'{');
+            Dest::Visit(v) => {
+                v.begin_struct();
                 decode_level(members, cur, &mut out.reborrow())?;
-                if let Dest::Json(buf, _) = out {
-                    buf.push(b'}');
+                if let Dest::Visit(v) = out {
+                    v.end_struct();
                 }
                 Ok(None)
             }
-            Dest::Measure => decode_level(members, cur, &mut Dest::Measure).map(|()| None),
+            Dest::Measure => decode_level(members, cur, &mut Dest::<V>::Measure).map(|()| None),
         };
     }
-    if let (Dest::Json(buf, _), false) = (&mut *out, want) {
-        if f.fast != Fast::No && fast_json(f.fast, cur, buf) {
+    if let (Dest::Visit(v), false) = (&mut *out, want) {
+        if f.fast != Fast::No && fast_visit(f.fast, cur, *v, None) {
             return Ok(None);
         }
     }
@@ -624,13 +619,13 @@ pub(crate) fn one(
     });
     match out {
         Dest::Props(_) => Ok(Some(build_value(f.in_type, f.out_type, map, b, len))),
-        Dest::Json(buf, scratch) => {
+        Dest::Visit(vis) => {
             if want {
                 let v = build_value(f.in_type, f.out_type, map, b, len);
-                v.write_json(buf);
+                v.visit(*vis);
                 Ok(Some(v))
             } else {
-                write_scalar_json(f.in_type, f.out_type, map, b, len, buf, scratch);
+                visit_scalar(f.in_type, f.out_type, map, b, len, *vis);
                 Ok(None)
             }
         }
@@ -639,17 +634,27 @@ pub(crate) fn one(
     }
 }
 
-/// Writes a [`Fast`] field's JSON and moves past it; false (nothing written, cursor unmoved) when
-/// its bytes run past the payload, for the generic path to report.
+/// Hands a [`Fast`] field's value to `v` and moves past it (announcing it as element `elem` of an
+/// array first, when given); false (nothing called, cursor unmoved) when its bytes run past the
+/// payload, for the generic path to report.
 #[inline]
-fn fast_json(fast: Fast, cur: &mut Cursor<'_>, buf: &mut Vec<u8>) -> bool {
+fn fast_visit<V: PropertyVisitor>(
+    fast: Fast,
+    cur: &mut Cursor<'_>,
+    v: &mut V,
+    elem: Option<u64>,
+) -> bool {
     let (w, signed, hex) = match fast {
         Fast::Dec(w) => (w, false, false),
         Fast::SDec(w) => (w, true, false),
         Fast::Hex(w) => (w, false, true),
+        Fast::Ptr => (0, false, false),
         Fast::Utf16Z => {
             let b = cstr16(cur);
-            crate::sink::json::escape_utf16(buf, b);
+            if let Some(i) = elem {
+                v.element(i);
+            }
+            v.utf16(b);
             return true;
         }
         Fast::No => return false,
@@ -659,47 +664,44 @@ fn fast_json(fast: Fast, cur: &mut Cursor<'_>, buf: &mut Vec<u8>) -> bool {
         return false;
     };
     cur.pos += w;
-    let v = le(b);
-    if hex {
-        crate::sink::json::push_quoted_hex_u64(buf, v);
+    if let Some(i) = elem {
+        v.element(i);
+    }
+    let x = le(b);
+    if fast == Fast::Ptr {
+        v.pointer(x);
+    } else if hex {
+        v.hex(x);
     } else if signed {
-        let s = match w {
-            1 => v as u8 as i8 as i64,
-            2 => v as u16 as i16 as i64,
-            4 => v as u32 as i32 as i64,
-            _ => v as i64,
-        };
-        buf.extend_from_slice(itoa::Buffer::new().format(s).as_bytes());
+        v.signed(match w {
+            1 => x as u8 as i8 as i64,
+            2 => x as u16 as i16 as i64,
+            4 => x as u32 as i32 as i64,
+            _ => x as i64,
+        });
     } else {
-        buf.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+        v.unsigned(x);
     }
     true
 }
 
-/// Appends a scalar's JSON as `build_value(..).write_json(..)` would, without building strings and
-/// byte vectors.
-pub(crate) fn write_scalar_json(
+/// Hands a scalar to `v` as `build_value(..).visit(..)` would, without building strings and byte
+/// vectors for text and binaries.
+pub(crate) fn visit_scalar<V: PropertyVisitor>(
     in_t: InType,
     out: OutType,
     map: Option<MapRef<'_>>,
     b: &[u8],
     len: Option<u64>,
-    buf: &mut Vec<u8>,
-    scratch: &mut String,
+    v: &mut V,
 ) {
-    let utf16_json = |buf: &mut Vec<u8>, scratch: &mut String, b: &[u8]| {
-        scratch.clear();
-        let units = b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
-        scratch.extend(char::decode_utf16(units).map(|r| r.unwrap_or('\u{FFFD}')));
-        crate::sink::json::escape(buf, scratch);
-    };
     match in_t {
-        it::UNICODESTRING if len.is_none() => utf16_json(buf, scratch, b),
+        it::UNICODESTRING if len.is_none() => v.utf16(b),
         it::UNICODESTRING
         | it::MANIFEST_COUNTEDSTRING
         | it::COUNTEDSTRING
-        | it::REVERSEDCOUNTEDSTRING => utf16_json(buf, scratch, trim_nuls_utf16(b)),
-        it::NONNULLTERMINATEDSTRING | it::UNICODECHAR => utf16_json(buf, scratch, b),
+        | it::REVERSEDCOUNTEDSTRING => v.utf16(trim_nuls_utf16(b)),
+        it::NONNULLTERMINATEDSTRING | it::UNICODECHAR => v.utf16(b),
         it::ANSISTRING
         | it::MANIFEST_COUNTEDANSISTRING
         | it::COUNTEDANSISTRING
@@ -711,12 +713,8 @@ pub(crate) fn write_scalar_json(
                 trim_nuls(b)
             };
             match std::str::from_utf8(t) {
-                Ok(s) => crate::sink::json::escape(buf, s),
-                Err(_) => {
-                    scratch.clear();
-                    scratch.extend(t.iter().map(|&c| c as char));
-                    crate::sink::json::escape(buf, scratch);
-                }
+                Ok(s) => v.str(s),
+                Err(_) => v.latin1(t),
             }
         }
         it::BINARY | it::MANIFEST_COUNTEDBINARY
@@ -725,16 +723,10 @@ pub(crate) fn write_scalar_json(
                 ot::IPV6 | ot::IPV4 | ot::SOCKETADDRESS | ot::STRING | ot::UTF8
             ) =>
         {
-            buf.extend_from_slice(b"\"0x");
-            crate::sink::push_hex(buf, b);
-            buf.push(b'"');
+            v.binary(b)
         }
-        it::HEXDUMP => {
-            buf.extend_from_slice(b"\"0x");
-            crate::sink::push_hex(buf, b);
-            buf.push(b'"');
-        }
-        _ => build_value(in_t, out, map, b, len).write_json(buf),
+        it::HEXDUMP => v.binary(b),
+        _ => build_value(in_t, out, map, b, len).visit(v),
     }
 }
 

@@ -1,5 +1,5 @@
-//! Decoded values ([`Value`], [`Properties`]) and their JSON rendering (see the module doc of
-//! [`crate::decode`]).
+//! Decoded values ([`Value`], [`Properties`]) and their serde rendering (see the module doc of
+//! [`crate::decode`]; the JSON text writer is the sinks', driven by [`Properties::visit`]).
 
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -168,93 +168,6 @@ impl Properties {
     }
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
-    }
-}
-
-impl Value {
-    /// Appends this value as JSON, exactly as its `serde::Serialize` rendering (checked by the tests),
-    /// without going through a serializer: `dump` renders millions of them.
-    pub fn write_json(&self, out: &mut Vec<u8>) {
-        use std::io::Write as _;
-        match self {
-            Value::Null => out.extend_from_slice(b"null"),
-            Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-            Value::I64(v) => out.extend_from_slice(itoa::Buffer::new().format(*v).as_bytes()),
-            Value::U64(v) => out.extend_from_slice(itoa::Buffer::new().format(*v).as_bytes()),
-            Value::Port(v) => out.extend_from_slice(itoa::Buffer::new().format(*v).as_bytes()),
-            Value::Win32Error(v) => {
-                out.extend_from_slice(itoa::Buffer::new().format(*v).as_bytes())
-            }
-            Value::F32(_) | Value::F64(_) => {
-                let _ = serde_json::to_writer(&mut *out, self);
-            }
-            Value::String(v) | Value::Sid(v) => crate::sink::json::escape(out, v),
-            Value::Mapped { name, .. } => crate::sink::json::escape(out, name),
-            Value::Guid(g) => {
-                out.push(b'"');
-                crate::sink::json::push_guid(out, g);
-                out.push(b'"');
-            }
-            Value::Binary(b) => {
-                out.extend_from_slice(b"\"0x");
-                crate::sink::push_hex(out, b);
-                out.push(b'"');
-            }
-            Value::Array(a) => {
-                out.push(b'[');
-                for (i, v) in a.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    v.write_json(out);
-                }
-                out.push(b']');
-            }
-            Value::Struct(p) => p.write_json(out),
-            Value::Hex(v) | Value::Pointer(v) => crate::sink::json::push_quoted_hex_u64(out, *v),
-            Value::Ipv4(a) => {
-                let _ = write!(out, "\"{a}\"");
-            }
-            Value::Ipv6(a) => {
-                let _ = write!(out, "\"{a}\"");
-            }
-            Value::SocketAddress(a) => {
-                let _ = write!(out, "\"{a}\"");
-            }
-            Value::NtStatus(v) | Value::HResult(v) => {
-                let _ = write!(out, "\"0x{v:08x}\"");
-            }
-            Value::FileTime(t) => {
-                out.push(b'"');
-                let mut s = String::with_capacity(28);
-                let _ = crate::time::write_rfc3339(&mut s, *t);
-                out.extend_from_slice(s.as_bytes());
-                out.push(b'"');
-            }
-            Value::SystemTime(t) => {
-                let _ = write!(
-                    out,
-                    "\"{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}\"",
-                    t[0], t[1], t[3], t[4], t[5], t[6], t[7]
-                );
-            }
-        }
-    }
-}
-
-impl Properties {
-    /// Appends the properties as a JSON object, exactly as their `serde::Serialize` rendering.
-    pub fn write_json(&self, out: &mut Vec<u8>) {
-        out.push(b'{');
-        for (i, (k, v)) in self.0.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            crate::sink::json::escape(out, k);
-            out.push(b':');
-            v.write_json(out);
-        }
-        out.push(b'}');
     }
 }
 

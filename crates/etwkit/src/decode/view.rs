@@ -11,9 +11,10 @@ use crate::schema::registry::FastMap;
 use crate::schema::{Registry, SchemaKey};
 
 use super::plan::Plan;
+use super::visit::TextFormat;
 use super::{is_eventsource_manifest, record_stack, DecodedEvent, Decoder, Ids};
 
-/// An event and what is known about it, ready to print (every sink takes one: `crate::sink`).
+/// An event and what is known about it, ready to print (every sink takes one).
 pub struct EventView<'a, 'r> {
     pub event: &'a EventRecord<'r>,
     pub provider_name: Option<&'a str>,
@@ -37,38 +38,6 @@ pub struct EventView<'a, 'r> {
 }
 
 impl<'a, 'r> EventView<'a, 'r> {
-    /// What the sinks print for a record and its decoding; `props` receives the properties' JSON
-    /// text (cleared first).
-    pub fn decoded(
-        event: &'a EventRecord<'r>,
-        d: Option<&'a DecodedEvent>,
-        props: &'a mut Vec<u8>,
-    ) -> Self {
-        let mut v = EventView::bare(event);
-        props.clear();
-        if let Some(d) = d {
-            v.provider_name = d.provider_name.as_deref();
-            v.event_name = d.event_name.as_deref();
-            v.task_name = d.task_name.as_deref();
-            v.opcode_name = d.opcode_name.as_deref();
-            v.stack = d.stack.as_ref();
-            v.decode_issue = d.decode_issue.as_deref();
-            v.layout_pointer_size = d.layout_pointer_size;
-            v.ids = d.ids;
-            v.dos_path = d.dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
-            if !d.properties.is_empty() {
-                d.properties.write_json(props);
-            }
-        }
-        if !props.is_empty() {
-            v.properties_json = std::str::from_utf8(props).ok();
-        }
-        if v.provider_name.is_none() {
-            v.provider_name = event.traits_provider_name();
-        }
-        v
-    }
-
     /// As [`EventView::decoded`], for [`crate::decode::Decoder::decode_etl_json`]'s result and
     /// the properties' JSON text it wrote (empty: none).
     pub fn decoded_json(
@@ -193,9 +162,10 @@ fn layout<'l>(
 }
 
 impl Decoder {
-    /// What `etwkit dump` prints for `r`: [`Decoder::decode_etl_json`]'s result as an
-    /// [`EventView`] (the same text), without touching anything shared per record.
-    pub fn view_etl<'a, 'r>(
+    /// What `etwkit dump` prints for `r`: [`Decoder::decode_etl_text`]'s result as an
+    /// [`EventView`] (the same text, rendered by `T`), without touching anything shared per record.
+    /// (`view_etl` is this with the JSON the sinks write.)
+    pub fn view_etl_with<'a, 'r, T: TextFormat>(
         &'a self,
         local: &'a mut Local,
         r: &'a crate::etl::Record<'r>,
@@ -220,7 +190,12 @@ impl Decoder {
             if let Some(l) = layout(self, keyed, tl, tl_key, rec) {
                 let plan: &'a Plan = &l.plan;
                 if !plan.fields.is_empty() {
-                    match plan.write_json(&rec.payload, rec.pointer_size, props, scratch) {
+                    let walk = plan.visit(
+                        &rec.payload,
+                        rec.pointer_size,
+                        &mut T::visitor(props, scratch),
+                    );
+                    match walk {
                         Ok((used, ids)) if used == rec.payload.len() => {
                             *stack = record_stack(rec, self.stacks.as_ref());
                             *dos_path = self.dos_path(plan, &ids);
@@ -244,7 +219,7 @@ impl Decoder {
                 }
             }
         }
-        *held = self.decode_etl_json(r, props, scratch);
+        *held = self.decode_etl_text::<T>(r, props, scratch);
         EventView::decoded_json(rec, held, props)
     }
 }

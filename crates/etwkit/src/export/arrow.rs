@@ -197,6 +197,11 @@ impl EventColumns {
         }
     }
 
+    /// Whether the `stack` column is selected (else the decoder need not look stacks up).
+    pub fn wants_stack(&self) -> bool {
+        self.cols.stack
+    }
+
     /// Rows pushed since the last [`EventColumns::finish`].
     pub fn rows(&self) -> usize {
         self.rows

@@ -15,7 +15,6 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
@@ -26,9 +25,10 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 use super::arrow::{Columns, EventColumns, TypedColumns};
-use crate::decode::{DecodedEvent, Decoder};
+use crate::decode::{DecodedEvent, Decoder, PropertiesBuilder, Tee};
 use crate::etl::{EtlFile, Order, ReadSummary};
 use crate::guid::Guid;
+use crate::sink::json::JsonProps;
 use crate::EventRecord;
 
 /// Rows per record batch handed to the Parquet writer.
@@ -389,8 +389,8 @@ struct TablesPart {
 /// Writes a dataset: push records with [`DatasetWriter::push`] (or whole files with
 /// [`DatasetWriter::add_file`]), then [`DatasetWriter::finish`].
 ///
-/// `events.parquet` and the typed tables are built by two walks of each file, side by side on two
-/// threads, each with its own thread encoding and compressing Parquet behind it.
+/// `events.parquet` and the typed tables are built from one walk of each file (one decode per
+/// record feeding both), with threads encoding and compressing Parquet behind it.
 pub struct DatasetWriter {
     events: EventsPart,
     tables: TablesPart,
@@ -495,66 +495,48 @@ impl DatasetWriter {
     /// column. Stops at the first write error; what the file itself could not give is in the
     /// returned summary.
     ///
-    /// Two walks of the file run side by side: one builds `events.parquet` (properties written as
-    /// JSON straight from the payload where the layout allows), the other the typed tables.
+    /// One walk, one decode per record: the payload's properties drive two visitors at once, the
+    /// JSON text of `events.parquet`'s `properties` column and the values of the typed tables
+    /// (records whose layout does not fit take the value path, as `dump` does).
     pub fn add_file(
         &mut self,
         name: &str,
         file: &EtlFile,
         decoder: &Decoder,
     ) -> Result<ReadSummary, ExportError> {
-        let stop = AtomicBool::new(false);
         let (events, tables) = (&mut self.events, &mut self.tables);
-        let (summary, typed_err) = std::thread::scope(|s| {
-            let typed = std::thread::Builder::new()
-                .name("etwkit-typed".into())
-                .spawn_scoped(s, || {
-                    let mut err = None;
-                    let mut record = 0u64;
-                    file.for_each(Order::Time, |r| {
-                        if stop.load(Ordering::Relaxed) {
-                            return ControlFlow::Break(());
-                        }
-                        let d = decoder.decode_etl(r);
-                        if let Err(e) = tables.push(name, record, &r.event, d) {
-                            err = Some(e);
-                            stop.store(true, Ordering::Relaxed);
-                            return ControlFlow::Break(());
-                        }
-                        record += 1;
-                        ControlFlow::Continue(())
-                    });
-                    err
-                })
-                .expect("spawn the typed-table thread");
-            let mut err = None;
-            let mut record = 0u64;
-            let (mut json, mut scratch) = (Vec::with_capacity(1024), String::new());
-            let summary = file.for_each(Order::Time, |r| {
-                if stop.load(Ordering::Relaxed) {
-                    return ControlFlow::Break(());
-                }
-                let d = decoder.decode_etl_json(r, &mut json, &mut scratch);
-                if let Err(e) = events.push(name, record, &r.event, &d, Some(&json)) {
-                    err = Some(e);
-                    stop.store(true, Ordering::Relaxed);
-                    return ControlFlow::Break(());
-                }
-                record += 1;
-                ControlFlow::Continue(())
-            });
-            let typed_err = typed.join().unwrap_or_else(|_| {
-                Some(ExportError::Io {
-                    path: PathBuf::new(),
-                    source: std::io::Error::other("the typed-table thread panicked"),
-                })
-            });
-            (err.map_or(Ok(summary), Err), typed_err)
+        let mut err = None;
+        let mut record = 0u64;
+        let (mut json, mut scratch) = (Vec::with_capacity(1024), String::new());
+        let mut values = PropertiesBuilder::default();
+        let want_stack = events.cols.wants_stack();
+        let summary = file.for_each(Order::Time, |r| {
+            json.clear();
+            values.reset();
+            let mut tee = Tee(JsonProps::new(&mut json, &mut scratch), &mut values);
+            let mut d = decoder.decode_etl_visit(
+                r,
+                &mut tee,
+                |t| {
+                    t.0.clear();
+                    t.1.reset();
+                },
+                want_stack,
+            );
+            let pushed = events
+                .push(name, record, &r.event, &d, Some(&json))
+                .and_then(|()| {
+                    d.properties = values.take();
+                    tables.push(name, record, &r.event, d)
+                });
+            if let Err(e) = pushed {
+                err = Some(e);
+                return ControlFlow::Break(());
+            }
+            record += 1;
+            ControlFlow::Continue(())
         });
-        match typed_err {
-            Some(e) => Err(e),
-            None => summary,
-        }
+        err.map_or(Ok(summary), Err)
     }
 
     /// Writes the last rows and closes every file.

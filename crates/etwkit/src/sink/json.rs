@@ -4,6 +4,8 @@
 use std::io::{self, Write};
 
 use super::{push_hex, EventView, Sink};
+use crate::decode::{DecodedEvent, Decoder, Local, Properties, PropertyVisitor, Value};
+use crate::event::EventRecord;
 use crate::time::write_rfc3339;
 
 pub struct JsonLines<W: Write> {
@@ -253,6 +255,243 @@ fn json_prefix(l: &mut Vec<u8>, v: &EventView<'_, '_>) {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 const ZERO_GUID: &[u8; 36] = b"00000000-0000-0000-0000-000000000000";
+
+/// The JSON text of properties ([`crate::decode::TextFormat`]): what `dump` prints under
+/// `properties`, CSV quotes in its `properties` column and Parquet keeps in its `properties` column.
+/// The rendering is the one the module doc of [`crate::decode`] fixes.
+pub struct Json;
+
+impl crate::decode::TextFormat for Json {
+    type Visitor<'b> = JsonProps<'b>;
+    fn visitor<'b>(out: &'b mut Vec<u8>, scratch: &'b mut String) -> JsonProps<'b> {
+        JsonProps { out, scratch }
+    }
+}
+
+/// A [`PropertyVisitor`] appending the properties' JSON object text to a buffer.
+pub struct JsonProps<'b> {
+    out: &'b mut Vec<u8>,
+    scratch: &'b mut String,
+}
+
+impl<'b> JsonProps<'b> {
+    /// A visitor appending to `out`; `scratch` is reused for text conversions.
+    pub fn new(out: &'b mut Vec<u8>, scratch: &'b mut String) -> Self {
+        JsonProps { out, scratch }
+    }
+
+    /// Empties the buffer (a walk that failed part-way starts over).
+    pub fn clear(&mut self) {
+        self.out.clear();
+    }
+}
+
+impl PropertyVisitor for JsonProps<'_> {
+    #[inline]
+    fn field(&mut self, index: usize, name: &str) {
+        if index > 0 {
+            self.out.push(b',');
+        }
+        escape(self.out, name);
+        self.out.push(b':');
+    }
+    #[inline]
+    fn plain_field(&mut self, index: usize, name: &str) {
+        self.out.reserve(name.len() + 4);
+        if index > 0 {
+            self.out.push(b',');
+        }
+        self.out.push(b'"');
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b"\":");
+    }
+    fn begin_array(&mut self, _count: u64) {
+        self.out.push(b'[');
+    }
+    #[inline]
+    fn element(&mut self, i: u64) {
+        if i > 0 {
+            self.out.push(b',');
+        }
+    }
+    fn end_array(&mut self) {
+        self.out.push(b']');
+    }
+    fn begin_struct(&mut self) {
+        self.out.push(b'{');
+    }
+    fn end_struct(&mut self) {
+        self.out.push(b'}');
+    }
+    fn null(&mut self) {
+        self.out.extend_from_slice(b"null");
+    }
+    fn bool(&mut self, v: bool) {
+        self.out
+            .extend_from_slice(if v { b"true" } else { b"false" });
+    }
+    #[inline]
+    fn unsigned(&mut self, v: u64) {
+        self.out
+            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+    }
+    #[inline]
+    fn signed(&mut self, v: i64) {
+        self.out
+            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+    }
+    fn f32(&mut self, v: f32) {
+        let _ = serde_json::to_writer(&mut *self.out, &v);
+    }
+    fn f64(&mut self, v: f64) {
+        let _ = serde_json::to_writer(&mut *self.out, &v);
+    }
+    #[inline]
+    fn hex(&mut self, v: u64) {
+        push_quoted_hex_u64(self.out, v);
+    }
+    #[inline]
+    fn pointer(&mut self, v: u64) {
+        push_quoted_hex_u64(self.out, v);
+    }
+    #[inline]
+    fn str(&mut self, v: &str) {
+        escape(self.out, v);
+    }
+    fn latin1(&mut self, v: &[u8]) {
+        self.scratch.clear();
+        self.scratch.extend(v.iter().map(|&c| c as char));
+        escape(self.out, self.scratch);
+    }
+    #[inline]
+    fn utf16(&mut self, units: &[u8]) {
+        escape_utf16(self.out, units);
+    }
+    fn binary(&mut self, v: &[u8]) {
+        self.out.extend_from_slice(b"\"0x");
+        push_hex(self.out, v);
+        self.out.push(b'"');
+    }
+    fn guid(&mut self, v: &crate::Guid) {
+        self.out.push(b'"');
+        push_guid(self.out, v);
+        self.out.push(b'"');
+    }
+    fn sid(&mut self, v: &str) {
+        escape(self.out, v);
+    }
+    fn filetime(&mut self, v: i64) {
+        self.scratch.clear();
+        let _ = write_rfc3339(self.scratch, v);
+        self.out.push(b'"');
+        self.out.extend_from_slice(self.scratch.as_bytes());
+        self.out.push(b'"');
+    }
+    fn systemtime(&mut self, t: &[u16; 8]) {
+        let _ = write!(
+            self.out,
+            "\"{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}\"",
+            t[0], t[1], t[3], t[4], t[5], t[6], t[7]
+        );
+    }
+    fn mapped(&mut self, _value: u64, name: &str) {
+        escape(self.out, name);
+    }
+    fn ip(&mut self, v: std::net::IpAddr) {
+        let _ = write!(self.out, "\"{v}\"");
+    }
+    fn port(&mut self, v: u16) {
+        self.out
+            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+    }
+    fn socket_address(&mut self, v: std::net::SocketAddr) {
+        let _ = write!(self.out, "\"{v}\"");
+    }
+    fn win32_error(&mut self, v: u32) {
+        self.out
+            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+    }
+    fn ntstatus(&mut self, v: u32) {
+        let _ = write!(self.out, "\"0x{v:08x}\"");
+    }
+    fn hresult(&mut self, v: u32) {
+        let _ = write!(self.out, "\"0x{v:08x}\"");
+    }
+}
+
+impl Value {
+    /// Appends this value as JSON, exactly as its `serde::Serialize` rendering (checked by the
+    /// tests), without going through a serializer: `dump` renders millions of them.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        self.visit(&mut JsonProps::new(out, &mut String::new()));
+    }
+}
+
+impl Properties {
+    /// Appends the properties as a JSON object, exactly as their `serde::Serialize` rendering.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        self.visit(&mut JsonProps::new(out, &mut String::new()));
+    }
+}
+
+impl Decoder {
+    /// As [`Decoder::decode_etl`], but the properties go to `json` as their JSON object text
+    /// (cleared first; left empty when there are none) and the result's `properties` stays empty.
+    /// Records whose layout fits their payload are written straight from the payload, without
+    /// building values; the rest take the value path. `scratch` is reused between calls.
+    pub fn decode_etl_json(
+        &self,
+        r: &crate::etl::Record<'_>,
+        json: &mut Vec<u8>,
+        scratch: &mut String,
+    ) -> DecodedEvent {
+        self.decode_etl_text::<Json>(r, json, scratch)
+    }
+
+    /// What `etwkit dump` prints for `r`: [`Decoder::decode_etl_json`]'s result as an
+    /// [`EventView`] (the same text), without touching anything shared per record.
+    pub fn view_etl<'a, 'r>(
+        &'a self,
+        local: &'a mut Local,
+        r: &'a crate::etl::Record<'r>,
+    ) -> EventView<'a, 'r> {
+        self.view_etl_with::<Json>(local, r)
+    }
+}
+
+impl<'a, 'r> EventView<'a, 'r> {
+    /// What the sinks print for a record and its decoding; `props` receives the properties' JSON
+    /// text (cleared first).
+    pub fn decoded(
+        event: &'a EventRecord<'r>,
+        d: Option<&'a DecodedEvent>,
+        props: &'a mut Vec<u8>,
+    ) -> Self {
+        let mut v = EventView::bare(event);
+        props.clear();
+        if let Some(d) = d {
+            v.provider_name = d.provider_name.as_deref();
+            v.event_name = d.event_name.as_deref();
+            v.task_name = d.task_name.as_deref();
+            v.opcode_name = d.opcode_name.as_deref();
+            v.stack = d.stack.as_ref();
+            v.decode_issue = d.decode_issue.as_deref();
+            v.layout_pointer_size = d.layout_pointer_size;
+            v.ids = d.ids;
+            v.dos_path = d.dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
+            if !d.properties.is_empty() {
+                d.properties.write_json(props);
+            }
+        }
+        if !props.is_empty() {
+            v.properties_json = std::str::from_utf8(props).ok();
+        }
+        if v.provider_name.is_none() {
+            v.provider_name = event.traits_provider_name();
+        }
+        v
+    }
+}
 
 /// Appends a GUID as lowercase 8-4-4-4-12.
 pub fn push_guid(l: &mut Vec<u8>, g: &crate::Guid) {
