@@ -616,20 +616,7 @@ impl Decoder {
                 .filter(|&(used, _)| used == rec.payload.len())
             };
             if let Some((_, ids)) = written {
-                return DecodedEvent {
-                    ids: self.attribute(rec, &ids),
-                    dos_path: self.dos_path(&plan, &ids),
-                    provider_name: self
-                        .registry
-                        .provider_name(rec)
-                        .or_else(|| plan.names.provider.clone()),
-                    event_name: plan.names.event.clone(),
-                    task_name: plan.names.task.clone(),
-                    opcode_name: plan.names.opcode.clone(),
-                    source: Some(schema.source),
-                    stack: record_stack(rec, self.stacks.as_ref()),
-                    ..Default::default()
-                };
+                return self.walked(rec, &schema, &plan, &ids, true);
             }
             text.clear();
         }
@@ -639,6 +626,35 @@ impl Decoder {
             ev.properties = Properties::default();
         }
         ev
+    }
+
+    /// The event (without properties) of a record whose payload its plan walked to the end: names
+    /// from the plan, ids attributed from what the walk found, the stack if wanted.
+    fn walked(
+        &self,
+        rec: &EventRecord<'_>,
+        schema: &EventSchema,
+        plan: &Plan,
+        ids: &PayloadIds,
+        want_stack: bool,
+    ) -> DecodedEvent {
+        DecodedEvent {
+            ids: self.attribute(rec, ids),
+            dos_path: self.dos_path(plan, ids),
+            provider_name: self
+                .registry
+                .provider_name(rec)
+                .or_else(|| plan.names.provider.clone()),
+            event_name: plan.names.event.clone(),
+            task_name: plan.names.task.clone(),
+            opcode_name: plan.names.opcode.clone(),
+            source: Some(schema.source),
+            stack: match want_stack {
+                true => record_stack(rec, self.stacks.as_ref()),
+                false => None,
+            },
+            ..Default::default()
+        }
     }
 
     /// As [`Decoder::decode_etl_text`], for any [`PropertyVisitor`]: records whose layout fits
@@ -658,24 +674,7 @@ impl Decoder {
             if !plan.fields.is_empty() {
                 match plan.visit(&rec.payload, rec.pointer_size, v) {
                     Ok((used, ids)) if used == rec.payload.len() => {
-                        return DecodedEvent {
-                            ids: self.attribute(rec, &ids),
-                            dos_path: self.dos_path(&plan, &ids),
-                            provider_name: self
-                                .registry
-                                .provider_name(rec)
-                                .or_else(|| plan.names.provider.clone()),
-                            event_name: plan.names.event.clone(),
-                            task_name: plan.names.task.clone(),
-                            opcode_name: plan.names.opcode.clone(),
-                            source: Some(schema.source),
-                            stack: if want_stack {
-                                record_stack(rec, self.stacks.as_ref())
-                            } else {
-                                None
-                            },
-                            ..Default::default()
-                        };
+                        return self.walked(rec, &schema, &plan, &ids, want_stack);
                     }
                     _ => restart(v),
                 }

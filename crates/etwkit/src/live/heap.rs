@@ -49,11 +49,7 @@ pub struct HeapStacks {
 impl Default for HeapStacks {
     /// Allocations and reallocations (what a leak report needs).
     fn default() -> Self {
-        HeapStacks {
-            alloc: true,
-            realloc: true,
-            free: false,
-        }
+        HeapStacks::ALLOC
     }
 }
 
@@ -61,6 +57,12 @@ impl HeapStacks {
     pub const NONE: HeapStacks = HeapStacks {
         alloc: false,
         realloc: false,
+        free: false,
+    };
+    /// Allocations and reallocations (the default: what a leak report needs).
+    pub const ALLOC: HeapStacks = HeapStacks {
+        alloc: true,
+        realloc: true,
         free: false,
     };
 

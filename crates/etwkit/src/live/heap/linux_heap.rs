@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::process::Child;
 
-use super::{HeapEnd, HeapFinish, HeapMode, HeapOptions, HeapStacks};
+use super::{HeapEnd, HeapFinish, HeapMode, HeapOptions};
 use crate::live::linux::heap::inject::InjectError;
 use crate::live::linux::heap::shim::{installed_copy, ShimFile, ShimOptions, ShimTrace};
 use crate::live::linux::heap::{spawn_suspended, HeapOptions as UprobeOptions, HeapTrace};
@@ -24,14 +24,6 @@ fn heap_err(e: HeapError) -> LiveError {
         HeapError::NotRoot => LiveError::NotRoot,
         HeapError::NoProcess(p) => LiveError::Other(format!("process {p} not found")),
         e => err(e),
-    }
-}
-
-fn stack_events(s: HeapStacks) -> StackEvents {
-    StackEvents {
-        alloc: s.alloc,
-        realloc: s.realloc,
-        free: s.free,
     }
 }
 
@@ -104,7 +96,7 @@ pub(super) enum LinuxHeap {
 
 impl LinuxHeap {
     pub(super) fn start(mut o: HeapOptions<'_>) -> Result<LinuxHeap> {
-        let stacks = stack_events(o.stacks);
+        let stacks = o.stacks;
         let mode = o.mode;
         let mut why_uprobes = String::from("as asked with --mode uprobe");
         if let (Some(cmd), true) = (o.command.as_mut(), mode != HeapMode::Uprobe) {

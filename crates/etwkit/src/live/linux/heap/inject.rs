@@ -4,7 +4,7 @@
 //! the thread was. The other threads keep running (the shim's hooks go in with atomic stores;
 //! stopping them all would deadlock dlopen on a lock one of them holds).
 //!
-//! The stub is self-contained (see [`STUB`]): it lives in executable slack no code uses, its frame
+//! The stub is self-contained (see `STUB`): it lives in executable slack no code uses, its frame
 //! (arguments, the thread's registers, room for its FP/vector state) on the thread's own stack
 //! below the red zone, and it restores every register, flags and vector state included, itself.
 //! The tracer only sets rip and rsp, once, and then watches for the stub's marker system call to

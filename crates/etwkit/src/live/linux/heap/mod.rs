@@ -55,45 +55,10 @@ fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> HeapError {
     }
 }
 
-/// Which heap events carry a stack (the STACK_TRACING_EVENT_ID list of StartHeapTrace).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StackEvents {
-    pub alloc: bool,
-    pub realloc: bool,
-    pub free: bool,
-}
+/// Which operations carry a stack: the platform-neutral [`crate::live::heap::HeapStacks`].
+pub use crate::live::heap::HeapStacks as StackEvents;
 
 impl StackEvents {
-    pub const NONE: StackEvents = StackEvents {
-        alloc: false,
-        realloc: false,
-        free: false,
-    };
-    pub const ALLOC: StackEvents = StackEvents {
-        alloc: true,
-        realloc: true,
-        free: false,
-    };
-
-    /// Parses `alloc,realloc,free` (any subset; `none` for none).
-    pub fn parse(s: &str) -> Result<StackEvents, String> {
-        let mut e = StackEvents::NONE;
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            match part {
-                "alloc" => e.alloc = true,
-                "realloc" => e.realloc = true,
-                "free" => e.free = true,
-                "none" => {}
-                other => {
-                    return Err(format!(
-                        "unknown stack event {other:?} (expected alloc, realloc, free or none)"
-                    ))
-                }
-            }
-        }
-        Ok(e)
-    }
-
     fn wants(&self, f: Func) -> bool {
         match f {
             Func::Free => self.free,
