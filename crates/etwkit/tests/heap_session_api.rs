@@ -35,7 +35,9 @@ fn trace_pattern(test: &str, mode: HeapMode) -> Option<Run> {
     let shim = match mode {
         HeapMode::Session => None,
         _ => Some(Ok(&*Box::leak(
-            std::fs::read(build_shim()).unwrap().into_boxed_slice(),
+            std::fs::read(heap_common::build_shim())
+                .unwrap()
+                .into_boxed_slice(),
         ))),
     };
     let opts = HeapOptions {
@@ -84,27 +86,6 @@ fn trace_pattern(test: &str, mode: HeapMode) -> Option<Run> {
         stacked,
         mode: end.mode,
     })
-}
-
-/// Builds the shim cdylib with the cargo running this test, into a target dir of our own.
-fn build_shim() -> std::path::PathBuf {
-    let target = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("shim-target");
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let st = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "-q",
-            "-p",
-            "etwkit-heapshim",
-            "--target-dir",
-        ])
-        .arg(&target)
-        .current_dir(&root)
-        .status()
-        .expect("cargo");
-    assert!(st.success(), "building etwkit-heapshim failed");
-    target.join("release/libetwkit_heapshim.so")
 }
 
 fn expected_bytes() -> u64 {

@@ -5,7 +5,6 @@
 mod heap_common;
 
 use std::ops::ControlFlow;
-use std::path::PathBuf;
 use std::process::Command;
 
 use etwkit::analysis::heap::{HeapAnalyzer, HeapOpKind};
@@ -13,33 +12,12 @@ use etwkit::live::linux::heap::shim::ShimTrace;
 use etwkit::live::linux::heap::StackEvents;
 use etwkit::live::linux::unwind::LinuxStackNamer;
 
-/// Builds the shim cdylib with the cargo running this test, into a target dir of our own.
-pub fn build_shim() -> PathBuf {
-    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("shim-target");
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let st = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "-q",
-            "-p",
-            "etwkit-heapshim",
-            "--target-dir",
-        ])
-        .arg(&target)
-        .current_dir(&root)
-        .status()
-        .expect("cargo");
-    assert!(st.success(), "building etwkit-heapshim failed");
-    target.join("release/libetwkit_heapshim.so")
-}
-
 #[test]
 fn shim_spawned_pattern_is_fully_accounted() {
     let Some(bin) = heap_common::build_pattern("heap_shim") else {
         return;
     };
-    let shim = build_shim();
+    let shim = heap_common::build_shim();
     let mut trace = ShimTrace::spawn(&mut Command::new(&bin), &shim, StackEvents::ALLOC)
         .expect("spawn with shim");
     let mut an = HeapAnalyzer::new();

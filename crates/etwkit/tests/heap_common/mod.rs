@@ -107,3 +107,24 @@ pub fn check_pattern(report: &HeapReport, pid: u32, pattern_allocs: u64) {
     );
     assert!(report.exact, "report not exact: {:?}", report.notes);
 }
+
+/// Builds the shim cdylib with the cargo running this test, into a target dir of our own.
+pub fn build_shim() -> std::path::PathBuf {
+    let target = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("shim-target");
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let st = std::process::Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "-q",
+            "-p",
+            "etwkit-heapshim",
+            "--target-dir",
+        ])
+        .arg(&target)
+        .current_dir(&root)
+        .status()
+        .expect("cargo");
+    assert!(st.success(), "building etwkit-heapshim failed");
+    target.join("release/libetwkit_heapshim.so")
+}
