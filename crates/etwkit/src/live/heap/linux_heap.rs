@@ -224,24 +224,7 @@ impl LinuxHeap {
             LinuxHeap::Uprobe { trace, maps, .. } => {
                 let stats = trace.stats().clone();
                 t.lost += stats.lost_samples;
-                if stats.unmatched_returns > 0 {
-                    t.notes.push(format!(
-                        "{} allocator returns without their entry (lost)",
-                        stats.unmatched_returns
-                    ));
-                }
-                if stats.lost_returns > 0 {
-                    t.notes.push(format!(
-                        "{} allocator calls whose return was lost",
-                        stats.lost_returns
-                    ));
-                }
-                if stats.pending_at_end > 0 {
-                    t.notes.push(format!(
-                        "{} allocator calls still in flight when tracing stopped",
-                        stats.pending_at_end
-                    ));
-                }
+                t.notes.extend(stats.notes());
                 *maps = trace.unwinder().all_maps();
                 Ok(HeapFinish {
                     images: images(maps),

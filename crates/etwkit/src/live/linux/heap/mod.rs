@@ -174,6 +174,32 @@ pub struct HeapTraceStats {
     pub probe_fds: u64,
 }
 
+impl HeapTraceStats {
+    /// Why the figures may not be exact, one sentence each (lost samples are counted apart).
+    pub fn notes(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.unmatched_returns > 0 {
+            v.push(format!(
+                "{} allocator returns without their entry (lost, or the call began before tracing)",
+                self.unmatched_returns
+            ));
+        }
+        if self.lost_returns > 0 {
+            v.push(format!(
+                "{} allocator calls whose return was lost (not counted)",
+                self.lost_returns
+            ));
+        }
+        if self.pending_at_end > 0 {
+            v.push(format!(
+                "{} allocator calls still in flight when tracing stopped",
+                self.pending_at_end
+            ));
+        }
+        v
+    }
+}
+
 /// A live heap trace of some processes. Drive it with [`HeapTrace::process`].
 pub struct HeapTrace {
     opts: HeapOptions,

@@ -164,18 +164,7 @@ impl LiveSession for HeapSession {
         sum.events_lost = st.lost_samples;
         sum.lost_detail
             .push(("perf ring (PERF_RECORD_LOST)".into(), st.lost_samples));
-        if st.lost_returns > 0 {
-            sum.issues.push(format!(
-                "{} allocator returns lost (their calls are not counted)",
-                st.lost_returns
-            ));
-        }
-        if st.unmatched_returns > 0 {
-            sum.issues.push(format!(
-                "{} allocator returns without their entry (attached mid-call)",
-                st.unmatched_returns
-            ));
-        }
+        sum.issues.extend(st.notes());
         Ok(sum)
     }
 }
