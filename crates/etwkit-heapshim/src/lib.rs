@@ -32,6 +32,9 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
 
 mod attach;
+mod kept;
+
+use kept::*;
 
 extern "C" {
     fn __libc_malloc(size: usize) -> *mut libc::c_void;
@@ -106,20 +109,6 @@ static FINISHED: AtomicBool = AtomicBool::new(false);
 /// `ETWKIT_HEAP_FULL=1`: send every operation (no local pairing), e.g. to write them all to ETL.
 static FULL: AtomicBool = AtomicBool::new(false);
 
-/// Allocations of this thread not sent yet. A free of one of them (on this thread) cancels both:
-/// the pair is only counted (per stack, TRANSIENT records), which keeps malloc/free storms cheap.
-/// Entries are sent as ALLOC records when the table fills, when they are older than ~50 ms, at
-/// buffer flushes, and at thread/process exit.
-const PEND_SLOTS: usize = 1024;
-const PEND_MAX: usize = 512;
-#[derive(Clone, Copy, Default)]
-struct Pend {
-    addr: u64, // 0 empty, 1 tombstone
-    tsc: u64,
-    size: u64,
-    stack: u64,
-    api: u8,
-}
 const AGG_SLOTS: usize = 256;
 #[derive(Clone, Copy, Default)]
 struct Agg {
@@ -558,124 +547,6 @@ unsafe extern "C" fn thread_exit(p: *mut libc::c_void) {
         flush(b, false);
         tp_remove();
     }
-}
-
-#[inline]
-fn pend_slot(addr: u64) -> usize {
-    ((addr >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % PEND_SLOTS
-}
-
-/// Keeps an allocation back (see [`Pend`]): as the newest, the one before going into the table.
-#[inline(always)]
-unsafe fn pend_insert(b: &ThreadBuf, e: Pend) {
-    // Out of `last` before the insert (which may spill: `last` must not be sent twice).
-    let prev = std::mem::take(&mut *b.last.get());
-    if prev.addr > 1 {
-        table_insert(b, prev);
-    }
-    *b.last.get() = e;
-}
-
-#[inline]
-unsafe fn table_insert(b: &ThreadBuf, e: Pend) {
-    if b.pend_used.get() >= PEND_MAX {
-        if b.pend_live.get() < PEND_MAX / 4 {
-            pend_rebuild(b);
-        } else {
-            spill(b, 0);
-        }
-    }
-    // A stale entry for this address (kept back here, freed by another thread) may remain: the
-    // frees below find and send it (see `freed_elsewhere`).
-    let t = &mut *b.pend.get();
-    let mut i = pend_slot(e.addr);
-    loop {
-        if t[i].addr <= 1 {
-            if t[i].addr == 0 {
-                b.pend_used.set(b.pend_used.get() + 1);
-            }
-            t[i] = e;
-            b.pend_live.set(b.pend_live.get() + 1);
-            return;
-        }
-        i = (i + 1) % PEND_SLOTS;
-    }
-}
-
-/// Drops tombstones, keeping live entries.
-#[cold]
-unsafe fn pend_rebuild(b: &ThreadBuf) {
-    let t = &mut *b.pend.get();
-    let mut live = [Pend::default(); PEND_MAX / 4];
-    let mut n = 0;
-    for e in t.iter_mut() {
-        if e.addr > 1 && n < live.len() {
-            live[n] = *e;
-            n += 1;
-        }
-        e.addr = 0;
-    }
-    b.pend_used.set(0);
-    b.pend_live.set(0);
-    for e in &live[..n] {
-        table_insert(b, *e);
-    }
-}
-
-#[inline(always)]
-unsafe fn pend_take(b: &ThreadBuf, addr: u64) -> Option<Pend> {
-    let last = &mut *b.last.get();
-    if last.addr == addr {
-        last.addr = 0;
-        return Some(Pend { addr, ..*last });
-    }
-    table_take(b, addr)
-}
-
-#[inline]
-unsafe fn table_take(b: &ThreadBuf, addr: u64) -> Option<Pend> {
-    if b.pend_live.get() == 0 {
-        return None;
-    }
-    let t = &mut *b.pend.get();
-    let mut i = pend_slot(addr);
-    loop {
-        let a = t[i].addr;
-        if a == 0 {
-            return None;
-        }
-        if a == addr {
-            let e = t[i];
-            t[i].addr = 1;
-            b.pend_live.set(b.pend_live.get() - 1);
-            return Some(e);
-        }
-        i = (i + 1) % PEND_SLOTS;
-    }
-}
-
-/// Per address hash: the TSC of the latest free sent as a record (the block was not kept back by
-/// the freeing thread). A thread that kept back an allocation of that address earlier than this
-/// must not pair it with its own free later: the allocator handed the address out again meanwhile.
-const FREED_SLOTS: usize = 4096;
-static FREED: [std::sync::atomic::AtomicU64; FREED_SLOTS] =
-    [const { std::sync::atomic::AtomicU64::new(0) }; FREED_SLOTS];
-
-#[inline(always)]
-fn freed_slot(addr: u64) -> usize {
-    ((addr >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize % FREED_SLOTS
-}
-
-#[inline(always)]
-fn note_free(addr: u64, t: u64) {
-    FREED[freed_slot(addr)].fetch_max(t, Ordering::Relaxed);
-}
-
-/// True when some free of `addr` (or of an address sharing its slot: then the pair is merely sent
-/// instead of counted) was sent after `since`.
-#[inline(always)]
-fn freed_elsewhere(addr: u64, since: u64) -> bool {
-    FREED[freed_slot(addr)].load(Ordering::Relaxed) > since
 }
 
 /// Counts a cancelled alloc/free pair under its stack.
@@ -1320,17 +1191,8 @@ unsafe fn record_realloc(api: u8, old: *mut libc::c_void, new: *mut libc::c_void
         if size == 0 {
             // glibc frees the block and returns NULL.
             guarded(|b| {
-                loop {
-                    match pend_take(b, old as u64) {
-                        Some(e) if !freed_elsewhere(e.addr, e.tsc) => {
-                            agg_add(b, e.stack, e.api, e.size);
-                            return;
-                        }
-                        Some(e) => {
-                            push_raw(b, &[hdr(T_ALLOC, e.api, 0), e.tsc, e.addr, e.size, e.stack])
-                        }
-                        None => break,
-                    }
+                if settle_free(b, old as u64) {
+                    return;
                 }
                 let t = tsc();
                 note_free(old as u64, t);
@@ -1392,19 +1254,8 @@ pub(crate) unsafe fn reallocarray_impl(
 pub(crate) unsafe fn free_impl(p: *mut libc::c_void) {
     if !p.is_null() {
         guarded(|b| {
-            loop {
-                match pend_take(b, p as u64) {
-                    Some(e) if !freed_elsewhere(e.addr, e.tsc) => {
-                        agg_add(b, e.stack, e.api, e.size);
-                        return;
-                    }
-                    // Kept back here, but freed by another thread since (and handed out again by
-                    // the allocator): that free was sent; send this allocation, look further.
-                    Some(e) => {
-                        push_raw(b, &[hdr(T_ALLOC, e.api, 0), e.tsc, e.addr, e.size, e.stack])
-                    }
-                    None => break,
-                }
+            if settle_free(b, p as u64) {
+                return;
             }
             let t = tsc();
             note_free(p as u64, t);
