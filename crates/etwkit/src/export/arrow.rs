@@ -22,7 +22,9 @@ use arrow_array::builder::{
 use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
-use crate::decode::{DecodedEvent, Properties, Value};
+use super::tape::{field_name, field_value, read_fields, Item, TapeWriter};
+use crate::decode::{DecodedEvent, Value};
+use crate::event::{EventDescriptor, HeaderType};
 use crate::guid::Guid;
 use crate::time::FILETIME_UNIX_EPOCH;
 use crate::EventRecord;
@@ -124,6 +126,60 @@ pub fn filetime_to_unix_ns(ft: i64) -> Option<i64> {
     ft.checked_sub(FILETIME_UNIX_EPOCH)?.checked_mul(100)
 }
 
+/// A record's stack addresses: as decoded, or as native-endian `u64` bytes.
+#[derive(Clone, Copy, Debug)]
+pub enum StackRef<'a> {
+    Words(&'a [u64]),
+    Bytes(&'a [u8]),
+}
+
+/// The common fields of one record, as the columns take them: what [`EventRecord`] and
+/// [`DecodedEvent`] give, with the decoder's attributed pid/tid (`u32::MAX`: unknown).
+#[derive(Clone, Copy, Debug)]
+pub struct Row<'a> {
+    /// FILETIME.
+    pub timestamp: i64,
+    pub provider: Guid,
+    pub provider_name: Option<&'a str>,
+    pub event_name: Option<&'a str>,
+    pub task_name: Option<&'a str>,
+    pub opcode_name: Option<&'a str>,
+    pub descriptor: EventDescriptor,
+    pub pid: u32,
+    pub tid: u32,
+    pub cpu: u16,
+    pub activity_id: Guid,
+    pub header_type: HeaderType,
+    pub payload: &'a [u8],
+    pub stack: Option<StackRef<'a>>,
+}
+
+impl<'a> Row<'a> {
+    pub fn of(e: &'a EventRecord<'_>, d: &'a DecodedEvent) -> Row<'a> {
+        // Kernel records whose header has no pid/tid: the ids the decoder attributed (as dump).
+        let (pid, tid) = d.ids.map_or((e.pid, e.tid), |i| (i.pid, i.tid));
+        Row {
+            timestamp: e.timestamp,
+            provider: e.provider,
+            provider_name: d
+                .provider_name
+                .as_deref()
+                .or_else(|| e.traits_provider_name()),
+            event_name: d.event_name.as_deref(),
+            task_name: d.task_name.as_deref(),
+            opcode_name: d.opcode_name.as_deref(),
+            descriptor: e.descriptor,
+            pid,
+            tid,
+            cpu: e.cpu,
+            activity_id: e.activity_id,
+            header_type: e.header_type,
+            payload: &e.payload[..],
+            stack: d.stack.as_ref().map(|s| StackRef::Words(&s.addresses)),
+        }
+    }
+}
+
 /// Builds record batches of events, one row per [`EventColumns::push`].
 pub struct EventColumns {
     cols: Columns,
@@ -210,7 +266,7 @@ impl EventColumns {
     /// Appends one record. `file` and `record` fill the `file` and `record` columns when they are
     /// selected.
     pub fn push(&mut self, file: &str, record: u64, e: &EventRecord<'_>, d: &DecodedEvent) {
-        self.push_common(file, record, e, d);
+        self.push_common(file, record, &Row::of(e, d));
         if self.cols.properties {
             if d.properties.is_empty() {
                 self.properties.append_null();
@@ -224,18 +280,10 @@ impl EventColumns {
         self.rows += 1;
     }
 
-    /// As [`EventColumns::push`], with the properties given as their JSON object text (as
-    /// [`crate::decode::Decoder::decode_etl_json`] writes it; empty: none, a null) instead of
-    /// `d.properties`.
-    pub fn push_json(
-        &mut self,
-        file: &str,
-        record: u64,
-        e: &EventRecord<'_>,
-        d: &DecodedEvent,
-        json: &[u8],
-    ) {
-        self.push_common(file, record, e, d);
+    /// Appends one record given as its common fields and its properties' JSON object text (as
+    /// [`crate::decode::Decoder::decode_etl_json`] writes it; empty: none, a null).
+    pub fn push_row(&mut self, file: &str, record: u64, r: &Row<'_>, json: &[u8]) {
+        self.push_common(file, record, r);
         if self.cols.properties {
             if json.is_empty() {
                 self.properties.append_null();
@@ -248,7 +296,7 @@ impl EventColumns {
     }
 
     /// Every column but `properties`; does not count the row.
-    fn push_common(&mut self, file: &str, record: u64, e: &EventRecord<'_>, d: &DecodedEvent) {
+    fn push_common(&mut self, file: &str, record: u64, r: &Row<'_>) {
         let c = self.cols;
         if c.file {
             self.file.append_value(file);
@@ -257,22 +305,18 @@ impl EventColumns {
             self.record.append_value(record);
         }
         self.timestamp
-            .append_option(filetime_to_unix_ns(e.timestamp));
-        if self.last_provider.0 != e.provider || self.last_provider.1.is_empty() {
-            self.last_provider = (e.provider, e.provider.to_string());
+            .append_option(filetime_to_unix_ns(r.timestamp));
+        if self.last_provider.0 != r.provider || self.last_provider.1.is_empty() {
+            self.last_provider = (r.provider, r.provider.to_string());
         }
         self.provider.append_value(&self.last_provider.1);
-        let pname = d
-            .provider_name
-            .as_deref()
-            .or_else(|| e.traits_provider_name());
-        self.provider_name.append_option(pname);
-        self.event_name.append_option(d.event_name.as_deref());
+        self.provider_name.append_option(r.provider_name);
+        self.event_name.append_option(r.event_name);
         if c.task_opcode_names {
-            self.task_name.append_option(d.task_name.as_deref());
-            self.opcode_name.append_option(d.opcode_name.as_deref());
+            self.task_name.append_option(r.task_name);
+            self.opcode_name.append_option(r.opcode_name);
         }
-        let k = &e.descriptor;
+        let k = &r.descriptor;
         self.id.append_value(k.id);
         self.version.append_value(k.version);
         self.level.append_value(k.level);
@@ -282,28 +326,33 @@ impl EventColumns {
         if c.channel {
             self.channel.append_value(k.channel);
         }
-        // Kernel records whose header has no pid/tid: the ids the decoder attributed (as dump).
-        let (pid, tid) = d.ids.map_or((e.pid, e.tid), |i| (i.pid, i.tid));
-        self.pid.append_option((pid != u32::MAX).then_some(pid));
-        self.tid.append_option((tid != u32::MAX).then_some(tid));
-        self.cpu.append_value(e.cpu);
-        if e.activity_id == Guid::ZERO {
+        self.pid.append_option((r.pid != u32::MAX).then_some(r.pid));
+        self.tid.append_option((r.tid != u32::MAX).then_some(r.tid));
+        self.cpu.append_value(r.cpu);
+        if r.activity_id == Guid::ZERO {
             self.activity_id
                 .append_value("00000000-0000-0000-0000-000000000000");
         } else {
-            let _ = write!(self.activity_id, "{}", e.activity_id);
+            let _ = write!(self.activity_id, "{}", r.activity_id);
             self.activity_id.append_value("");
         }
         if c.header_type {
-            self.header_type.append_value(e.header_type.name());
+            self.header_type.append_value(r.header_type.name());
         }
         if c.payload {
-            self.payload.append_value(&e.payload);
+            self.payload.append_value(r.payload);
         }
         if c.stack {
-            match &d.stack {
-                Some(s) => {
-                    self.stack.values().append_slice(&s.addresses);
+            match r.stack {
+                Some(StackRef::Words(s)) => {
+                    self.stack.values().append_slice(s);
+                    self.stack.append(true);
+                }
+                Some(StackRef::Bytes(b)) => {
+                    let v = self.stack.values();
+                    for w in b.chunks_exact(8) {
+                        v.append_value(u64::from_ne_bytes(w.try_into().expect("8 bytes")));
+                    }
                     self.stack.append(true);
                 }
                 None => self.stack.append(false),
@@ -731,6 +780,93 @@ fn append_null(kind: &Kind, b: &mut dyn ArrayBuilder) {
     }
 }
 
+/// The kind an item of a tape asks for (as [`Kind::of`] its value).
+fn kind_of_item(i: &Item<'_>) -> Option<Kind> {
+    Some(match i {
+        Item::Null => return None,
+        Item::Bool(_) => Kind::Bool,
+        Item::I64(_) => Kind::I64,
+        Item::U64(_) | Item::Hex(_) => Kind::U64,
+        Item::F32(_) => Kind::F32,
+        Item::F64(_) => Kind::F64,
+        Item::Str(_)
+        | Item::Sid(_)
+        | Item::Mapped(..)
+        | Item::Guid(_)
+        | Item::Ip(_)
+        | Item::Socket(_)
+        | Item::Pointer(_) => Kind::Str,
+        Item::Binary(_) => Kind::Binary,
+        Item::Port(_) => Kind::U16,
+        Item::Win32(_) | Item::NtStatus(_) | Item::HResult(_) => Kind::U32,
+        Item::FileTime(_) => Kind::FileTime,
+        Item::SystemTime(_) => Kind::SystemTime,
+        Item::Struct(_) => Kind::Json,
+        Item::Array(_) => return Kind::of(&i.to_value()),
+    })
+}
+
+/// As [`str_of`], for an item of a tape.
+fn str_of_item(i: &Item<'_>, out: &mut String) -> bool {
+    out.clear();
+    match i {
+        Item::Str(s) | Item::Sid(s) | Item::Mapped(_, s) => out.push_str(s),
+        Item::Guid(g) => {
+            let _ = write!(out, "{g}");
+        }
+        Item::Ip(a) => {
+            let _ = write!(out, "{a}");
+        }
+        Item::Socket(a) => {
+            let _ = write!(out, "{a}");
+        }
+        Item::Pointer(p) => push_hex(out, *p),
+        _ => return false,
+    }
+    true
+}
+
+/// As [`append`], for an item of a tape: the common pairs of kind and value straight into the
+/// builder, the others through their [`Value`].
+fn append_item(kind: &Kind, b: &mut dyn ArrayBuilder, v: Option<Item<'_>>, s: &mut String) -> bool {
+    let v = match v {
+        None | Some(Item::Null) => {
+            append_null(kind, b);
+            return true;
+        }
+        Some(v) => v,
+    };
+    match (kind, &v) {
+        (Kind::U64, Item::U64(x) | Item::Hex(x)) => down::<UInt64Builder>(b).append_value(*x),
+        (Kind::I64, Item::I64(x)) => down::<Int64Builder>(b).append_value(*x),
+        (Kind::U32, Item::Win32(x) | Item::NtStatus(x) | Item::HResult(x)) => {
+            down::<UInt32Builder>(b).append_value(*x)
+        }
+        (Kind::U16, Item::Port(x)) => down::<UInt16Builder>(b).append_value(*x),
+        (Kind::Bool, Item::Bool(x)) => down::<BooleanBuilder>(b).append_value(*x),
+        (Kind::F32, Item::F32(x)) => down::<Float32Builder>(b).append_value(*x),
+        (Kind::F64, Item::F64(x)) => down::<Float64Builder>(b).append_value(*x),
+        (Kind::F64, Item::F32(x)) => down::<Float64Builder>(b).append_value(*x as f64),
+        (Kind::Binary, Item::Binary(x)) => down::<BinaryBuilder>(b).append_value(x),
+        (Kind::Str, Item::Str(x) | Item::Sid(x) | Item::Mapped(_, x)) => {
+            down::<StringBuilder>(b).append_value(x)
+        }
+        (Kind::Str, Item::Pointer(_) | Item::Guid(_) | Item::Ip(_) | Item::Socket(_)) => {
+            str_of_item(&v, s);
+            down::<StringBuilder>(b).append_value(&*s)
+        }
+        (Kind::FileTime, Item::FileTime(t)) => match filetime_to_unix_ns(*t) {
+            Some(ns) => down::<TimestampNanosecondBuilder>(b).append_value(ns),
+            None => {
+                append_null(kind, b);
+                return false;
+            }
+        },
+        _ => return append(kind, b, Some(&v.to_value()), s),
+    }
+    true
+}
+
 /// Rows whose values decide the property columns' types; later rows go straight into the columns.
 pub const INFER_ROWS: usize = 4096;
 
@@ -746,18 +882,29 @@ struct PropColumn {
     distinct_text: bool,
 }
 
+/// A field of a tape: where its name and value are ([`tape::read_fields`]).
+type Field3 = (u32, u16, u32);
+
 /// Rows of one event type: the common columns ([`Columns::TYPED`]) plus one typed column per
 /// property. The property columns are fixed after [`INFER_ROWS`] rows or when the first batch is
 /// built, from the values seen by then (the first non-null value of each property decides its
 /// [`Kind`]; a property that was always null is a string column).
+///
+/// The properties come as tapes ([`super::tape`]): rows that wait for the column types keep
+/// theirs, later rows go from the tape straight into the builders.
 pub struct TypedColumns {
     common: EventColumns,
-    /// Rows whose properties wait for the column types.
-    pending: Vec<Properties>,
+    /// Tapes of the rows that wait for the column types, one after the other.
+    pending: Vec<u8>,
+    /// Where each waiting row's tape ends in `pending`.
+    pending_ends: Vec<usize>,
     columns: Option<Vec<PropColumn>>,
     by_name: HashMap<Arc<str>, usize>,
     schema: Option<SchemaRef>,
     text: String,
+    /// Scratch: the fields of the tape at hand, a tape made from values.
+    fields: Vec<Field3>,
+    tape: Vec<u8>,
     /// Values written as null because they did not fit their column (or named a property first
     /// seen after the columns were fixed).
     pub unfit: u64,
@@ -776,10 +923,13 @@ impl TypedColumns {
             // the one before.
             common: EventColumns::with_capacity(Columns::TYPED, 64),
             pending: Vec::new(),
+            pending_ends: Vec::new(),
             columns: None,
             by_name: HashMap::new(),
             schema: None,
             text: String::new(),
+            fields: Vec::new(),
+            tape: Vec::new(),
             unfit: 0,
         }
     }
@@ -793,43 +943,73 @@ impl TypedColumns {
     pub fn push(&mut self, file: &str, record: u64, e: &EventRecord<'_>, d: &mut DecodedEvent) {
         self.common.push(file, record, e, d);
         let props = std::mem::take(&mut d.properties);
-        match &mut self.columns {
+        let mut tape = std::mem::take(&mut self.tape);
+        tape.clear();
+        props.visit(&mut TapeWriter::new(&mut tape));
+        self.push_tape(&tape);
+        self.tape = tape;
+    }
+
+    /// Appends one record given as its common fields and its properties' tape.
+    pub fn push_row(&mut self, file: &str, record: u64, r: &Row<'_>, tape: &[u8]) {
+        self.common.push_row(file, record, r, b"");
+        self.push_tape(tape);
+    }
+
+    fn push_tape(&mut self, tape: &[u8]) {
+        match &self.columns {
             None => {
-                self.pending.push(props);
-                if self.pending.len() >= INFER_ROWS {
+                self.pending.extend_from_slice(tape);
+                self.pending_ends.push(self.pending.len());
+                if self.pending_ends.len() >= INFER_ROWS {
                     self.fix_columns();
                 }
             }
-            Some(_) => self.append_props(&props),
+            Some(_) => self.append_props(tape),
         }
     }
 
-    fn append_props(&mut self, props: &Properties) {
-        let cols = self.columns.as_mut().expect("columns fixed");
+    fn append_props(&mut self, tape: &[u8]) {
+        let TypedColumns {
+            columns,
+            fields,
+            text,
+            by_name,
+            unfit,
+            ..
+        } = self;
+        let cols = columns.as_mut().expect("columns fixed");
+        fields.clear();
+        // A tape that does not read (never written so) counts as no properties.
+        let _ = read_fields(tape, fields);
         let mut seen = 0;
         // Records of one event type list their properties in the same order as the columns
         // (both follow the layout): try the next unmatched property before searching.
         let mut next = 0;
         for c in cols.iter_mut() {
-            let v = match props.0.get(next) {
-                Some((n, v)) if Arc::ptr_eq(n, &c.property) || **n == *c.property => {
+            let f = match fields.get(next) {
+                Some(&f) if field_name(tape, f) == &*c.property => {
                     next += 1;
-                    Some(v)
+                    Some(f)
                 }
-                _ => props.get(&c.property),
+                _ => fields
+                    .iter()
+                    .find(|&&f| field_name(tape, f) == &*c.property)
+                    .copied(),
             };
+            let v = f.map(|f| field_value(tape, f));
             if v.is_some() {
                 seen += 1;
             }
-            if !append(&c.kind, c.builder.as_mut(), v, &mut self.text) {
-                self.unfit += 1;
+            if !append_item(&c.kind, c.builder.as_mut(), v, text) {
+                *unfit += 1;
             }
         }
         // Properties this table has no column for.
-        if seen < props.len() {
-            self.unfit += props
+        if seen < fields.len() {
+            *unfit += fields
                 .iter()
-                .filter(|(n, _)| !self.by_name.contains_key(*n))
+                .filter(|&&f| !by_name.contains_key(field_name(tape, f)))
                 .count() as u64;
         }
     }
@@ -840,17 +1020,28 @@ impl TypedColumns {
         let mut found: Vec<(Arc<str>, String, Option<Kind>, bool)> = Vec::new();
         let mut taken: std::collections::HashSet<String> =
             reserved.iter().map(|s| s.to_ascii_lowercase()).collect();
-        for props in &self.pending {
-            for (k, (name, v)) in props.0.iter().enumerate() {
-                let empty_array = matches!(v, Value::Array(a) if a.is_empty());
+        let pending = std::mem::take(&mut self.pending);
+        let ends = std::mem::take(&mut self.pending_ends);
+        let tapes = || {
+            let (pending, ends) = (&pending, &ends);
+            (0..ends.len()).map(move |i| &pending[if i == 0 { 0 } else { ends[i - 1] }..ends[i]])
+        };
+        let mut fields = std::mem::take(&mut self.fields);
+        for tape in tapes() {
+            fields.clear();
+            let _ = read_fields(tape, &mut fields);
+            for (k, &f) in fields.iter().enumerate() {
+                let name = field_name(tape, f);
+                let v = field_value(tape, f);
+                let empty_array = matches!(v, Item::Array(span) if span.len() == 2);
                 // Usually the k-th property is the k-th found (same layout); else look it up.
                 let known = match found.get(k) {
-                    Some(f) if Arc::ptr_eq(&f.0, name) || *f.0 == **name => Some(k),
+                    Some(x) if *x.0 == *name => Some(k),
                     _ => self.by_name.get(name).copied(),
                 };
                 if let Some(i) = known {
                     if found[i].2.is_none() {
-                        found[i].2 = Kind::of(v);
+                        found[i].2 = kind_of_item(&v);
                         found[i].3 |= empty_array;
                     }
                     continue;
@@ -860,11 +1051,12 @@ impl TypedColumns {
                 while !taken.insert(column.to_ascii_lowercase()) {
                     column = format!("prop_{column}");
                 }
-                self.by_name.insert(name.clone(), found.len());
-                found.push((name.clone(), column, Kind::of(v), empty_array));
+                let property: Arc<str> = Arc::from(name);
+                self.by_name.insert(property.clone(), found.len());
+                found.push((property, column, kind_of_item(&v), empty_array));
             }
         }
-        let cols: Vec<PropColumn> = found
+        let mut cols: Vec<PropColumn> = found
             .into_iter()
             .map(|(property, column, kind, empty_array)| {
                 // Only nulls so far: a string column; only empty arrays: a list of strings.
@@ -882,23 +1074,29 @@ impl TypedColumns {
                 }
             })
             .collect();
-        let mut cols = cols;
         for c in cols.iter_mut().filter(|c| c.kind == Kind::Str) {
             // Distinct texts counted by their hashes (a collision only undercounts).
             let mut seen = std::collections::HashSet::new();
             let mut values = 0usize;
-            for props in &self.pending {
-                if let Some(v) = props.get(&c.property) {
-                    if str_of(v, &mut self.text) {
-                        values += 1;
-                        let mut h = std::hash::DefaultHasher::new();
-                        std::hash::Hash::hash(self.text.as_str(), &mut h);
-                        seen.insert(std::hash::Hasher::finish(&h));
-                    }
+            for tape in tapes() {
+                fields.clear();
+                let _ = read_fields(tape, &mut fields);
+                let Some(&f) = fields
+                    .iter()
+                    .find(|&&f| field_name(tape, f) == &*c.property)
+                else {
+                    continue;
+                };
+                if str_of_item(&field_value(tape, f), &mut self.text) {
+                    values += 1;
+                    let mut h = std::hash::DefaultHasher::new();
+                    std::hash::Hash::hash(self.text.as_str(), &mut h);
+                    seen.insert(std::hash::Hasher::finish(&h));
                 }
             }
             c.distinct_text = values >= 64 && seen.len() * 2 > values;
         }
+        self.fields = fields;
         let mut fields: Vec<Field> = Vec::new();
         // The common columns' fields come from an empty batch of them.
         let common = EventColumns::new(Columns::TYPED)
@@ -911,8 +1109,8 @@ impl TypedColumns {
         );
         self.schema = Some(Arc::new(Schema::new(fields)));
         self.columns = Some(cols);
-        for props in std::mem::take(&mut self.pending) {
-            self.append_props(&props);
+        for tape in tapes() {
+            self.append_props(tape);
         }
     }
 

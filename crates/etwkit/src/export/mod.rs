@@ -2,7 +2,8 @@
 //!
 //! - [`pcapng`]: packet-capture events (PktMon) as a pcapng capture for Wireshark and tshark.
 //! - `arrow` (feature `arrow`): decoded events as Arrow record batches.
-//! - `parquet` (feature `parquet`): decoded events as a Parquet dataset (DuckDB, Spark).
+//! - `parquet` (feature `parquet`): decoded events as a Parquet dataset (DuckDB, Spark); `rows`
+//!   and `tape` carry decoded records between its threads as bytes.
 //! - `pprof` (feature `pprof`): a heap report as a pprof profile.
 //! - `flamegraph` (feature `flamegraph`): a heap report's outstanding bytes as a flame graph (SVG).
 
@@ -15,3 +16,7 @@ pub mod parquet;
 pub mod pcapng;
 #[cfg(feature = "pprof")]
 pub mod pprof;
+#[cfg(feature = "parquet")]
+pub mod rows;
+#[cfg(feature = "arrow")]
+pub mod tape;

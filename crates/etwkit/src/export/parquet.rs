@@ -24,8 +24,10 @@ use parquet::errors::ParquetError;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
-use super::arrow::{Columns, EventColumns, TypedColumns};
-use crate::decode::{DecodedEvent, Decoder, PropertiesBuilder, Tee};
+use super::arrow::{Columns, EventColumns, Row, TypedColumns};
+use super::rows;
+use super::tape::TapeWriter;
+use crate::decode::{DecodedEvent, Decoder, Tee};
 use crate::etl::{EtlFile, Order, ReadSummary};
 use crate::guid::Guid;
 use crate::sink::json::JsonProps;
@@ -331,28 +333,17 @@ impl EventsPart {
         self.writers.write(self.sink, &self.path, b)
     }
 
-    /// Adds one row; `json` holds the properties' JSON text (empty: none), or `None` to take them
-    /// from `d.properties`.
+    /// Adds one row; `json` holds the properties' JSON text (empty: none).
     fn push(
         &mut self,
         file: &str,
         record: u64,
-        e: &EventRecord<'_>,
-        d: &DecodedEvent,
-        json: Option<&[u8]>,
+        r: &Row<'_>,
+        json: &[u8],
     ) -> Result<(), ExportError> {
-        let typed = match json {
-            Some(j) => {
-                self.cols.push_json(file, record, e, d, j);
-                !j.is_empty()
-            }
-            None => {
-                self.cols.push(file, record, e, d);
-                !d.properties.is_empty()
-            }
-        };
+        self.cols.push_row(file, record, r, json);
         self.rows += 1;
-        if !typed {
+        if json.is_empty() {
             self.untyped += 1;
         }
         if self.cols.rows() >= BATCH_ROWS {
@@ -415,11 +406,12 @@ fn safe_name(s: &str) -> String {
 }
 
 /// The event type's name: its event name, else `Task_Opcode`, else `Event<id>` / `Opcode<n>`.
-fn event_label(e: &EventRecord<'_>, d: &DecodedEvent) -> String {
-    if let Some(n) = d.event_name.as_deref() {
+fn event_label(r: &Row<'_>) -> String {
+    if let Some(n) = r.event_name {
         return n.to_string();
     }
-    match (d.task_name.as_deref(), d.opcode_name.as_deref()) {
+    let e = r;
+    match (r.task_name, r.opcode_name) {
         (Some(t), Some(o)) => format!("{t}_{o}"),
         (Some(t), None) if e.header_type.is_event_header() => {
             format!("{t}_Event{}", e.descriptor.id)
@@ -487,17 +479,26 @@ impl DatasetWriter {
         e: &EventRecord<'_>,
         d: DecodedEvent,
     ) -> Result<(), ExportError> {
-        self.events.push(file, record, e, &d, None)?;
-        self.tables.push(file, record, e, d)
+        let (mut json, mut tape) = (Vec::new(), Vec::new());
+        if !d.properties.is_empty() {
+            d.properties.write_json(&mut json);
+            d.properties.visit(&mut TapeWriter::new(&mut tape));
+        }
+        let row = Row::of(e, &d);
+        self.events.push(file, record, &row, &json)?;
+        self.tables.push(file, record, &row, &tape)
     }
 
     /// Adds every record of `file` in time order, decoded by `decoder`; `name` fills the `file`
     /// column. Stops at the first write error; what the file itself could not give is in the
     /// returned summary.
     ///
-    /// One walk, one decode per record: the payload's properties drive two visitors at once, the
-    /// JSON text of `events.parquet`'s `properties` column and the values of the typed tables
-    /// (records whose layout does not fit take the value path, as `dump` does).
+    /// The file's buffers are decoded on every core: one walk, one decode per record, the
+    /// payload's properties driving two visitors at once — the JSON text of `events.parquet`'s
+    /// `properties` column and the tape of the typed tables' values (records whose layout does not
+    /// fit take the value path, as `dump` does). The decoded records come back in time order as
+    /// bytes ([`rows`]); this thread builds the Arrow columns from them while the writer threads
+    /// encode and compress the batches before.
     pub fn add_file(
         &mut self,
         name: &str,
@@ -505,38 +506,59 @@ impl DatasetWriter {
         decoder: &Decoder,
     ) -> Result<ReadSummary, ExportError> {
         let (events, tables) = (&mut self.events, &mut self.tables);
+        let want_stack = events.cols.wants_stack();
         let mut err = None;
         let mut record = 0u64;
-        let (mut json, mut scratch) = (Vec::with_capacity(1024), String::new());
-        let mut values = PropertiesBuilder::default();
-        let want_stack = events.cols.wants_stack();
-        let summary = file.for_each(Order::Time, |r| {
-            json.clear();
-            values.reset();
-            let mut tee = Tee(JsonProps::new(&mut json, &mut scratch), &mut values);
-            let mut d = decoder.decode_etl_visit(
-                r,
-                &mut tee,
-                |t| {
-                    t.0.clear();
-                    t.1.reset();
-                },
-                want_stack,
-            );
-            let pushed = events
-                .push(name, record, &r.event, &d, Some(&json))
-                .and_then(|()| {
-                    d.properties = values.take();
-                    tables.push(name, record, &r.event, d)
-                });
-            if let Err(e) = pushed {
-                err = Some(e);
-                return ControlFlow::Break(());
-            }
-            record += 1;
-            ControlFlow::Continue(())
-        });
-        err.map_or(Ok(summary), Err)
+        type State = (Vec<u8>, String, Vec<u8>);
+        let rendered = file.par_render_vectored(
+            Order::Time,
+            crate::etl::parallel::default_threads(),
+            || -> State {
+                (
+                    Vec::with_capacity(1024),
+                    String::new(),
+                    Vec::with_capacity(1024),
+                )
+            },
+            |(json, scratch, tape): &mut State, r, out| {
+                json.clear();
+                tape.clear();
+                let mut tee = Tee(JsonProps::new(json, scratch), TapeWriter::new(tape));
+                let d = decoder.decode_etl_visit(
+                    r,
+                    &mut tee,
+                    |t| {
+                        t.0.clear();
+                        t.1.clear();
+                    },
+                    want_stack,
+                );
+                drop(tee);
+                rows::encode(out, &r.event, &d, want_stack, json, tape);
+                true
+            },
+            &mut |_| {},
+            &mut |slices| {
+                for s in slices {
+                    rows::for_each(s, |rec| {
+                        let pushed = events
+                            .push(name, record, &rec.row, rec.json)
+                            .and_then(|()| tables.push(name, record, &rec.row, rec.tape));
+                        if let Err(e) = pushed {
+                            err = Some(e);
+                            return false;
+                        }
+                        record += 1;
+                        true
+                    });
+                    if err.is_some() {
+                        return ControlFlow::Break(());
+                    }
+                }
+                ControlFlow::Continue(())
+            },
+        );
+        err.map_or(Ok(rendered.read), Err)
     }
 
     /// Writes the last rows and closes every file.
@@ -556,28 +578,31 @@ impl DatasetWriter {
 }
 
 impl TablesPart {
+    /// Adds a row to its event type's table; `tape` holds its properties (a record without any
+    /// goes to `events.parquet` only).
     fn push(
         &mut self,
         file: &str,
         record: u64,
-        e: &EventRecord<'_>,
-        mut d: DecodedEvent,
+        r: &Row<'_>,
+        tape: &[u8],
     ) -> Result<(), ExportError> {
-        if d.properties.is_empty() {
+        // The tape of no properties is the empty struct's two ops (or nothing at all).
+        if tape.len() <= 2 {
             return Ok(());
         }
         let key = TableKey {
-            provider: e.provider,
-            id: e.descriptor.id,
-            opcode: e.descriptor.opcode,
-            task: e.descriptor.task,
-            version: e.descriptor.version,
-            kernel: !e.header_type.is_event_header(),
+            provider: r.provider,
+            id: r.descriptor.id,
+            opcode: r.descriptor.opcode,
+            task: r.descriptor.task,
+            version: r.descriptor.version,
+            kernel: !r.header_type.is_event_header(),
         };
         let t = match self.tables.get_mut(&key) {
             Some(t) => t,
             None => {
-                let rel = self.table_path(e, &d);
+                let rel = self.table_path(r);
                 let writer = self.tables.len() % self.writers.len();
                 self.tables.entry(key.clone()).or_insert(Table {
                     rel,
@@ -588,7 +613,7 @@ impl TablesPart {
                 })
             }
         };
-        t.cols.push(file, record, e, &mut d);
+        t.cols.push_row(file, record, r, tape);
         t.rows += 1;
         self.buffered += 1;
         if t.cols.rows() >= BATCH_ROWS {
@@ -610,21 +635,19 @@ impl TablesPart {
     }
 
     /// A path for a new table, unique in this dataset.
-    fn table_path(&mut self, e: &EventRecord<'_>, d: &DecodedEvent) -> String {
-        let provider = d
+    fn table_path(&mut self, r: &Row<'_>) -> String {
+        let provider = r
             .provider_name
-            .as_deref()
-            .or_else(|| e.traits_provider_name())
             .map(str::to_string)
-            .unwrap_or_else(|| e.provider.to_string());
-        let mut stem = format!("{}/{}", safe_name(&provider), safe_name(&event_label(e, d)));
-        if e.descriptor.version > 0 {
-            stem.push_str(&format!(".v{}", e.descriptor.version));
+            .unwrap_or_else(|| r.provider.to_string());
+        let mut stem = format!("{}/{}", safe_name(&provider), safe_name(&event_label(r)));
+        if r.descriptor.version > 0 {
+            stem.push_str(&format!(".v{}", r.descriptor.version));
         }
         let mut rel = format!("{stem}.parquet");
         if !self.paths.insert(rel.to_ascii_lowercase()) {
             // Another event type (another id, opcode or GUID) has the same name.
-            let k = &e.descriptor;
+            let k = &r.descriptor;
             let base = format!("{stem}.id{}.op{}.task{}", k.id, k.opcode, k.task);
             rel = format!("{base}.parquet");
             let mut n = 2;
