@@ -22,7 +22,9 @@ use arrow_array::builder::{
 use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
-use super::tape::{field_name, field_value, read_fields, Item, TapeWriter};
+use super::tape::{
+    elements, field_name, field_value, fields, is_empty_array, read_fields, Item, TapeWriter,
+};
 use crate::decode::{DecodedEvent, Value};
 use crate::event::{EventDescriptor, HeaderType};
 use crate::guid::Guid;
@@ -862,9 +864,33 @@ fn append_item(kind: &Kind, b: &mut dyn ArrayBuilder, v: Option<Item<'_>>, s: &m
                 return false;
             }
         },
+        (Kind::List(k), Item::Array(span)) => {
+            // All elements must fit, else the whole list is null.
+            if !elements(span).all(|x| fits_item(k, &x)) {
+                append_null(kind, b);
+                return false;
+            }
+            let lb = down::<ListBuilder<Box<dyn ArrayBuilder>>>(b);
+            for x in elements(span) {
+                append_item(k, lb.values().as_mut(), Some(x), s);
+            }
+            lb.append(true);
+        }
         _ => return append(kind, b, Some(&v.to_value()), s),
     }
     true
+}
+
+/// As [`fits`], for an item of a tape.
+fn fits_item(kind: &Kind, v: &Item<'_>) -> bool {
+    match v {
+        Item::Null => true,
+        Item::Array(_) | Item::Struct(_) => fits(kind, &v.to_value()),
+        _ => match kind_of_item(v) {
+            Some(k) if &k == kind => true,
+            _ => fits(kind, &v.to_value()),
+        },
+    }
 }
 
 /// Rows whose values decide the property columns' types; later rows go straight into the columns.
@@ -904,7 +930,7 @@ pub struct TypedColumns {
     text: String,
     /// Scratch: the fields of the tape at hand, a tape made from values.
     fields: Vec<Field3>,
-    tape: Vec<u8>,
+    tape: TapeWriter,
     /// Values written as null because they did not fit their column (or named a property first
     /// seen after the columns were fixed).
     pub unfit: u64,
@@ -929,7 +955,7 @@ impl TypedColumns {
             schema: None,
             text: String::new(),
             fields: Vec::new(),
-            tape: Vec::new(),
+            tape: TapeWriter::new(),
             unfit: 0,
         }
     }
@@ -945,8 +971,8 @@ impl TypedColumns {
         let props = std::mem::take(&mut d.properties);
         let mut tape = std::mem::take(&mut self.tape);
         tape.clear();
-        props.visit(&mut TapeWriter::new(&mut tape));
-        self.push_tape(&tape);
+        props.visit(&mut tape);
+        self.push_tape(tape.tape());
         self.tape = tape;
     }
 
@@ -970,6 +996,31 @@ impl TypedColumns {
     }
 
     fn append_props(&mut self, tape: &[u8]) {
+        let cols = self.columns.as_mut().expect("columns fixed");
+        // Records of one event type list their properties in the same order as the columns
+        // (both follow the layout): go along both while the names agree, in one pass of the tape.
+        let mut it = fields(tape);
+        let mut i = 0;
+        while i < cols.len() {
+            match it.next() {
+                Some((name, v)) if name == cols[i].property.as_bytes() => {
+                    let c = &mut cols[i];
+                    if !append_item(&c.kind, c.builder.as_mut(), Some(v), &mut self.text) {
+                        self.unfit += 1;
+                    }
+                    i += 1;
+                }
+                _ => return self.append_rest(tape, i),
+            }
+        }
+        if it.next().is_some() {
+            self.append_rest(tape, i);
+        }
+    }
+
+    /// [`TypedColumns::append_props`] from column `from` on, the first `from` columns having taken
+    /// the first `from` properties.
+    fn append_rest(&mut self, tape: &[u8], from: usize) {
         let TypedColumns {
             columns,
             fields,
@@ -982,19 +1033,18 @@ impl TypedColumns {
         fields.clear();
         // A tape that does not read (never written so) counts as no properties.
         let _ = read_fields(tape, fields);
-        let mut seen = 0;
-        // Records of one event type list their properties in the same order as the columns
-        // (both follow the layout): try the next unmatched property before searching.
-        let mut next = 0;
-        for c in cols.iter_mut() {
+        let mut seen = from;
+        // Try the next unmatched property before searching.
+        let mut next = from;
+        for c in cols[from..].iter_mut() {
             let f = match fields.get(next) {
-                Some(&f) if field_name(tape, f) == &*c.property => {
+                Some(&f) if field_name(tape, f) == c.property.as_bytes() => {
                     next += 1;
                     Some(f)
                 }
                 _ => fields
                     .iter()
-                    .find(|&&f| field_name(tape, f) == &*c.property)
+                    .find(|&&f| field_name(tape, f) == c.property.as_bytes())
                     .copied(),
             };
             let v = f.map(|f| field_value(tape, f));
@@ -1009,7 +1059,10 @@ impl TypedColumns {
         if seen < fields.len() {
             *unfit += fields
                 .iter()
-                .filter(|&&f| !by_name.contains_key(field_name(tape, f)))
+                .filter(|&&f| {
+                    let name = std::str::from_utf8(field_name(tape, f)).unwrap_or("");
+                    !by_name.contains_key(name)
+                })
                 .count() as u64;
         }
     }
@@ -1031,9 +1084,9 @@ impl TypedColumns {
             fields.clear();
             let _ = read_fields(tape, &mut fields);
             for (k, &f) in fields.iter().enumerate() {
-                let name = field_name(tape, f);
+                let name = std::str::from_utf8(field_name(tape, f)).unwrap_or("");
                 let v = field_value(tape, f);
-                let empty_array = matches!(v, Item::Array(span) if span.len() == 2);
+                let empty_array = matches!(v, Item::Array(span) if is_empty_array(span));
                 // Usually the k-th property is the k-th found (same layout); else look it up.
                 let known = match found.get(k) {
                     Some(x) if *x.0 == *name => Some(k),
@@ -1083,13 +1136,13 @@ impl TypedColumns {
                 let _ = read_fields(tape, &mut fields);
                 let Some(&f) = fields
                     .iter()
-                    .find(|&&f| field_name(tape, f) == &*c.property)
+                    .find(|&&f| field_name(tape, f) == c.property.as_bytes())
                 else {
                     continue;
                 };
                 if str_of_item(&field_value(tape, f), &mut self.text) {
                     values += 1;
-                    let mut h = std::hash::DefaultHasher::new();
+                    let mut h = crate::schema::registry::FastHasher::default();
                     std::hash::Hash::hash(self.text.as_str(), &mut h);
                     seen.insert(std::hash::Hasher::finish(&h));
                 }

@@ -15,6 +15,7 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
@@ -373,7 +374,7 @@ struct TablesPart {
     /// `buffered` at which every table with fixed columns hands its rows on.
     flush_mark: usize,
     writers: Vec<Writers>,
-    tables: HashMap<TableKey, Table>,
+    tables: crate::schema::registry::FastMap<TableKey, Table>,
     paths: HashSet<String>,
 }
 
@@ -384,7 +385,134 @@ struct TablesPart {
 /// record feeding both), with threads encoding and compressing Parquet behind it.
 pub struct DatasetWriter {
     events: EventsPart,
-    tables: TablesPart,
+    tables: TypedThread,
+}
+
+/// Bytes of typed rows gathered before they go to the typed tables' thread.
+const TYPED_CHUNK_BYTES: usize = 1 << 18;
+/// Chunks queued for the typed tables' thread at most.
+const QUEUED_CHUNKS: usize = 8;
+
+/// The typed tables, built on their own thread from the rows that have properties (as
+/// [`rows`] bytes, in chunks), while this thread builds `events.parquet`'s columns.
+struct TypedThread {
+    /// The input the rows gathered in `chunk` came from.
+    file: Arc<str>,
+    chunk: Vec<u8>,
+    tx: Option<std::sync::mpsc::SyncSender<(Arc<str>, Vec<u8>)>>,
+    /// Chunks the thread is done with, for reuse (their memory is already paged in).
+    spare: std::sync::mpsc::Receiver<Vec<u8>>,
+    thread: Option<std::thread::JoinHandle<Result<BTreeMap<String, TableSummary>, ExportError>>>,
+}
+
+impl TypedThread {
+    fn start(mut tables: TablesPart) -> TypedThread {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(Arc<str>, Vec<u8>)>(QUEUED_CHUNKS);
+        let (spare_tx, spare) = std::sync::mpsc::channel::<Vec<u8>>();
+        let thread = std::thread::Builder::new()
+            .name("etwkit-typed".into())
+            .spawn(move || {
+                let mut result = Ok(());
+                for (file, mut chunk) in rx {
+                    if result.is_ok() {
+                        rows::for_each(&chunk, |rec| {
+                            result = tables.push(&file, rec.record, &rec.row, rec.tape);
+                            result.is_ok()
+                        });
+                    }
+                    chunk.clear();
+                    let _ = spare_tx.send(chunk);
+                }
+                let finished = tables.finish();
+                result.and(finished)
+            })
+            .expect("spawn the typed tables' thread");
+        TypedThread {
+            file: Arc::from(""),
+            chunk: Vec::with_capacity(TYPED_CHUNK_BYTES + (1 << 16)),
+            tx: Some(tx),
+            spare,
+            thread: Some(thread),
+        }
+    }
+
+    /// Queues one row (a record without properties goes to `events.parquet` only).
+    fn push(
+        &mut self,
+        file: &str,
+        record: u64,
+        r: &Row<'_>,
+        tape: &[u8],
+    ) -> Result<(), ExportError> {
+        // The tape of no properties is the empty struct's ops (or nothing at all).
+        if !has_properties(tape) {
+            return Ok(());
+        }
+        if &*self.file != file {
+            self.send()?;
+            self.file = Arc::from(file);
+        }
+        let no_payload = Row {
+            payload: &[],
+            stack: None,
+            ..*r
+        };
+        rows::encode_row(&mut self.chunk, record, &no_payload, b"", tape);
+        if self.chunk.len() >= TYPED_CHUNK_BYTES {
+            self.send()?;
+        }
+        Ok(())
+    }
+
+    /// Hands the gathered rows to the thread; when it has stopped, its error.
+    fn send(&mut self) -> Result<(), ExportError> {
+        if self.chunk.is_empty() {
+            return Ok(());
+        }
+        let next = self
+            .spare
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(TYPED_CHUNK_BYTES + (1 << 16)));
+        let chunk = std::mem::replace(&mut self.chunk, next);
+        let sent = self
+            .tx
+            .as_ref()
+            .is_some_and(|tx| tx.send((self.file.clone(), chunk)).is_ok());
+        if sent {
+            return Ok(());
+        }
+        self.finish().map(|_| ())
+    }
+
+    /// Sends the last rows, waits for the thread to write and close every table; what each
+    /// received.
+    fn finish(&mut self) -> Result<BTreeMap<String, TableSummary>, ExportError> {
+        if !self.chunk.is_empty() && self.tx.is_some() {
+            let chunk = std::mem::take(&mut self.chunk);
+            if let Some(tx) = &self.tx {
+                let _ = tx.send((self.file.clone(), chunk));
+            }
+        }
+        self.tx = None;
+        match self.thread.take() {
+            Some(t) => t.join().unwrap_or_else(|_| {
+                Err(ExportError::Io {
+                    path: PathBuf::new(),
+                    source: std::io::Error::other("the typed tables' thread panicked"),
+                })
+            }),
+            None => Err(ExportError::Io {
+                path: PathBuf::new(),
+                source: std::io::Error::other("the typed tables' thread has stopped"),
+            }),
+        }
+    }
+}
+
+/// Whether a tape holds at least one property (the empty struct's tape is its two ops and their
+/// length).
+fn has_properties(tape: &[u8]) -> bool {
+    tape.len() > 6
 }
 
 /// A file or directory name made of `[A-Za-z0-9._-]` (others become `_`), never empty or a dot name.
@@ -459,14 +587,14 @@ impl DatasetWriter {
                 rows: 0,
                 untyped: 0,
             },
-            tables: TablesPart {
+            tables: TypedThread::start(TablesPart {
                 dir: dir.to_path_buf(),
                 buffered: 0,
                 flush_mark: TYPED_BUFFERED_ROWS,
                 writers: (0..TABLE_WRITERS).map(|_| Writers::start()).collect(),
-                tables: HashMap::new(),
+                tables: Default::default(),
                 paths: HashSet::new(),
-            },
+            }),
         })
     }
 
@@ -479,14 +607,14 @@ impl DatasetWriter {
         e: &EventRecord<'_>,
         d: DecodedEvent,
     ) -> Result<(), ExportError> {
-        let (mut json, mut tape) = (Vec::new(), Vec::new());
+        let (mut json, mut tape) = (Vec::new(), TapeWriter::new());
         if !d.properties.is_empty() {
             d.properties.write_json(&mut json);
-            d.properties.visit(&mut TapeWriter::new(&mut tape));
+            d.properties.visit(&mut tape);
         }
         let row = Row::of(e, &d);
         self.events.push(file, record, &row, &json)?;
-        self.tables.push(file, record, &row, &tape)
+        self.tables.push(file, record, &row, tape.tape())
     }
 
     /// Adds every record of `file` in time order, decoded by `decoder`; `name` fills the `file`
@@ -509,21 +637,15 @@ impl DatasetWriter {
         let want_stack = events.cols.wants_stack();
         let mut err = None;
         let mut record = 0u64;
-        type State = (Vec<u8>, String, Vec<u8>);
+        type State = (Vec<u8>, String, TapeWriter);
         let rendered = file.par_render_vectored(
             Order::Time,
             crate::etl::parallel::default_threads(),
-            || -> State {
-                (
-                    Vec::with_capacity(1024),
-                    String::new(),
-                    Vec::with_capacity(1024),
-                )
-            },
+            || -> State { (Vec::with_capacity(1024), String::new(), TapeWriter::new()) },
             |(json, scratch, tape): &mut State, r, out| {
                 json.clear();
                 tape.clear();
-                let mut tee = Tee(JsonProps::new(json, scratch), TapeWriter::new(tape));
+                let mut tee = Tee(JsonProps::new(json, scratch), &mut *tape);
                 let d = decoder.decode_etl_visit(
                     r,
                     &mut tee,
@@ -534,7 +656,7 @@ impl DatasetWriter {
                     want_stack,
                 );
                 drop(tee);
-                rows::encode(out, &r.event, &d, want_stack, json, tape);
+                rows::encode(out, &r.event, &d, want_stack, json, tape.tape());
                 true
             },
             &mut |_| {},
@@ -587,8 +709,7 @@ impl TablesPart {
         r: &Row<'_>,
         tape: &[u8],
     ) -> Result<(), ExportError> {
-        // The tape of no properties is the empty struct's two ops (or nothing at all).
-        if tape.len() <= 2 {
+        if !has_properties(tape) {
             return Ok(());
         }
         let key = TableKey {

@@ -77,9 +77,18 @@ pub fn encode(
     json: &[u8],
     tape: &[u8],
 ) {
+    let mut r = Row::of(e, d);
+    if !want_stack {
+        r.stack = None;
+    }
+    encode_row(out, 0, &r, json, tape);
+}
+
+/// Appends one record given as its row, with its index `record` in its file.
+pub fn encode_row(out: &mut Vec<u8>, record: u64, r: &Row<'_>, json: &[u8], tape: &[u8]) {
     let start = out.len();
     out.extend_from_slice(&[0; 4]);
-    let r = Row::of(e, d);
+    out.extend_from_slice(&record.to_ne_bytes());
     out.extend_from_slice(&r.timestamp.to_ne_bytes());
     out.extend_from_slice(&r.provider.to_le_bytes());
     out.extend_from_slice(&r.activity_id.to_le_bytes());
@@ -102,12 +111,16 @@ pub fn encode(
     put_opt(out, r.task_name);
     put_opt(out, r.opcode_name);
     put_bytes(out, r.payload);
-    match d.stack.as_ref().filter(|_| want_stack) {
-        Some(s) => {
-            out.extend_from_slice(&(s.addresses.len() as u32).to_ne_bytes());
-            for a in &s.addresses {
+    match r.stack {
+        Some(StackRef::Words(s)) => {
+            out.extend_from_slice(&(s.len() as u32).to_ne_bytes());
+            for a in s {
                 out.extend_from_slice(&a.to_ne_bytes());
             }
+        }
+        Some(StackRef::Bytes(b)) => {
+            out.extend_from_slice(&((b.len() / 8) as u32).to_ne_bytes());
+            out.extend_from_slice(&b[..b.len() / 8 * 8]);
         }
         None => out.extend_from_slice(&NONE.to_ne_bytes()),
     }
@@ -119,6 +132,8 @@ pub fn encode(
 
 /// One record read back: its common fields, JSON text and tape.
 pub struct Decoded<'a> {
+    /// As given to [`encode_row`] (0 from [`encode`]).
+    pub record: u64,
     pub row: Row<'a>,
     pub json: &'a [u8],
     pub tape: &'a [u8],
@@ -172,6 +187,7 @@ pub fn for_each<'a>(buf: &'a [u8], mut f: impl FnMut(Decoded<'a>) -> bool) {
         let rec = &buf[at..at + len];
         at += len;
         let mut c = Cur { b: rec, at: 4 };
+        let record = c.u64();
         let timestamp = c.u64() as i64;
         let provider = c.guid();
         let activity_id = c.guid();
@@ -215,7 +231,12 @@ pub fn for_each<'a>(buf: &'a [u8], mut f: impl FnMut(Decoded<'a>) -> bool) {
             payload,
             stack,
         };
-        if !f(Decoded { row, json, tape }) {
+        if !f(Decoded {
+            record,
+            row,
+            json,
+            tape,
+        }) {
             return;
         }
     }

@@ -42,23 +42,45 @@ const WIN32: u8 = 25;
 const NTSTATUS: u8 = 26;
 const HRESULT: u8 = 27;
 
-/// Writes a walk's callbacks to a byte tape.
-pub struct TapeWriter<'b> {
-    out: &'b mut Vec<u8>,
+/// Writes a walk's callbacks to a byte tape. An array or struct is its `BEGIN_*` op, the length of
+/// what follows up to its `END_*` op (so that a reader can step over it), its contents and the end.
+#[derive(Default)]
+pub struct TapeWriter {
+    out: Vec<u8>,
+    /// Where the length of each open array or struct goes.
+    open: Vec<usize>,
 }
 
-impl<'b> TapeWriter<'b> {
-    pub fn new(out: &'b mut Vec<u8>) -> TapeWriter<'b> {
-        TapeWriter { out }
+impl TapeWriter {
+    pub fn new() -> TapeWriter {
+        TapeWriter::default()
     }
 
-    /// Drops what was written (a walk that failed part-way).
+    /// Drops what was written (a walk that failed part-way, or the next record).
     pub fn clear(&mut self) {
         self.out.clear();
+        self.open.clear();
+    }
+
+    /// The tape written since the last [`TapeWriter::clear`].
+    pub fn tape(&self) -> &[u8] {
+        &self.out
     }
 
     fn op(&mut self, tag: u8) {
         self.out.push(tag);
+    }
+    fn begin(&mut self, tag: u8) {
+        self.out.push(tag);
+        self.open.push(self.out.len());
+        self.out.extend_from_slice(&[0; 4]);
+    }
+    fn end(&mut self, tag: u8) {
+        self.out.push(tag);
+        if let Some(at) = self.open.pop() {
+            let n = (self.out.len() - at - 4) as u32;
+            self.out[at..at + 4].copy_from_slice(&n.to_ne_bytes());
+        }
     }
     fn num(&mut self, tag: u8, bytes: &[u8]) {
         self.out.push(tag);
@@ -71,7 +93,7 @@ impl<'b> TapeWriter<'b> {
     }
 }
 
-impl PropertyVisitor for TapeWriter<'_> {
+impl PropertyVisitor for TapeWriter {
     fn field(&mut self, _index: usize, name: &str) {
         let n = &name.as_bytes()[..name.len().min(u16::MAX as usize)];
         self.out.push(FIELD);
@@ -79,16 +101,16 @@ impl PropertyVisitor for TapeWriter<'_> {
         self.out.extend_from_slice(n);
     }
     fn begin_array(&mut self, _count: u64) {
-        self.op(BEGIN_ARRAY)
+        self.begin(BEGIN_ARRAY)
     }
     fn end_array(&mut self) {
-        self.op(END_ARRAY)
+        self.end(END_ARRAY)
     }
     fn begin_struct(&mut self) {
-        self.op(BEGIN_STRUCT)
+        self.begin(BEGIN_STRUCT)
     }
     fn end_struct(&mut self) {
-        self.op(END_STRUCT)
+        self.end(END_STRUCT)
     }
     fn null(&mut self) {
         self.op(NULL)
@@ -328,27 +350,15 @@ impl<'a> Cursor<'a> {
             NTSTATUS => Item::NtStatus(self.u32()?),
             HRESULT => Item::HResult(self.u32()?),
             BEGIN_ARRAY | BEGIN_STRUCT => {
+                let n = self.u32()? as usize;
                 let end = if tag == BEGIN_ARRAY {
                     END_ARRAY
                 } else {
                     END_STRUCT
                 };
-                loop {
-                    match self.b.get(self.at) {
-                        Some(&t) if t == end => {
-                            self.at += 1;
-                            break;
-                        }
-                        Some(&FIELD) => {
-                            self.at += 1;
-                            let n = self.u16()? as usize;
-                            self.take(n)?;
-                        }
-                        Some(_) => {
-                            self.item()?;
-                        }
-                        None => return Err(BadTape),
-                    }
+                let body = self.take(n)?;
+                if body.last() != Some(&end) {
+                    return Err(BadTape);
                 }
                 let span = &self.b[start..self.at];
                 if tag == BEGIN_ARRAY {
@@ -372,6 +382,7 @@ pub fn read_fields(tape: &[u8], out: &mut Vec<(u32, u16, u32)>) -> Result<(), Ba
     if c.u8()? != BEGIN_STRUCT {
         return Err(BadTape);
     }
+    c.u32()?;
     loop {
         match c.u8()? {
             END_STRUCT => return Ok(()),
@@ -394,10 +405,42 @@ pub fn read_fields(tape: &[u8], out: &mut Vec<(u32, u16, u32)>) -> Result<(), Ba
     }
 }
 
-/// The name of a field found by [`read_fields`].
-pub fn field_name(tape: &[u8], f: (u32, u16, u32)) -> &str {
-    let s = &tape[f.0 as usize..f.0 as usize + f.1 as usize];
-    std::str::from_utf8(s).unwrap_or("")
+/// The top-level fields of a tape, in order, as `(name, value)`: as [`read_fields`] finds them, in
+/// one pass.
+pub fn fields(tape: &[u8]) -> impl Iterator<Item = (&[u8], Item<'_>)> {
+    let mut c = Cursor { b: tape, at: 0 };
+    let mut ok = !tape.is_empty() && c.u8().ok() == Some(BEGIN_STRUCT) && c.u32().is_ok();
+    std::iter::from_fn(move || {
+        if !ok {
+            return None;
+        }
+        let r = (|| -> Result<Option<(&[u8], Item<'_>)>, BadTape> {
+            match c.u8()? {
+                END_STRUCT => Ok(None),
+                FIELD => {
+                    let n = c.u16()? as usize;
+                    let name = c.take(n)?;
+                    Ok(Some((name, c.item()?)))
+                }
+                _ => {
+                    c.at -= 1;
+                    Ok(Some((&[][..], c.item()?)))
+                }
+            }
+        })();
+        match r {
+            Ok(Some(x)) => Some(x),
+            _ => {
+                ok = false;
+                None
+            }
+        }
+    })
+}
+
+/// The name of a field found by [`read_fields`] (UTF-8: written from a `&str`).
+pub fn field_name(tape: &[u8], f: (u32, u16, u32)) -> &[u8] {
+    &tape[f.0 as usize..f.0 as usize + f.1 as usize]
 }
 
 /// The value of a field found by [`read_fields`].
@@ -439,29 +482,7 @@ impl Item<'_> {
             Item::Win32(x) => Value::Win32Error(x),
             Item::NtStatus(x) => Value::NtStatus(x),
             Item::HResult(x) => Value::HResult(x),
-            Item::Array(span) => {
-                let mut c = Cursor { b: span, at: 1 };
-                let mut a = Vec::new();
-                while let Some(&t) = c.b.get(c.at) {
-                    if t == END_ARRAY {
-                        break;
-                    }
-                    if t == FIELD {
-                        // Names inside an array are not part of its values.
-                        c.at += 1;
-                        let Ok(n) = c.u16() else { break };
-                        if c.take(n as usize).is_err() {
-                            break;
-                        }
-                        continue;
-                    }
-                    match c.item() {
-                        Ok(i) => a.push(i.to_value()),
-                        Err(_) => break,
-                    }
-                }
-                Value::Array(a)
-            }
+            Item::Array(span) => Value::Array(elements(span).map(|i| i.to_value()).collect()),
             Item::Struct(span) => Value::Struct(struct_properties(span)),
         }
     }
@@ -470,7 +491,7 @@ impl Item<'_> {
 /// The properties of a struct's span (`BEGIN_STRUCT` … `END_STRUCT`), as the builder names them.
 fn struct_properties(span: &[u8]) -> Properties {
     let mut p = Properties::default();
-    let mut c = Cursor { b: span, at: 1 };
+    let mut c = Cursor { b: span, at: 5 };
     let mut name: Option<Arc<str>> = None;
     while let Some(&t) = c.b.get(c.at) {
         if t == END_STRUCT {
@@ -491,6 +512,28 @@ fn struct_properties(span: &[u8]) -> Properties {
         }
     }
     p
+}
+
+/// The elements of an array's span ([`Item::Array`]).
+pub fn elements(span: &[u8]) -> impl Iterator<Item = Item<'_>> {
+    let mut c = Cursor { b: span, at: 5 };
+    std::iter::from_fn(move || loop {
+        match c.b.get(c.at) {
+            None | Some(&END_ARRAY) => return None,
+            // Names inside an array are not part of its values.
+            Some(&FIELD) => {
+                c.at += 1;
+                let n = c.u16().ok()?;
+                c.take(n as usize).ok()?;
+            }
+            Some(_) => return c.item().ok(),
+        }
+    })
+}
+
+/// Whether an array's span holds no element.
+pub fn is_empty_array(span: &[u8]) -> bool {
+    elements(span).next().is_none()
 }
 
 /// The properties a tape describes (as [`crate::decode::PropertiesBuilder`] builds them from the
@@ -558,8 +601,9 @@ mod tests {
     #[test]
     fn tape_reads_back_as_the_builder_builds() {
         let p = sample();
-        let mut tape = Vec::new();
-        p.visit(&mut TapeWriter::new(&mut tape));
+        let mut w = TapeWriter::new();
+        p.visit(&mut w);
+        let tape = w.tape().to_vec();
         let mut b = PropertiesBuilder::default();
         p.visit(&mut b);
         let built = b.take();
@@ -568,15 +612,14 @@ mod tests {
         read_fields(&tape, &mut fields).unwrap();
         assert_eq!(fields.len(), built.len());
         for (f, (n, v)) in fields.iter().zip(built.iter()) {
-            assert_eq!(field_name(&tape, *f), &**n);
+            assert_eq!(field_name(&tape, *f), n.as_bytes());
             assert_eq!(&field_value(&tape, *f).to_value(), v);
         }
     }
 
     #[test]
     fn text_as_utf16_and_latin1_becomes_utf8() {
-        let mut tape = Vec::new();
-        let mut w = TapeWriter::new(&mut tape);
+        let mut w = TapeWriter::new();
         w.begin_struct();
         w.field(0, "a");
         // "hé" and an unpaired surrogate, then an odd trailing byte.
@@ -584,7 +627,7 @@ mod tests {
         w.field(1, "b");
         w.latin1(&[b'x', 0xe9]);
         w.end_struct();
-        let p = to_properties(&tape);
+        let p = to_properties(w.tape());
         assert_eq!(p.get("a"), Some(&Value::String("hé\u{FFFD}".into())));
         assert_eq!(p.get("b"), Some(&Value::String("xé".into())));
     }
