@@ -1178,6 +1178,21 @@ impl TypedColumns {
             .collect()
     }
 
+    /// The property columns of numbers, booleans and times (the ones worth page statistics).
+    pub fn scalar_columns(&self) -> Vec<String> {
+        self.columns
+            .iter()
+            .flatten()
+            .filter(|c| {
+                !matches!(
+                    c.kind,
+                    Kind::Str | Kind::Json | Kind::Binary | Kind::List(_)
+                )
+            })
+            .map(|c| c.column.clone())
+            .collect()
+    }
+
     /// Whether the property columns are fixed.
     pub fn columns_fixed(&self) -> bool {
         self.columns.is_some()

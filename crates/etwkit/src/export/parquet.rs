@@ -91,7 +91,30 @@ const PLAIN_INTEGERS: [&str; 10] = [
     "id", "version", "level", "opcode", "task", "keywords", "channel", "pid", "tid", "cpu",
 ];
 
-fn properties(dictionary_off: &[&str], compress: bool) -> WriterProperties {
+/// Columns of `events.parquet` and the typed tables whose pages carry min/max statistics: the
+/// input file (rows of one file are contiguous) and the numbers and times a reader filters on.
+/// Text columns have none: computing min/max of every value cost about a tenth of the export,
+/// and in time order every row group spans most providers and names anyway (a typed table holds
+/// one event type), so no reader could prune on them.
+const STATISTICS: [&str; 13] = [
+    "file",
+    "record",
+    "timestamp",
+    "id",
+    "version",
+    "level",
+    "opcode",
+    "task",
+    "keywords",
+    "channel",
+    "pid",
+    "tid",
+    "cpu",
+];
+
+/// Writer properties: `dictionary_off` columns written plain, `statistics` columns (beside
+/// [`STATISTICS`]) with page statistics.
+fn properties(dictionary_off: &[&str], statistics: &[String], compress: bool) -> WriterProperties {
     let compression = if compress {
         Compression::ZSTD(ZstdLevel::try_new(1).expect("zstd level 1"))
     } else {
@@ -101,9 +124,9 @@ fn properties(dictionary_off: &[&str], compress: bool) -> WriterProperties {
         .set_compression(compression)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .set_dictionary_enabled(true)
+        .set_statistics_enabled(EnabledStatistics::None)
         .set_created_by(format!("etwkit {}", env!("CARGO_PKG_VERSION")));
-    // High-cardinality columns gain nothing from a dictionary; min/max of payloads and JSON text
-    // help no reader either.
+    // High-cardinality columns gain nothing from a dictionary.
     for c in dictionary_off.iter().chain(&PLAIN_INTEGERS) {
         b = b.set_column_dictionary_enabled(ColumnPath::new(vec![c.to_string()]), false);
     }
@@ -111,11 +134,12 @@ fn properties(dictionary_off: &[&str], compress: bool) -> WriterProperties {
         ColumnPath::new(vec!["stack".into(), "list".into(), "item".into()]),
         false,
     );
-    for c in ["payload", "properties"] {
-        b = b.set_column_statistics_enabled(
-            ColumnPath::new(vec![c.to_string()]),
-            EnabledStatistics::None,
-        );
+    for c in STATISTICS
+        .iter()
+        .map(|c| c.to_string())
+        .chain(statistics.iter().cloned())
+    {
+        b = b.set_column_statistics_enabled(ColumnPath::new(vec![c]), EnabledStatistics::Page);
     }
     b.build()
 }
@@ -576,7 +600,7 @@ impl DatasetWriter {
         let sink = writers.create(
             path.clone(),
             schema,
-            properties(&["record", "timestamp", "payload", "properties"], true),
+            properties(&["record", "timestamp", "payload", "properties"], &[], true),
         )?;
         Ok(DatasetWriter {
             events: EventsPart {
@@ -800,19 +824,7 @@ impl TablesPart {
                 let mut plain = vec!["record".to_string(), "timestamp".to_string()];
                 plain.extend(t.cols.distinct_text_columns());
                 let plain: Vec<&str> = plain.iter().map(String::as_str).collect();
-                let mut props = properties(&plain, compress);
-                // Nor min/max of mostly distinct text (no reader prunes on addresses or paths).
-                let distinct = t.cols.distinct_text_columns();
-                if !distinct.is_empty() {
-                    let mut b = props.into_builder();
-                    for c in distinct {
-                        b = b.set_column_statistics_enabled(
-                            ColumnPath::new(vec![c]),
-                            EnabledStatistics::None,
-                        );
-                    }
-                    props = b.build();
-                }
+                let props = properties(&plain, &t.cols.scalar_columns(), compress);
                 let id = w.create(path.clone(), schema, props)?;
                 t.sink = Some(id);
                 id
