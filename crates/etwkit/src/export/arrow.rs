@@ -538,6 +538,51 @@ impl Kind {
     }
 }
 
+impl Kind {
+    /// A builder with room for as many values (and value bytes) as `d` holds.
+    fn builder_like(&self, d: &dyn Array) -> Box<dyn ArrayBuilder> {
+        let n = d.len();
+        let any = d.as_any();
+        let bytes = || {
+            any.downcast_ref::<arrow_array::StringArray>()
+                .map(|a| a.value_data().len())
+                .or_else(|| {
+                    any.downcast_ref::<arrow_array::BinaryArray>()
+                        .map(|a| a.value_data().len())
+                })
+                .unwrap_or(0)
+        };
+        match self {
+            Kind::Bool => Box::new(BooleanBuilder::with_capacity(n)),
+            Kind::I64 => Box::new(Int64Builder::with_capacity(n)),
+            Kind::U64 => Box::new(UInt64Builder::with_capacity(n)),
+            Kind::U16 => Box::new(UInt16Builder::with_capacity(n)),
+            Kind::U32 => Box::new(UInt32Builder::with_capacity(n)),
+            Kind::F32 => Box::new(Float32Builder::with_capacity(n)),
+            Kind::F64 => Box::new(Float64Builder::with_capacity(n)),
+            Kind::Str | Kind::Json => Box::new(StringBuilder::with_capacity(n, bytes())),
+            Kind::Binary => Box::new(BinaryBuilder::with_capacity(n, bytes())),
+            Kind::FileTime => {
+                Box::new(TimestampNanosecondBuilder::with_capacity(n).with_timezone("UTC"))
+            }
+            Kind::SystemTime => Box::new(TimestampMillisecondBuilder::with_capacity(n)),
+            Kind::List(k) => {
+                let values = match any.downcast_ref::<arrow_array::ListArray>() {
+                    Some(l) => k.builder_like(l.values().as_ref()),
+                    None => k.builder(),
+                };
+                Box::new(
+                    ListBuilder::with_capacity(values, n).with_field(Arc::new(Field::new(
+                        "item",
+                        k.data_type(),
+                        true,
+                    ))),
+                )
+            }
+        }
+    }
+}
+
 fn down<T: 'static>(b: &mut dyn ArrayBuilder) -> &mut T {
     b.as_any_mut()
         .downcast_mut::<T>()
@@ -561,21 +606,39 @@ fn systemtime_ms(t: &[u16; 8]) -> Option<i64> {
     Some(((days * 24 + t[4] as i64) * 60 + t[5] as i64) * 60_000 + t[6] as i64 * 1000 + t[7] as i64)
 }
 
-/// `0x` and the lowercase hex digits of `v` without leading zeros (as `{:#x}`).
-fn push_hex(out: &mut String, v: u64) {
+/// Two lowercase hex digits per byte value.
+const HEX_PAIRS: [[u8; 2]; 256] = {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut t = [[0u8; 2]; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = [DIGITS[i >> 4], DIGITS[i & 15]];
+        i += 1;
+    }
+    t
+};
+
+/// `0x` and the lowercase hex digits of `v` without leading zeros (as `{:#x}`), two digits per
+/// step (stack addresses are formatted by the million).
+fn push_hex(out: &mut String, v: u64) {
     let mut buf = [0u8; 18];
     let mut i = buf.len();
     let mut x = v;
-    loop {
-        i -= 1;
-        buf[i] = DIGITS[(x & 0xf) as usize];
-        x >>= 4;
-        if x == 0 {
-            break;
-        }
+    while x > 0xff {
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&HEX_PAIRS[(x & 0xff) as usize]);
+        x >>= 8;
     }
-    out.push_str("0x");
+    let last = HEX_PAIRS[x as usize];
+    if x > 0xf {
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&last);
+    } else {
+        i -= 1;
+        buf[i] = last[1];
+    }
+    i -= 2;
+    buf[i..i + 2].copy_from_slice(b"0x");
     out.push_str(std::str::from_utf8(&buf[i..]).expect("hex digits"));
 }
 
@@ -826,6 +889,24 @@ fn str_of_item(i: &Item<'_>, out: &mut String) -> bool {
         _ => return false,
     }
     true
+}
+
+/// A hash of the text of a string-kind item (`None` for other items): of the value itself where
+/// its text is a function of it (pointers, GUIDs), without formatting it.
+fn text_hash(i: &Item<'_>, scratch: &mut String) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = crate::schema::registry::FastHasher::default();
+    match i {
+        Item::Str(s) | Item::Sid(s) | Item::Mapped(_, s) => s.hash(&mut h),
+        Item::Pointer(p) => (1u8, *p).hash(&mut h),
+        Item::Guid(g) => (2u8, g.to_le_bytes()).hash(&mut h),
+        Item::Ip(_) | Item::Socket(_) => {
+            str_of_item(i, scratch);
+            scratch.as_str().hash(&mut h);
+        }
+        _ => return None,
+    }
+    Some(h.finish())
 }
 
 /// As [`append`], for an item of a tape: the common pairs of kind and value straight into the
@@ -1140,11 +1221,9 @@ impl TypedColumns {
                 else {
                     continue;
                 };
-                if str_of_item(&field_value(tape, f), &mut self.text) {
+                if let Some(h) = text_hash(&field_value(tape, f), &mut self.text) {
                     values += 1;
-                    let mut h = crate::schema::registry::FastHasher::default();
-                    std::hash::Hash::hash(self.text.as_str(), &mut h);
-                    seen.insert(std::hash::Hasher::finish(&h));
+                    seen.insert(h);
                 }
             }
             c.distinct_text = values >= 64 && seen.len() * 2 > values;
@@ -1215,7 +1294,12 @@ impl TypedColumns {
             .map(|(_, a)| a)
             .collect();
         for c in self.columns.as_mut().expect("columns fixed") {
-            arrays.push(c.builder.finish());
+            let a = c.builder.finish();
+            // The next batch's builder sized as this one (no regrowing while it fills).
+            if a.len() >= 1024 {
+                c.builder = c.kind.builder_like(a.as_ref());
+            }
+            arrays.push(a);
         }
         RecordBatch::try_new(self.schema.clone().expect("schema fixed"), arrays)
     }
