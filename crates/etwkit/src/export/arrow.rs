@@ -909,9 +909,42 @@ fn text_hash(i: &Item<'_>, scratch: &mut String) -> Option<u64> {
     Some(h.finish())
 }
 
+/// Scratch space of [`append_item`]: text, and the text of recent pointers (stack addresses
+/// repeat: most are formatted once).
+#[derive(Default)]
+struct Scratch {
+    text: String,
+    /// Direct-mapped: slot by a hash of the pointer; allocated on the first pointer.
+    hex: Vec<(u64, String)>,
+}
+
+const HEX_SLOTS: usize = 1024;
+
+impl Scratch {
+    /// `p` as `{:#x}` text.
+    fn hex(&mut self, p: u64) -> &str {
+        if self.hex.is_empty() {
+            self.hex = vec![(0, String::new()); HEX_SLOTS];
+        }
+        let slot = (p.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize % HEX_SLOTS;
+        let (key, text) = &mut self.hex[slot];
+        if *key != p || text.is_empty() {
+            *key = p;
+            text.clear();
+            push_hex(text, p);
+        }
+        text
+    }
+}
+
 /// As [`append`], for an item of a tape: the common pairs of kind and value straight into the
 /// builder, the others through their [`Value`].
-fn append_item(kind: &Kind, b: &mut dyn ArrayBuilder, v: Option<Item<'_>>, s: &mut String) -> bool {
+fn append_item(
+    kind: &Kind,
+    b: &mut dyn ArrayBuilder,
+    v: Option<Item<'_>>,
+    s: &mut Scratch,
+) -> bool {
     let v = match v {
         None | Some(Item::Null) => {
             append_null(kind, b);
@@ -934,9 +967,10 @@ fn append_item(kind: &Kind, b: &mut dyn ArrayBuilder, v: Option<Item<'_>>, s: &m
         (Kind::Str, Item::Str(x) | Item::Sid(x) | Item::Mapped(_, x)) => {
             down::<StringBuilder>(b).append_value(x)
         }
-        (Kind::Str, Item::Pointer(_) | Item::Guid(_) | Item::Ip(_) | Item::Socket(_)) => {
-            str_of_item(&v, s);
-            down::<StringBuilder>(b).append_value(&*s)
+        (Kind::Str, Item::Pointer(p)) => down::<StringBuilder>(b).append_value(s.hex(*p)),
+        (Kind::Str, Item::Guid(_) | Item::Ip(_) | Item::Socket(_)) => {
+            str_of_item(&v, &mut s.text);
+            down::<StringBuilder>(b).append_value(&s.text)
         }
         (Kind::FileTime, Item::FileTime(t)) => match filetime_to_unix_ns(*t) {
             Some(ns) => down::<TimestampNanosecondBuilder>(b).append_value(ns),
@@ -957,7 +991,7 @@ fn append_item(kind: &Kind, b: &mut dyn ArrayBuilder, v: Option<Item<'_>>, s: &m
             }
             lb.append(true);
         }
-        _ => return append(kind, b, Some(&v.to_value()), s),
+        _ => return append(kind, b, Some(&v.to_value()), &mut s.text),
     }
     true
 }
@@ -1008,7 +1042,7 @@ pub struct TypedColumns {
     columns: Option<Vec<PropColumn>>,
     by_name: HashMap<Arc<str>, usize>,
     schema: Option<SchemaRef>,
-    text: String,
+    text: Scratch,
     /// Scratch: the fields of the tape at hand, a tape made from values.
     fields: Vec<Field3>,
     tape: TapeWriter,
@@ -1034,7 +1068,7 @@ impl TypedColumns {
             columns: None,
             by_name: HashMap::new(),
             schema: None,
-            text: String::new(),
+            text: Scratch::default(),
             fields: Vec::new(),
             tape: TapeWriter::new(),
             unfit: 0,
@@ -1221,7 +1255,7 @@ impl TypedColumns {
                 else {
                     continue;
                 };
-                if let Some(h) = text_hash(&field_value(tape, f), &mut self.text) {
+                if let Some(h) = text_hash(&field_value(tape, f), &mut self.text.text) {
                     values += 1;
                     seen.insert(h);
                 }

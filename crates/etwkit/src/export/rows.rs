@@ -165,13 +165,25 @@ impl<'a> Cur<'a> {
     fn guid(&mut self) -> Guid {
         Guid::from_le_bytes(self.take(16)).expect("16 bytes")
     }
-    fn opt_str(&mut self) -> Option<&'a str> {
+    /// A name; `last` is the previous record's in the same place (names repeat from record to
+    /// record: the same text is taken without checking it again).
+    fn opt_str(&mut self, last: &mut Option<&'a str>) -> Option<&'a str> {
         let n = self.u32();
         if n == NONE {
             return None;
         }
+        let b = self.take(n as usize);
+        if let Some(l) = *last {
+            if l.as_bytes() == b {
+                return Some(l);
+            }
+        }
         // Written from `&str`: valid UTF-8.
-        std::str::from_utf8(self.take(n as usize)).ok()
+        let s = std::str::from_utf8(b).ok();
+        if s.is_some() {
+            *last = s;
+        }
+        s
     }
     fn bytes(&mut self) -> &'a [u8] {
         let n = self.u32() as usize;
@@ -182,6 +194,7 @@ impl<'a> Cur<'a> {
 /// Splits `buf` (whole records written by [`encode`], one after the other) into records.
 pub fn for_each<'a>(buf: &'a [u8], mut f: impl FnMut(Decoded<'a>) -> bool) {
     let mut at = 0;
+    let mut last: [Option<&'a str>; 4] = [None; 4];
     while at + 4 <= buf.len() {
         let len = u32::from_ne_bytes(buf[at..at + 4].try_into().expect("4 bytes")) as usize;
         let rec = &buf[at..at + len];
@@ -198,10 +211,11 @@ pub fn for_each<'a>(buf: &'a [u8], mut f: impl FnMut(Decoded<'a>) -> bool) {
         let task = c.u16();
         let cpu = c.u16();
         let [version, channel, level, opcode, ht] = c.arr::<5>();
-        let provider_name = c.opt_str();
-        let event_name = c.opt_str();
-        let task_name = c.opt_str();
-        let opcode_name = c.opt_str();
+        let [l0, l1, l2, l3] = &mut last;
+        let provider_name = c.opt_str(l0);
+        let event_name = c.opt_str(l1);
+        let task_name = c.opt_str(l2);
+        let opcode_name = c.opt_str(l3);
         let payload = c.bytes();
         let n = c.u32();
         let stack = (n != NONE).then(|| StackRef::Bytes(c.take(n as usize * 8)));
