@@ -211,7 +211,8 @@ pub struct EventColumns {
     json: Vec<u8>,
     rows: usize,
     /// The last provider GUID and its text (records of one provider come in runs).
-    last_provider: (Guid, String),
+    last_provider: (Guid, Arc<str>),
+    providers: crate::schema::registry::FastMap<Guid, Arc<str>>,
 }
 
 impl EventColumns {
@@ -251,7 +252,8 @@ impl EventColumns {
             properties: text(if cols.properties { 512 } else { 0 }),
             json: Vec::with_capacity(1024),
             rows: 0,
-            last_provider: (Guid::ZERO, String::new()),
+            last_provider: (Guid::ZERO, Arc::from("")),
+            providers: Default::default(),
         }
     }
 
@@ -309,9 +311,14 @@ impl EventColumns {
         self.timestamp
             .append_option(filetime_to_unix_ns(r.timestamp));
         if self.last_provider.0 != r.provider || self.last_provider.1.is_empty() {
-            self.last_provider = (r.provider, r.provider.to_string());
+            // Records of a few providers interleave: each GUID's text is made once.
+            let text = self
+                .providers
+                .entry(r.provider)
+                .or_insert_with(|| Arc::from(r.provider.to_string()));
+            self.last_provider = (r.provider, text.clone());
         }
-        self.provider.append_value(&self.last_provider.1);
+        self.provider.append_value(&*self.last_provider.1);
         self.provider_name.append_option(r.provider_name);
         self.event_name.append_option(r.event_name);
         if c.task_opcode_names {
@@ -335,8 +342,9 @@ impl EventColumns {
             self.activity_id
                 .append_value("00000000-0000-0000-0000-000000000000");
         } else {
-            let _ = write!(self.activity_id, "{}", r.activity_id);
-            self.activity_id.append_value("");
+            let mut buf = [0u8; 36];
+            self.activity_id
+                .append_value(guid_text(&r.activity_id, &mut buf));
         }
         if c.header_type {
             self.header_type.append_value(r.header_type.name());
@@ -617,6 +625,23 @@ const HEX_PAIRS: [[u8; 2]; 256] = {
     }
     t
 };
+
+/// `g` as its `Display` text (lowercase, `8-4-4-4-12` digits), made in `buf`.
+fn guid_text<'b>(g: &Guid, buf: &'b mut [u8; 36]) -> &'b str {
+    let b = g.to_le_bytes();
+    // Display order: data1, data2, data3 as numbers (little-endian on disk), then data4.
+    let order = [3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15];
+    let mut at = 0;
+    for (k, &i) in order.iter().enumerate() {
+        if matches!(k, 4 | 6 | 8 | 10) {
+            buf[at] = b'-';
+            at += 1;
+        }
+        buf[at..at + 2].copy_from_slice(&HEX_PAIRS[b[i] as usize]);
+        at += 2;
+    }
+    std::str::from_utf8(&buf[..]).expect("hex digits")
+}
 
 /// `0x` and the lowercase hex digits of `v` without leading zeros (as `{:#x}`), two digits per
 /// step (stack addresses are formatted by the million).
@@ -1349,6 +1374,18 @@ mod tests {
             let mut s = String::new();
             push_hex(&mut s, v);
             assert_eq!(s, format!("{v:#x}"));
+        }
+    }
+
+    #[test]
+    fn guid_text_as_display() {
+        for g in [
+            Guid::ZERO,
+            Guid::from_str_const("01234567-89ab-cdef-0123-456789abcdef"),
+            Guid::new(0xdead_beef, 0x1, 0xfff0, [0, 1, 2, 0xff, 4, 5, 6, 0x70]),
+        ] {
+            let mut buf = [0u8; 36];
+            assert_eq!(guid_text(&g, &mut buf), g.to_string());
         }
     }
 
