@@ -1267,25 +1267,31 @@ impl TypedColumns {
                 }
             })
             .collect();
-        for c in cols.iter_mut().filter(|c| c.kind == Kind::Str) {
-            // Distinct texts counted by their hashes (a collision only undercounts).
-            let mut seen = std::collections::HashSet::new();
-            let mut values = 0usize;
+        // Distinct texts of each string column counted by their hashes (a collision only
+        // undercounts), all columns in one pass of the rows.
+        let text_cols: Vec<usize> = (0..cols.len())
+            .filter(|&i| cols[i].kind == Kind::Str)
+            .collect();
+        if !text_cols.is_empty() {
+            let mut seen = vec![std::collections::HashSet::new(); text_cols.len()];
+            let mut values = vec![0usize; text_cols.len()];
             for tape in tapes() {
                 fields.clear();
                 let _ = read_fields(tape, &mut fields);
-                let Some(&f) = fields
-                    .iter()
-                    .find(|&&f| field_name(tape, f) == c.property.as_bytes())
-                else {
-                    continue;
-                };
-                if let Some(h) = text_hash(&field_value(tape, f), &mut self.text.text) {
-                    values += 1;
-                    seen.insert(h);
+                for (j, &i) in text_cols.iter().enumerate() {
+                    let name = cols[i].property.as_bytes();
+                    let Some(&f) = fields.iter().find(|&&f| field_name(tape, f) == name) else {
+                        continue;
+                    };
+                    if let Some(h) = text_hash(&field_value(tape, f), &mut self.text.text) {
+                        values[j] += 1;
+                        seen[j].insert(h);
+                    }
                 }
             }
-            c.distinct_text = values >= 64 && seen.len() * 2 > values;
+            for (j, &i) in text_cols.iter().enumerate() {
+                cols[i].distinct_text = values[j] >= 64 && seen[j].len() * 2 > values[j];
+            }
         }
         self.fields = fields;
         let mut fields: Vec<Field> = Vec::new();
