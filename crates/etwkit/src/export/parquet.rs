@@ -413,7 +413,7 @@ pub struct DatasetWriter {
 }
 
 /// Bytes of typed rows gathered before they go to the typed tables' thread.
-const TYPED_CHUNK_BYTES: usize = 1 << 18;
+const TYPED_CHUNK_BYTES: usize = 1 << 19;
 /// Chunks queued for the typed tables' thread at most.
 const QUEUED_CHUNKS: usize = 8;
 
@@ -482,6 +482,28 @@ impl TypedThread {
             ..*r
         };
         rows::encode_row(&mut self.chunk, record, &no_payload, b"", tape);
+        if self.chunk.len() >= TYPED_CHUNK_BYTES {
+            self.send()?;
+        }
+        Ok(())
+    }
+
+    /// As [`TypedThread::push`], for a record as the decode threads encoded it (its bytes are
+    /// copied as they are).
+    fn push_raw(
+        &mut self,
+        file: &str,
+        record: u64,
+        rec: &rows::Decoded<'_>,
+    ) -> Result<(), ExportError> {
+        if !has_properties(rec.tape) {
+            return Ok(());
+        }
+        if &*self.file != file {
+            self.send()?;
+            self.file = Arc::from(file);
+        }
+        rows::copy_with_record(&mut self.chunk, rec.raw, record);
         if self.chunk.len() >= TYPED_CHUNK_BYTES {
             self.send()?;
         }
@@ -689,7 +711,7 @@ impl DatasetWriter {
                     rows::for_each(s, |rec| {
                         let pushed = events
                             .push(name, record, &rec.row, rec.json)
-                            .and_then(|()| tables.push(name, record, &rec.row, rec.tape));
+                            .and_then(|()| tables.push_raw(name, record, &rec));
                         if let Err(e) = pushed {
                             err = Some(e);
                             return false;

@@ -137,6 +137,15 @@ pub struct Decoded<'a> {
     pub row: Row<'a>,
     pub json: &'a [u8],
     pub tape: &'a [u8],
+    /// The record's bytes as [`encode`] wrote them.
+    pub raw: &'a [u8],
+}
+
+/// Appends a record's bytes (`raw` of a [`Decoded`]) to `out` with its index set to `record`.
+pub fn copy_with_record(out: &mut Vec<u8>, raw: &[u8], record: u64) {
+    let at = out.len();
+    out.extend_from_slice(raw);
+    out[at + 4..at + 12].copy_from_slice(&record.to_ne_bytes());
 }
 
 struct Cur<'a> {
@@ -250,6 +259,7 @@ pub fn for_each<'a>(buf: &'a [u8], mut f: impl FnMut(Decoded<'a>) -> bool) {
             row,
             json,
             tape,
+            raw: rec,
         }) {
             return;
         }
