@@ -691,17 +691,15 @@ impl DatasetWriter {
             |(json, scratch, tape): &mut State, r, out| {
                 json.clear();
                 tape.clear();
-                let mut tee = Tee(JsonProps::new(json, scratch), &mut *tape);
                 let d = decoder.decode_etl_visit(
                     r,
-                    &mut tee,
+                    &mut Tee(JsonProps::new(json, scratch), &mut *tape),
                     |t| {
                         t.0.clear();
                         t.1.clear();
                     },
                     want_stack,
                 );
-                drop(tee);
                 rows::encode(out, &r.event, &d, want_stack, json, tape.tape());
                 true
             },
