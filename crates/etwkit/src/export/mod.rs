@@ -1,7 +1,8 @@
 //! Exports: decoded events and answers in the formats other tools read. One file per format.
 //!
 //! - [`pcapng`]: packet-capture events (PktMon) as a pcapng capture for Wireshark and tshark.
-//! - `arrow` (feature `arrow`): decoded events as Arrow record batches.
+//! - `arrow` (feature `arrow`): decoded events as Arrow record batches; `typed`, one event type's
+//!   properties as typed columns.
 //! - `parquet` (feature `parquet`): decoded events as a Parquet dataset (DuckDB, Spark); `rows`
 //!   and `tape` carry decoded records between its threads as bytes.
 //! - `pprof` (feature `pprof`): a heap report as a pprof profile.
@@ -20,3 +21,5 @@ pub mod pprof;
 pub mod rows;
 #[cfg(feature = "arrow")]
 pub mod tape;
+#[cfg(feature = "arrow")]
+pub mod typed;

@@ -1,0 +1,1004 @@
+//! The typed tables' columns: the properties of one event type, one column per property with its
+//! real type ([`Kind`]), inferred from the first values seen ([`TypedColumns`]; the common columns
+//! come from [`super::arrow::EventColumns`]). A value that does not fit its column is written as
+//! null and counted ([`TypedColumns::unfit`]). The properties come as tapes ([`super::tape`]) or
+//! as values.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    ArrayBuilder, BinaryBuilder, BooleanBuilder, Float32Builder, Float64Builder, Int64Builder,
+    ListBuilder, StringBuilder, TimestampMillisecondBuilder, TimestampNanosecondBuilder,
+    UInt16Builder, UInt32Builder, UInt64Builder,
+};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
+
+use super::arrow::{column_names, filetime_to_unix_ns, Columns, EventColumns, Row, HEX_PAIRS};
+use super::tape::{
+    elements, field_name, field_value, fields, is_empty_array, read_fields, Item, TapeWriter,
+};
+use crate::decode::{DecodedEvent, Value};
+use crate::EventRecord;
+
+/// The Arrow type of a property column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Bool,
+    I64,
+    U64,
+    /// Ports.
+    U16,
+    /// Win32 errors, NTSTATUS, HRESULT.
+    U32,
+    F32,
+    F64,
+    /// Strings, SIDs, value-map names, GUIDs, IP and socket addresses, pointers (`0x…`).
+    Str,
+    Binary,
+    /// FILETIME: `timestamp[ns, UTC]`.
+    FileTime,
+    /// SYSTEMTIME (no time zone): `timestamp[ms]`.
+    SystemTime,
+    /// Structures and arrays of structures or arrays: their JSON text.
+    Json,
+    /// Arrays of scalars.
+    List(Box<Kind>),
+}
+
+impl Kind {
+    /// The kind a value asks for; `None` for null and for an empty array (nothing to go by).
+    pub fn of(v: &Value) -> Option<Kind> {
+        Some(match v {
+            Value::Null => return None,
+            Value::Bool(_) => Kind::Bool,
+            Value::I64(_) => Kind::I64,
+            Value::U64(_) | Value::Hex(_) => Kind::U64,
+            Value::F32(_) => Kind::F32,
+            Value::F64(_) => Kind::F64,
+            Value::String(_)
+            | Value::Sid(_)
+            | Value::Mapped { .. }
+            | Value::Guid(_)
+            | Value::Ipv4(_)
+            | Value::Ipv6(_)
+            | Value::SocketAddress(_)
+            | Value::Pointer(_) => Kind::Str,
+            Value::Binary(_) => Kind::Binary,
+            Value::Port(_) => Kind::U16,
+            Value::Win32Error(_) | Value::NtStatus(_) | Value::HResult(_) => Kind::U32,
+            Value::FileTime(_) => Kind::FileTime,
+            Value::SystemTime(_) => Kind::SystemTime,
+            Value::Struct(_) => Kind::Json,
+            Value::Array(a) => {
+                let inner = a.iter().find_map(Kind::of)?;
+                match inner {
+                    Kind::Json | Kind::List(_) => Kind::Json,
+                    k => Kind::List(Box::new(k)),
+                }
+            }
+        })
+    }
+
+    pub fn data_type(&self) -> DataType {
+        match self {
+            Kind::Bool => DataType::Boolean,
+            Kind::I64 => DataType::Int64,
+            Kind::U64 => DataType::UInt64,
+            Kind::U16 => DataType::UInt16,
+            Kind::U32 => DataType::UInt32,
+            Kind::F32 => DataType::Float32,
+            Kind::F64 => DataType::Float64,
+            Kind::Str | Kind::Json => DataType::Utf8,
+            Kind::Binary => DataType::Binary,
+            Kind::FileTime => DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+            Kind::SystemTime => DataType::Timestamp(TimeUnit::Millisecond, None),
+            Kind::List(k) => DataType::List(Arc::new(Field::new("item", k.data_type(), true))),
+        }
+    }
+
+    fn builder(&self) -> Box<dyn ArrayBuilder> {
+        match self {
+            Kind::Bool => Box::new(BooleanBuilder::new()),
+            Kind::I64 => Box::new(Int64Builder::new()),
+            Kind::U64 => Box::new(UInt64Builder::new()),
+            Kind::U16 => Box::new(UInt16Builder::new()),
+            Kind::U32 => Box::new(UInt32Builder::new()),
+            Kind::F32 => Box::new(Float32Builder::new()),
+            Kind::F64 => Box::new(Float64Builder::new()),
+            Kind::Str | Kind::Json => Box::new(StringBuilder::new()),
+            Kind::Binary => Box::new(BinaryBuilder::new()),
+            Kind::FileTime => Box::new(TimestampNanosecondBuilder::new().with_timezone("UTC")),
+            Kind::SystemTime => Box::new(TimestampMillisecondBuilder::new()),
+            Kind::List(k) => Box::new(
+                ListBuilder::new(k.builder()).with_field(Arc::new(Field::new(
+                    "item",
+                    k.data_type(),
+                    true,
+                ))),
+            ),
+        }
+    }
+}
+
+impl Kind {
+    /// A builder with room for as many values (and value bytes) as `d` holds.
+    fn builder_like(&self, d: &dyn Array) -> Box<dyn ArrayBuilder> {
+        let n = d.len();
+        let any = d.as_any();
+        let bytes = || {
+            any.downcast_ref::<arrow_array::StringArray>()
+                .map(|a| a.value_data().len())
+                .or_else(|| {
+                    any.downcast_ref::<arrow_array::BinaryArray>()
+                        .map(|a| a.value_data().len())
+                })
+                .unwrap_or(0)
+        };
+        match self {
+            Kind::Bool => Box::new(BooleanBuilder::with_capacity(n)),
+            Kind::I64 => Box::new(Int64Builder::with_capacity(n)),
+            Kind::U64 => Box::new(UInt64Builder::with_capacity(n)),
+            Kind::U16 => Box::new(UInt16Builder::with_capacity(n)),
+            Kind::U32 => Box::new(UInt32Builder::with_capacity(n)),
+            Kind::F32 => Box::new(Float32Builder::with_capacity(n)),
+            Kind::F64 => Box::new(Float64Builder::with_capacity(n)),
+            Kind::Str | Kind::Json => Box::new(StringBuilder::with_capacity(n, bytes())),
+            Kind::Binary => Box::new(BinaryBuilder::with_capacity(n, bytes())),
+            Kind::FileTime => {
+                Box::new(TimestampNanosecondBuilder::with_capacity(n).with_timezone("UTC"))
+            }
+            Kind::SystemTime => Box::new(TimestampMillisecondBuilder::with_capacity(n)),
+            Kind::List(k) => {
+                let values = match any.downcast_ref::<arrow_array::ListArray>() {
+                    Some(l) => k.builder_like(l.values().as_ref()),
+                    None => k.builder(),
+                };
+                Box::new(
+                    ListBuilder::with_capacity(values, n).with_field(Arc::new(Field::new(
+                        "item",
+                        k.data_type(),
+                        true,
+                    ))),
+                )
+            }
+        }
+    }
+}
+
+fn down<T: 'static>(b: &mut dyn ArrayBuilder) -> &mut T {
+    b.as_any_mut()
+        .downcast_mut::<T>()
+        .expect("the builder made for this kind")
+}
+
+/// SYSTEMTIME (year, month, day-of-week, day, hour, minute, second, ms) as ms since 1970.
+fn systemtime_ms(t: &[u16; 8]) -> Option<i64> {
+    let (y, m, d) = (t[0] as i64, t[1] as i64, t[3] as i64);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || t[4] > 23 || t[5] > 59 || t[6] > 60 {
+        return None;
+    }
+    // Days from civil (proleptic Gregorian), 1970-01-01 = 0.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + t[4] as i64) * 60 + t[5] as i64) * 60_000 + t[6] as i64 * 1000 + t[7] as i64)
+}
+
+/// `0x` and the lowercase hex digits of `v` without leading zeros (as `{:#x}`), two digits per
+/// step (stack addresses are formatted by the million).
+fn push_hex(out: &mut String, v: u64) {
+    let mut buf = [0u8; 18];
+    let mut i = buf.len();
+    let mut x = v;
+    while x > 0xff {
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&HEX_PAIRS[(x & 0xff) as usize]);
+        x >>= 8;
+    }
+    let last = HEX_PAIRS[x as usize];
+    if x > 0xf {
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&last);
+    } else {
+        i -= 1;
+        buf[i] = last[1];
+    }
+    i -= 2;
+    buf[i..i + 2].copy_from_slice(b"0x");
+    out.push_str(std::str::from_utf8(&buf[i..]).expect("hex digits"));
+}
+
+/// The text of a string-kind value (as `etwkit dump` renders it, without JSON quotes).
+fn str_of(v: &Value, out: &mut String) -> bool {
+    out.clear();
+    match v {
+        Value::String(s) | Value::Sid(s) => out.push_str(s),
+        Value::Mapped { name, .. } => out.push_str(name),
+        Value::Guid(g) => {
+            let _ = write!(out, "{g}");
+        }
+        Value::Ipv4(a) => {
+            let _ = write!(out, "{a}");
+        }
+        Value::Ipv6(a) => {
+            let _ = write!(out, "{a}");
+        }
+        Value::SocketAddress(a) => {
+            let _ = write!(out, "{a}");
+        }
+        Value::Pointer(p) => push_hex(out, *p),
+        _ => return false,
+    }
+    true
+}
+
+/// Appends `v` (which may be null) to `b`, a builder of `kind`. Returns false when a non-null value
+/// did not fit (a null was appended instead).
+fn append(kind: &Kind, b: &mut dyn ArrayBuilder, v: Option<&Value>, s: &mut String) -> bool {
+    let v = match v {
+        None | Some(Value::Null) => {
+            append_null(kind, b);
+            return true;
+        }
+        Some(v) => v,
+    };
+    let ok = match kind {
+        Kind::Bool => match v {
+            Value::Bool(x) => {
+                down::<BooleanBuilder>(b).append_value(*x);
+                true
+            }
+            _ => false,
+        },
+        Kind::I64 => match v {
+            Value::I64(x) => {
+                down::<Int64Builder>(b).append_value(*x);
+                true
+            }
+            Value::U64(_)
+            | Value::Hex(_)
+            | Value::Port(_)
+            | Value::Win32Error(_)
+            | Value::NtStatus(_)
+            | Value::HResult(_) => match v.as_u64().and_then(|x| i64::try_from(x).ok()) {
+                Some(x) => {
+                    down::<Int64Builder>(b).append_value(x);
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        },
+        Kind::U64 => match v {
+            Value::U64(_)
+            | Value::Hex(_)
+            | Value::I64(_)
+            | Value::Port(_)
+            | Value::Win32Error(_)
+            | Value::NtStatus(_)
+            | Value::HResult(_) => match v.as_u64() {
+                Some(x) => {
+                    down::<UInt64Builder>(b).append_value(x);
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        },
+        Kind::U16 => match v {
+            Value::Port(x) => {
+                down::<UInt16Builder>(b).append_value(*x);
+                true
+            }
+            _ => false,
+        },
+        Kind::U32 => match v {
+            Value::Win32Error(x) | Value::NtStatus(x) | Value::HResult(x) => {
+                down::<UInt32Builder>(b).append_value(*x);
+                true
+            }
+            _ => false,
+        },
+        Kind::F32 => match v {
+            Value::F32(x) => {
+                down::<Float32Builder>(b).append_value(*x);
+                true
+            }
+            _ => false,
+        },
+        Kind::F64 => match v.as_f64() {
+            Some(x) => {
+                down::<Float64Builder>(b).append_value(x);
+                true
+            }
+            None => false,
+        },
+        Kind::Str => {
+            if str_of(v, s) {
+                down::<StringBuilder>(b).append_value(&*s);
+                true
+            } else {
+                false
+            }
+        }
+        Kind::Json => {
+            let mut json = Vec::with_capacity(64);
+            v.write_json(&mut json);
+            down::<StringBuilder>(b).append_value(String::from_utf8_lossy(&json));
+            true
+        }
+        Kind::Binary => match v {
+            Value::Binary(x) => {
+                down::<BinaryBuilder>(b).append_value(x);
+                true
+            }
+            _ => false,
+        },
+        Kind::FileTime => match v {
+            Value::FileTime(t) => match filetime_to_unix_ns(*t) {
+                Some(ns) => {
+                    down::<TimestampNanosecondBuilder>(b).append_value(ns);
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        },
+        Kind::SystemTime => match v {
+            Value::SystemTime(t) => match systemtime_ms(t) {
+                Some(ms) => {
+                    down::<TimestampMillisecondBuilder>(b).append_value(ms);
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        },
+        Kind::List(k) => match v {
+            // All elements must fit, else the whole list is null.
+            Value::Array(a) if a.iter().all(|x| fits(k, x)) => {
+                let lb = down::<ListBuilder<Box<dyn ArrayBuilder>>>(b);
+                for x in a {
+                    append(k, lb.values().as_mut(), Some(x), s);
+                }
+                lb.append(true);
+                true
+            }
+            _ => false,
+        },
+    };
+    if !ok {
+        append_null(kind, b);
+    }
+    ok
+}
+
+/// Whether `v` (an array element) fits `kind` without loss.
+fn fits(kind: &Kind, v: &Value) -> bool {
+    match Kind::of(v) {
+        None => matches!(v, Value::Null),
+        Some(k) if &k == kind => true,
+        Some(_) => match kind {
+            Kind::I64 => v.as_i64().is_some() && !matches!(v, Value::Bool(_) | Value::FileTime(_)),
+            Kind::U64 => {
+                v.as_u64().is_some()
+                    && !matches!(
+                        v,
+                        Value::Bool(_) | Value::FileTime(_) | Value::Mapped { .. }
+                    )
+            }
+            Kind::F64 => matches!(v, Value::F32(_)),
+            Kind::Json => true,
+            _ => false,
+        },
+    }
+}
+
+fn append_null(kind: &Kind, b: &mut dyn ArrayBuilder) {
+    match kind {
+        Kind::Bool => down::<BooleanBuilder>(b).append_null(),
+        Kind::I64 => down::<Int64Builder>(b).append_null(),
+        Kind::U64 => down::<UInt64Builder>(b).append_null(),
+        Kind::U16 => down::<UInt16Builder>(b).append_null(),
+        Kind::U32 => down::<UInt32Builder>(b).append_null(),
+        Kind::F32 => down::<Float32Builder>(b).append_null(),
+        Kind::F64 => down::<Float64Builder>(b).append_null(),
+        Kind::Str | Kind::Json => down::<StringBuilder>(b).append_null(),
+        Kind::Binary => down::<BinaryBuilder>(b).append_null(),
+        Kind::FileTime => down::<TimestampNanosecondBuilder>(b).append_null(),
+        Kind::SystemTime => down::<TimestampMillisecondBuilder>(b).append_null(),
+        Kind::List(_) => down::<ListBuilder<Box<dyn ArrayBuilder>>>(b).append(false),
+    }
+}
+
+/// The kind an item of a tape asks for (as [`Kind::of`] its value).
+fn kind_of_item(i: &Item<'_>) -> Option<Kind> {
+    Some(match i {
+        Item::Null => return None,
+        Item::Bool(_) => Kind::Bool,
+        Item::I64(_) => Kind::I64,
+        Item::U64(_) | Item::Hex(_) => Kind::U64,
+        Item::F32(_) => Kind::F32,
+        Item::F64(_) => Kind::F64,
+        Item::Str(_)
+        | Item::Sid(_)
+        | Item::Mapped(..)
+        | Item::Guid(_)
+        | Item::Ip(_)
+        | Item::Socket(_)
+        | Item::Pointer(_) => Kind::Str,
+        Item::Binary(_) => Kind::Binary,
+        Item::Port(_) => Kind::U16,
+        Item::Win32(_) | Item::NtStatus(_) | Item::HResult(_) => Kind::U32,
+        Item::FileTime(_) => Kind::FileTime,
+        Item::SystemTime(_) => Kind::SystemTime,
+        Item::Struct(_) => Kind::Json,
+        Item::Array(_) => return Kind::of(&i.to_value()),
+    })
+}
+
+/// As [`str_of`], for an item of a tape.
+fn str_of_item(i: &Item<'_>, out: &mut String) -> bool {
+    out.clear();
+    match i {
+        Item::Str(s) | Item::Sid(s) | Item::Mapped(_, s) => out.push_str(s),
+        Item::Guid(g) => {
+            let _ = write!(out, "{g}");
+        }
+        Item::Ip(a) => {
+            let _ = write!(out, "{a}");
+        }
+        Item::Socket(a) => {
+            let _ = write!(out, "{a}");
+        }
+        Item::Pointer(p) => push_hex(out, *p),
+        _ => return false,
+    }
+    true
+}
+
+/// A hash of the text of a string-kind item (`None` for other items): of the value itself where
+/// its text is a function of it (pointers, GUIDs), without formatting it.
+fn text_hash(i: &Item<'_>, scratch: &mut String) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = crate::schema::registry::FastHasher::default();
+    match i {
+        Item::Str(s) | Item::Sid(s) | Item::Mapped(_, s) => s.hash(&mut h),
+        Item::Pointer(p) => (1u8, *p).hash(&mut h),
+        Item::Guid(g) => (2u8, g.to_le_bytes()).hash(&mut h),
+        Item::Ip(_) | Item::Socket(_) => {
+            str_of_item(i, scratch);
+            scratch.as_str().hash(&mut h);
+        }
+        _ => return None,
+    }
+    Some(h.finish())
+}
+
+/// Scratch space of [`append_item`]: text, and the text of recent pointers (stack addresses
+/// repeat: most are formatted once).
+#[derive(Default)]
+struct Scratch {
+    text: String,
+    /// Direct-mapped: slot by a hash of the pointer; allocated on the first pointer.
+    hex: Vec<(u64, String)>,
+}
+
+const HEX_SLOTS: usize = 1024;
+
+impl Scratch {
+    /// `p` as `{:#x}` text.
+    fn hex(&mut self, p: u64) -> &str {
+        if self.hex.is_empty() {
+            self.hex = vec![(0, String::new()); HEX_SLOTS];
+        }
+        let slot = (p.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize % HEX_SLOTS;
+        let (key, text) = &mut self.hex[slot];
+        if *key != p || text.is_empty() {
+            *key = p;
+            text.clear();
+            push_hex(text, p);
+        }
+        text
+    }
+}
+
+/// As [`append`], for an item of a tape: the common pairs of kind and value straight into the
+/// builder, the others through their [`Value`].
+fn append_item(
+    kind: &Kind,
+    b: &mut dyn ArrayBuilder,
+    v: Option<Item<'_>>,
+    s: &mut Scratch,
+) -> bool {
+    let v = match v {
+        None | Some(Item::Null) => {
+            append_null(kind, b);
+            return true;
+        }
+        Some(v) => v,
+    };
+    match (kind, &v) {
+        (Kind::U64, Item::U64(x) | Item::Hex(x)) => down::<UInt64Builder>(b).append_value(*x),
+        (Kind::I64, Item::I64(x)) => down::<Int64Builder>(b).append_value(*x),
+        (Kind::U32, Item::Win32(x) | Item::NtStatus(x) | Item::HResult(x)) => {
+            down::<UInt32Builder>(b).append_value(*x)
+        }
+        (Kind::U16, Item::Port(x)) => down::<UInt16Builder>(b).append_value(*x),
+        (Kind::Bool, Item::Bool(x)) => down::<BooleanBuilder>(b).append_value(*x),
+        (Kind::F32, Item::F32(x)) => down::<Float32Builder>(b).append_value(*x),
+        (Kind::F64, Item::F64(x)) => down::<Float64Builder>(b).append_value(*x),
+        (Kind::F64, Item::F32(x)) => down::<Float64Builder>(b).append_value(*x as f64),
+        (Kind::Binary, Item::Binary(x)) => down::<BinaryBuilder>(b).append_value(x),
+        (Kind::Str, Item::Str(x) | Item::Sid(x) | Item::Mapped(_, x)) => {
+            down::<StringBuilder>(b).append_value(x)
+        }
+        (Kind::Str, Item::Pointer(p)) => down::<StringBuilder>(b).append_value(s.hex(*p)),
+        (Kind::Str, Item::Guid(_) | Item::Ip(_) | Item::Socket(_)) => {
+            str_of_item(&v, &mut s.text);
+            down::<StringBuilder>(b).append_value(&s.text)
+        }
+        (Kind::FileTime, Item::FileTime(t)) => match filetime_to_unix_ns(*t) {
+            Some(ns) => down::<TimestampNanosecondBuilder>(b).append_value(ns),
+            None => {
+                append_null(kind, b);
+                return false;
+            }
+        },
+        (Kind::List(k), Item::Array(span)) => {
+            // All elements must fit, else the whole list is null.
+            if !elements(span).all(|x| fits_item(k, &x)) {
+                append_null(kind, b);
+                return false;
+            }
+            let lb = down::<ListBuilder<Box<dyn ArrayBuilder>>>(b);
+            for x in elements(span) {
+                append_item(k, lb.values().as_mut(), Some(x), s);
+            }
+            lb.append(true);
+        }
+        _ => return append(kind, b, Some(&v.to_value()), &mut s.text),
+    }
+    true
+}
+
+/// As [`fits`], for an item of a tape.
+fn fits_item(kind: &Kind, v: &Item<'_>) -> bool {
+    match v {
+        Item::Null => true,
+        Item::Array(_) | Item::Struct(_) => fits(kind, &v.to_value()),
+        _ => match kind_of_item(v) {
+            Some(k) if &k == kind => true,
+            _ => fits(kind, &v.to_value()),
+        },
+    }
+}
+
+/// Rows whose values decide the property columns' types; later rows go straight into the columns.
+pub const INFER_ROWS: usize = 4096;
+
+/// One property column of a typed table.
+struct PropColumn {
+    /// The property's name in the events.
+    property: Arc<str>,
+    /// The column's name (the property's, unless that names a common column: then `prop_` + it).
+    column: String,
+    kind: Kind,
+    builder: Box<dyn ArrayBuilder>,
+    /// Text whose values are mostly distinct (addresses, paths): a dictionary would not pay.
+    distinct_text: bool,
+}
+
+/// A field of a tape: where its name and value are ([`tape::read_fields`]).
+type Field3 = (u32, u16, u32);
+
+/// Rows of one event type: the common columns ([`Columns::TYPED`]) plus one typed column per
+/// property. The property columns are fixed after [`INFER_ROWS`] rows or when the first batch is
+/// built, from the values seen by then (the first non-null value of each property decides its
+/// [`Kind`]; a property that was always null is a string column).
+///
+/// The properties come as tapes ([`super::tape`]): rows that wait for the column types keep
+/// theirs, later rows go from the tape straight into the builders.
+pub struct TypedColumns {
+    common: EventColumns,
+    /// Tapes of the rows that wait for the column types, one after the other.
+    pending: Vec<u8>,
+    /// Where each waiting row's tape ends in `pending`.
+    pending_ends: Vec<usize>,
+    columns: Option<Vec<PropColumn>>,
+    by_name: HashMap<Arc<str>, usize>,
+    schema: Option<SchemaRef>,
+    text: Scratch,
+    /// Scratch: the fields of the tape at hand, a tape made from values.
+    fields: Vec<Field3>,
+    tape: TapeWriter,
+    /// Values written as null because they did not fit their column (or named a property first
+    /// seen after the columns were fixed).
+    pub unfit: u64,
+}
+
+impl Default for TypedColumns {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TypedColumns {
+    pub fn new() -> TypedColumns {
+        TypedColumns {
+            // Most event types are rare: start small; batches after the first are sized as
+            // the one before.
+            common: EventColumns::with_capacity(Columns::TYPED, 64),
+            pending: Vec::new(),
+            pending_ends: Vec::new(),
+            columns: None,
+            by_name: HashMap::new(),
+            schema: None,
+            text: Scratch::default(),
+            fields: Vec::new(),
+            tape: TapeWriter::new(),
+            unfit: 0,
+        }
+    }
+
+    /// Rows pushed since the last batch.
+    pub fn rows(&self) -> usize {
+        self.common.rows()
+    }
+
+    /// Appends one record; takes its properties.
+    pub fn push(&mut self, file: &str, record: u64, e: &EventRecord<'_>, d: &mut DecodedEvent) {
+        self.common.push(file, record, e, d);
+        let props = std::mem::take(&mut d.properties);
+        let mut tape = std::mem::take(&mut self.tape);
+        tape.clear();
+        props.visit(&mut tape);
+        self.push_tape(tape.tape());
+        self.tape = tape;
+    }
+
+    /// Appends one record given as its common fields and its properties' tape.
+    pub fn push_row(&mut self, file: &str, record: u64, r: &Row<'_>, tape: &[u8]) {
+        self.common.push_row(file, record, r, b"");
+        self.push_tape(tape);
+    }
+
+    fn push_tape(&mut self, tape: &[u8]) {
+        match &self.columns {
+            None => {
+                self.pending.extend_from_slice(tape);
+                self.pending_ends.push(self.pending.len());
+                if self.pending_ends.len() >= INFER_ROWS {
+                    self.fix_columns();
+                }
+            }
+            Some(_) => self.append_props(tape),
+        }
+    }
+
+    fn append_props(&mut self, tape: &[u8]) {
+        let cols = self.columns.as_mut().expect("columns fixed");
+        // Records of one event type list their properties in the same order as the columns
+        // (both follow the layout): go along both while the names agree, in one pass of the tape.
+        let mut it = fields(tape);
+        let mut i = 0;
+        while i < cols.len() {
+            match it.next() {
+                Some((name, v)) if name == cols[i].property.as_bytes() => {
+                    let c = &mut cols[i];
+                    if !append_item(&c.kind, c.builder.as_mut(), Some(v), &mut self.text) {
+                        self.unfit += 1;
+                    }
+                    i += 1;
+                }
+                _ => return self.append_rest(tape, i),
+            }
+        }
+        if it.next().is_some() {
+            self.append_rest(tape, i);
+        }
+    }
+
+    /// [`TypedColumns::append_props`] from column `from` on, the first `from` columns having taken
+    /// the first `from` properties.
+    fn append_rest(&mut self, tape: &[u8], from: usize) {
+        let TypedColumns {
+            columns,
+            fields,
+            text,
+            by_name,
+            unfit,
+            ..
+        } = self;
+        let cols = columns.as_mut().expect("columns fixed");
+        fields.clear();
+        // A tape that does not read (never written so) counts as no properties.
+        let _ = read_fields(tape, fields);
+        let mut seen = from;
+        // Try the next unmatched property before searching.
+        let mut next = from;
+        for c in cols[from..].iter_mut() {
+            let f = match fields.get(next) {
+                Some(&f) if field_name(tape, f) == c.property.as_bytes() => {
+                    next += 1;
+                    Some(f)
+                }
+                _ => fields
+                    .iter()
+                    .find(|&&f| field_name(tape, f) == c.property.as_bytes())
+                    .copied(),
+            };
+            let v = f.map(|f| field_value(tape, f));
+            if v.is_some() {
+                seen += 1;
+            }
+            if !append_item(&c.kind, c.builder.as_mut(), v, text) {
+                *unfit += 1;
+            }
+        }
+        // Properties this table has no column for.
+        if seen < fields.len() {
+            *unfit += fields
+                .iter()
+                .filter(|&&f| {
+                    let name = std::str::from_utf8(field_name(tape, f)).unwrap_or("");
+                    !by_name.contains_key(name)
+                })
+                .count() as u64;
+        }
+    }
+
+    fn fix_columns(&mut self) {
+        let reserved = column_names(Columns::TYPED);
+        // (property, column name, kind once a value showed it, whether only empty arrays came).
+        let mut found: Vec<(Arc<str>, String, Option<Kind>, bool)> = Vec::new();
+        let mut taken: std::collections::HashSet<String> =
+            reserved.iter().map(|s| s.to_ascii_lowercase()).collect();
+        let pending = std::mem::take(&mut self.pending);
+        let ends = std::mem::take(&mut self.pending_ends);
+        let tapes = || {
+            let (pending, ends) = (&pending, &ends);
+            (0..ends.len()).map(move |i| &pending[if i == 0 { 0 } else { ends[i - 1] }..ends[i]])
+        };
+        let mut fields = std::mem::take(&mut self.fields);
+        for tape in tapes() {
+            fields.clear();
+            let _ = read_fields(tape, &mut fields);
+            for (k, &f) in fields.iter().enumerate() {
+                let name = std::str::from_utf8(field_name(tape, f)).unwrap_or("");
+                let v = field_value(tape, f);
+                let empty_array = matches!(v, Item::Array(span) if is_empty_array(span));
+                // Usually the k-th property is the k-th found (same layout); else look it up.
+                let known = match found.get(k) {
+                    Some(x) if *x.0 == *name => Some(k),
+                    _ => self.by_name.get(name).copied(),
+                };
+                if let Some(i) = known {
+                    if found[i].2.is_none() {
+                        found[i].2 = kind_of_item(&v);
+                        found[i].3 |= empty_array;
+                    }
+                    continue;
+                }
+                // Column names are compared as SQL engines do (case-insensitively).
+                let mut column = name.to_string();
+                while !taken.insert(column.to_ascii_lowercase()) {
+                    column = format!("prop_{column}");
+                }
+                let property: Arc<str> = Arc::from(name);
+                self.by_name.insert(property.clone(), found.len());
+                found.push((property, column, kind_of_item(&v), empty_array));
+            }
+        }
+        let mut cols: Vec<PropColumn> = found
+            .into_iter()
+            .map(|(property, column, kind, empty_array)| {
+                // Only nulls so far: a string column; only empty arrays: a list of strings.
+                let kind = kind.unwrap_or(if empty_array {
+                    Kind::List(Box::new(Kind::Str))
+                } else {
+                    Kind::Str
+                });
+                PropColumn {
+                    property,
+                    column,
+                    builder: kind.builder(),
+                    kind,
+                    distinct_text: false,
+                }
+            })
+            .collect();
+        // Distinct texts of each string column counted by their hashes (a collision only
+        // undercounts), all columns in one pass of the rows.
+        let text_cols: Vec<usize> = (0..cols.len())
+            .filter(|&i| cols[i].kind == Kind::Str)
+            .collect();
+        if !text_cols.is_empty() {
+            let mut seen = vec![std::collections::HashSet::new(); text_cols.len()];
+            let mut values = vec![0usize; text_cols.len()];
+            for tape in tapes() {
+                fields.clear();
+                let _ = read_fields(tape, &mut fields);
+                for (j, &i) in text_cols.iter().enumerate() {
+                    let name = cols[i].property.as_bytes();
+                    let Some(&f) = fields.iter().find(|&&f| field_name(tape, f) == name) else {
+                        continue;
+                    };
+                    if let Some(h) = text_hash(&field_value(tape, f), &mut self.text.text) {
+                        values[j] += 1;
+                        seen[j].insert(h);
+                    }
+                }
+            }
+            for (j, &i) in text_cols.iter().enumerate() {
+                cols[i].distinct_text = values[j] >= 64 && seen[j].len() * 2 > values[j];
+            }
+        }
+        self.fields = fields;
+        let mut fields: Vec<Field> = Vec::new();
+        // The common columns' fields come from an empty batch of them.
+        let common = EventColumns::new(Columns::TYPED)
+            .finish()
+            .expect("empty common columns");
+        fields.extend(common.schema().fields().iter().map(|f| f.as_ref().clone()));
+        fields.extend(
+            cols.iter()
+                .map(|c| Field::new(c.column.clone(), c.kind.data_type(), true)),
+        );
+        self.schema = Some(Arc::new(Schema::new(fields)));
+        self.columns = Some(cols);
+        for tape in tapes() {
+            self.append_props(tape);
+        }
+    }
+
+    /// The property columns whose text values were mostly distinct in the rows that fixed the
+    /// columns (a Parquet dictionary would cost time and save nothing there).
+    pub fn distinct_text_columns(&self) -> Vec<String> {
+        self.columns
+            .iter()
+            .flatten()
+            .filter(|c| c.distinct_text)
+            .map(|c| c.column.clone())
+            .collect()
+    }
+
+    /// The property columns of numbers, booleans and times (the ones worth page statistics).
+    pub fn scalar_columns(&self) -> Vec<String> {
+        self.columns
+            .iter()
+            .flatten()
+            .filter(|c| {
+                !matches!(
+                    c.kind,
+                    Kind::Str | Kind::Json | Kind::Binary | Kind::List(_)
+                )
+            })
+            .map(|c| c.column.clone())
+            .collect()
+    }
+
+    /// Whether the property columns are fixed.
+    pub fn columns_fixed(&self) -> bool {
+        self.columns.is_some()
+    }
+
+    /// The table's schema (once the property columns are fixed; `None` before).
+    pub fn schema(&self) -> Option<SchemaRef> {
+        self.schema.clone()
+    }
+
+    /// The rows pushed so far as a batch (the first call fixes the property columns).
+    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        if self.columns.is_none() {
+            self.fix_columns();
+        }
+        let mut arrays: Vec<ArrayRef> = self
+            .common
+            .finish_columns()
+            .into_iter()
+            .map(|(_, a)| a)
+            .collect();
+        for c in self.columns.as_mut().expect("columns fixed") {
+            let a = c.builder.finish();
+            // The next batch's builder sized as this one (no regrowing while it fills).
+            if a.len() >= 1024 {
+                c.builder = c.kind.builder_like(a.as_ref());
+            }
+            arrays.push(a);
+        }
+        RecordBatch::try_new(self.schema.clone().expect("schema fixed"), arrays)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guid::Guid;
+    use crate::time::FILETIME_UNIX_EPOCH;
+
+    #[test]
+    fn pointer_text_as_format_hex() {
+        for v in [0u64, 1, 0xf, 0x10, 0xdead_beef, u64::MAX, 1 << 63] {
+            let mut s = String::new();
+            push_hex(&mut s, v);
+            assert_eq!(s, format!("{v:#x}"));
+        }
+    }
+
+    #[test]
+    fn systemtime_to_unix_ms() {
+        // 2021-09-09 (Thursday) 14:59:36.671 = 1631199576671 ms.
+        assert_eq!(
+            systemtime_ms(&[2021, 9, 4, 9, 14, 59, 36, 671]),
+            Some(1_631_199_576_671)
+        );
+        assert_eq!(systemtime_ms(&[1970, 1, 4, 1, 0, 0, 0, 0]), Some(0));
+        assert_eq!(
+            systemtime_ms(&[2000, 2, 2, 29, 0, 0, 0, 0]),
+            Some(951_782_400_000)
+        );
+        assert_eq!(systemtime_ms(&[2000, 13, 0, 1, 0, 0, 0, 0]), None);
+    }
+
+    #[test]
+    fn kinds_and_unfit_values() {
+        let mut t = TypedColumns::new();
+        let e = EventRecord {
+            header_type: crate::HeaderType::EventHeader64,
+            flags: 0,
+            provider: Guid::ZERO,
+            descriptor: Default::default(),
+            hook_id: None,
+            pid: 1,
+            tid: 2,
+            cpu: 0,
+            timestamp: FILETIME_UNIX_EPOCH + 10,
+            raw_timestamp: 0,
+            kernel_time: 0,
+            user_time: 0,
+            activity_id: Guid::ZERO,
+            pointer_size: 8,
+            payload: Default::default(),
+            ext: Default::default(),
+        };
+        let mut row = |props: Vec<(&str, Value)>| {
+            let mut d = DecodedEvent::default();
+            for (n, v) in props {
+                d.properties.push(n, v);
+            }
+            t.push("f", 0, &e, &mut d);
+        };
+        row(vec![
+            ("a", Value::Null),
+            ("pid", Value::U64(5)),
+            ("list", Value::Array(vec![])),
+        ]);
+        row(vec![
+            ("a", Value::I64(-3)),
+            ("pid", Value::String("x".into())),
+            ("list", Value::Array(vec![Value::U64(1), Value::Hex(2)])),
+        ]);
+        let b = t.finish().unwrap();
+        let names: Vec<_> = b
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert!(names.ends_with(&["a".into(), "prop_pid".into(), "list".into()]));
+        assert_eq!(b.column(b.num_columns() - 3).data_type(), &DataType::Int64);
+        assert_eq!(b.column(b.num_columns() - 2).data_type(), &DataType::UInt64);
+        // "x" does not fit the uint64 column.
+        assert_eq!(t.unfit, 1);
+        assert_eq!(b.column(b.num_columns() - 2).null_count(), 1);
+        assert_eq!(b.column(0).len(), 2);
+    }
+}
