@@ -12,7 +12,7 @@ use crate::schema::{Registry, SchemaKey};
 
 use super::plan::Plan;
 use super::visit::TextFormat;
-use super::{is_eventsource_manifest, record_stack, DecodedEvent, Decoder, Ids};
+use super::{is_eventsource_manifest, record_stack_into, DecodedEvent, Decoder, Ids};
 
 /// An event and what is known about it, ready to print (every sink takes one).
 pub struct EventView<'a, 'r> {
@@ -109,8 +109,12 @@ pub struct Local {
     /// The properties' JSON text of the last record.
     props: Vec<u8>,
     scratch: String,
-    /// What the last record needed beyond borrowed names.
-    stack: Option<Stack>,
+    /// What the last record needed beyond borrowed names: its stack (when `has_stack`; the
+    /// space is reused), its DOS path.
+    stack: Stack,
+    has_stack: bool,
+    /// Where the last stack lookup ended (see `StackIndex::stack_into`).
+    stack_hint: usize,
     dos_path: Option<(Arc<str>, String)>,
     /// The last record's decoding, when it took the general path.
     held: DecodedEvent,
@@ -178,6 +182,8 @@ impl Decoder {
             props,
             scratch,
             stack,
+            has_stack,
+            stack_hint,
             dos_path,
             held,
         } = local;
@@ -197,7 +203,8 @@ impl Decoder {
                     );
                     match walk {
                         Ok((used, ids)) if used == rec.payload.len() => {
-                            *stack = record_stack(rec, self.stacks.as_ref());
+                            *has_stack =
+                                record_stack_into(rec, self.stacks.as_ref(), stack_hint, stack);
                             *dos_path = self.dos_path(plan, &ids);
                             let n = &plan.names;
                             let mut v = EventView::bare(rec);
@@ -208,7 +215,7 @@ impl Decoder {
                             v.event_name = n.event.as_deref();
                             v.task_name = n.task.as_deref();
                             v.opcode_name = n.opcode.as_deref();
-                            v.stack = stack.as_ref();
+                            v.stack = has_stack.then_some(&*stack);
                             v.ids = self.attribute(rec, &ids);
                             v.dos_path = dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
                             v.properties_json = std::str::from_utf8(props).ok();

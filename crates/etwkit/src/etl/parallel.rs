@@ -19,7 +19,7 @@ use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Condvar, Mutex};
 
-use super::reader::{EtlFile, Order, ReadSummary, Record};
+use super::reader::{BufferSpace, EtlFile, Order, ReadSummary, Record};
 
 /// What a parallel walk read and produced.
 #[derive(Clone, Debug, Default)]
@@ -116,6 +116,7 @@ impl EtlFile {
                 let (init, render) = (&init, &render);
                 scope.spawn(move || {
                     let mut state = init();
+                    let mut space = BufferSpace::default();
                     loop {
                         let j = next_job.fetch_add(1, Ordering::SeqCst);
                         if j >= seq.len() {
@@ -138,7 +139,7 @@ impl EtlFile {
                             .unwrap_or_default();
                         r.size = b.header.buffer_size as u64;
                         r.end_offset = b.file_offset + b.header.buffer_size as u64;
-                        if let Some(data) = self.load_buffer(b, &mut r.summary) {
+                        if let Some(data) = self.read_buffer(b, &mut space, &mut r.summary) {
                             // Rendered text is a few times the binary (hex payloads, names).
                             r.bytes.reserve(data.len() * 4);
                             let Rendered {
@@ -148,7 +149,7 @@ impl EtlFile {
                                 emitted,
                                 ..
                             } = &mut r;
-                            let _ = self.walk_buffer(b, &data, summary, &mut |rec| {
+                            let _ = self.walk_buffer(b, data, summary, &mut |rec| {
                                 if render(&mut state, rec, bytes) {
                                     *emitted += 1;
                                 }
@@ -159,7 +160,6 @@ impl EtlFile {
                             // Not loadable: the merge skips it without counting its bytes done.
                             r.size = 0;
                         }
-                        self.release(b);
                         if tx.send((j, r)).is_err() {
                             break;
                         }
