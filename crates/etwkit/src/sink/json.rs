@@ -3,7 +3,7 @@
 
 use std::io::{self, Write};
 
-use super::{push_hex, EventView, Sink};
+use super::{hex16, push_hex, EventView, Sink};
 use crate::decode::{DecodedEvent, Decoder, Local, Properties, PropertyVisitor, Value};
 use crate::event::EventRecord;
 use crate::time::write_rfc3339;
@@ -509,16 +509,6 @@ pub fn push_guid(l: &mut Vec<u8>, g: &crate::Guid) {
         o += 2;
     }
     l.extend_from_slice(&out);
-}
-
-/// The 16 lowercase hex digits of `v`, most significant first.
-#[inline]
-fn hex16(v: u64) -> [u8; 16] {
-    let mut out = [0u8; 16];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = HEX[((v >> (60 - 4 * i)) & 15) as usize];
-    }
-    out
 }
 
 /// How many hex digits `v` takes without leading zeros (at least one).

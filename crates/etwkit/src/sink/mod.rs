@@ -156,11 +156,64 @@ static HEX_PAIRS: [[u8; 2]; 256] = {
     t
 };
 
-/// Appends lowercase hex of `bytes`.
+/// The 8 hex digits of `x`, most significant first, one per byte of the result's big-endian
+/// bytes: the nibbles spread to one per byte, then each turned into its digit, all 8 at once.
+#[inline]
+fn hex8(x: u32) -> u64 {
+    let x = x as u64;
+    let x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
+    let x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
+    let x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+    // A nibble of 10 or more carries into bit 4 when 6 is added: those get 'a' - '0' - 10 more.
+    let letters = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+    x + 0x3030_3030_3030_3030 + letters * (b'a' - b'0' - 10) as u64
+}
+
+/// The 16 lowercase hex digits of `v`, most significant first.
+#[inline]
+pub(crate) fn hex16(v: u64) -> [u8; 16] {
+    let hi = hex8((v >> 32) as u32).to_be_bytes();
+    let lo = hex8(v as u32).to_be_bytes();
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&hi);
+    out[8..].copy_from_slice(&lo);
+    out
+}
+
+/// Appends lowercase hex of `bytes`: 8 bytes at a time (as one big-endian u64, whose digits
+/// are the bytes' digits in order), the rest by table.
 pub(crate) fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
-    let start = out.len();
-    out.resize(start + bytes.len() * 2, 0);
-    for (dst, &b) in out[start..].chunks_exact_mut(2).zip(bytes) {
-        dst.copy_from_slice(&HEX_PAIRS[b as usize]);
+    out.reserve(bytes.len() * 2);
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let v = u64::from_be_bytes(c.try_into().expect("8 bytes"));
+        out.extend_from_slice(&hex16(v));
+    }
+    for &b in chunks.remainder() {
+        out.extend_from_slice(&HEX_PAIRS[b as usize]);
+    }
+}
+
+#[cfg(test)]
+mod hex_tests {
+    #[test]
+    fn hex_matches_format() {
+        let mut bytes: Vec<u8> = (0..=255u8).collect();
+        bytes.extend([0xde, 0xad, 0xbe, 0xef, 0x00, 0x0f, 0xf0]);
+        for n in 0..bytes.len() {
+            let mut out = b"x".to_vec();
+            super::push_hex(&mut out, &bytes[..n]);
+            let want: String = bytes[..n].iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(String::from_utf8(out).unwrap(), format!("x{want}"));
+        }
+        for v in [
+            0u64,
+            1,
+            0x0123_4567_89ab_cdef,
+            u64::MAX,
+            0xa000_0000_0000_000a,
+        ] {
+            assert_eq!(super::hex16(v), *format!("{v:016x}").as_bytes());
+        }
     }
 }
