@@ -535,9 +535,7 @@ pub(crate) fn decode_level<V: PropertyVisitor>(
                     // Plain numbers straight from the bytes, in one tight loop; an element that
                     // runs past the payload is left to the general loop, which reports it.
                     if f.fast != Fast::No {
-                        while first < n && fast_visit(f.fast, cur, *v, Some(first)) {
-                            first += 1;
-                        }
+                        first = fast_array(f.fast, cur, *v, n);
                     }
                 }
                 for i in first..n {
@@ -683,6 +681,61 @@ fn fast_visit<V: PropertyVisitor>(
         v.unsigned(x);
     }
     true
+}
+
+/// The elements of an array of [`Fast`] fields handed to `v` (each announced with `element`)
+/// while whole ones remain in the payload; returns how many. Fixed-width elements are read in
+/// one loop over their bytes, the kind and width settled once.
+#[inline]
+fn fast_array<V: PropertyVisitor>(fast: Fast, cur: &mut Cursor<'_>, v: &mut V, n: u64) -> u64 {
+    let w = match fast {
+        Fast::Dec(w) | Fast::SDec(w) | Fast::Hex(w) => w,
+        Fast::Ptr => 0,
+        Fast::Utf16Z | Fast::No => {
+            let mut i = 0;
+            while i < n && fast_visit(fast, cur, v, Some(i)) {
+                i += 1;
+            }
+            return i;
+        }
+    };
+    let w = if w == 0 { cur.ptr as usize } else { w as usize };
+    let whole = (cur.d.len().saturating_sub(cur.pos) / w) as u64;
+    let m = n.min(whole);
+    let bytes = &cur.d[cur.pos..cur.pos + m as usize * w];
+    cur.pos += bytes.len();
+    match (fast, w) {
+        (Fast::Ptr, 4) => elements(bytes, 4, v, |v, c| {
+            v.pointer(u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u64)
+        }),
+        (Fast::Ptr, _) => elements(bytes, w, v, |v, c| v.pointer(le(c))),
+        (Fast::Hex(_), _) => elements(bytes, w, v, |v, c| v.hex(le(c))),
+        (Fast::SDec(_), _) => elements(bytes, w, v, |v, c| {
+            let x = le(c);
+            v.signed(match w {
+                1 => x as u8 as i8 as i64,
+                2 => x as u16 as i16 as i64,
+                4 => x as u32 as i32 as i64,
+                _ => x as i64,
+            })
+        }),
+        _ => elements(bytes, w, v, |v, c| v.unsigned(le(c))),
+    }
+    m
+}
+
+/// Each `w`-byte element of `bytes`, announced to `v` and handed to `f`.
+#[inline(always)]
+fn elements<V: PropertyVisitor>(
+    bytes: &[u8],
+    w: usize,
+    v: &mut V,
+    mut f: impl FnMut(&mut V, &[u8]),
+) {
+    for (i, c) in bytes.chunks_exact(w).enumerate() {
+        v.element(i as u64);
+        f(v, c);
+    }
 }
 
 /// Hands a scalar to `v` as `build_value(..).visit(..)` would, without building strings and byte

@@ -524,21 +524,45 @@ pub fn push_hex_u64(l: &mut Vec<u8>, v: u64) {
     let digits = hex_digits(v);
     let d = hex16(v << (4 * (16 - digits)));
     let n = l.len();
-    l.extend_from_slice(&d);
+    l.extend_from_slice(&d.to_le_bytes());
     l.truncate(n + digits);
 }
 
-/// Appends `"0x…"` (quoted hex, no leading zeros).
+/// Appends `"0x…"` (quoted hex, no leading zeros). The text is put together in registers and
+/// written with fixed-size copies, then cut to length.
 #[inline]
 pub fn push_quoted_hex_u64(l: &mut Vec<u8>, v: u64) {
     let digits = hex_digits(v);
-    let mut buf = [b'"'; 20];
-    buf[1] = b'0';
-    buf[2] = b'x';
-    buf[3..19].copy_from_slice(&hex16(v << (4 * (16 - digits))));
-    buf[3 + digits] = b'"';
     let n = l.len();
-    l.extend_from_slice(&buf);
+    if digits <= 8 {
+        // The digits first (then '0's), the closing quote right after them.
+        let d = super::hex8((v as u32) << (4 * (8 - digits))).swap_bytes();
+        let d = if digits < 8 {
+            d & !(0xff << (8 * digits)) | 0x22 << (8 * digits)
+        } else {
+            d
+        };
+        let lo = 0x0078_3022 | d << 24;
+        let hi = d >> 40 | 0x22 << 24;
+        l.extend_from_slice(&(lo as u128 | (hi as u128) << 64).to_le_bytes());
+    } else {
+        // `"0x` and 5 digits, 8 digits, the last 3 digits; the quote at byte 12 to 19.
+        let d = hex16(v << (4 * (16 - digits)));
+        let lo = 0x0078_3022 | (d as u64) << 24;
+        let mid = (d >> 40) as u64;
+        let tail = (d >> 104) as u64;
+        let q = 3 + digits;
+        let (mid, tail) = if q < 16 {
+            (mid & !(0xff << (8 * (q - 8))) | 0x22 << (8 * (q - 8)), tail)
+        } else {
+            (
+                mid,
+                tail & !(0xff << (8 * (q - 16))) | 0x22 << (8 * (q - 16)),
+            )
+        };
+        l.extend_from_slice(&(lo as u128 | (mid as u128) << 64).to_le_bytes());
+        l.extend_from_slice(&tail.to_le_bytes());
+    }
     l.truncate(n + 4 + digits);
 }
 
@@ -677,7 +701,12 @@ mod tests {
         let mut l = Vec::new();
         push_guid(&mut l, &g);
         assert_eq!(String::from_utf8(l).unwrap(), g.to_string());
-        for v in [0u64, 1, 0xf, 0x10, 0xabc, u64::MAX, 0x8000_0000_0000_0000] {
+        let every_length =
+            (0..64).flat_map(|k| [1u64 << k, (1u64 << k) - 1, 0xfedc_ba98_7654_3210 >> k]);
+        for v in [0u64, 1, 0xf, 0x10, 0xabc, u64::MAX, 0x8000_0000_0000_0000]
+            .into_iter()
+            .chain(every_length)
+        {
             let mut l = b"x".to_vec();
             push_hex_u64(&mut l, v);
             assert_eq!(String::from_utf8(l).unwrap(), format!("x{v:x}"));

@@ -159,7 +159,7 @@ static HEX_PAIRS: [[u8; 2]; 256] = {
 /// The 8 hex digits of `x`, most significant first, one per byte of the result's big-endian
 /// bytes: the nibbles spread to one per byte, then each turned into its digit, all 8 at once.
 #[inline]
-fn hex8(x: u32) -> u64 {
+pub(crate) fn hex8(x: u32) -> u64 {
     let x = x as u64;
     let x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
     let x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
@@ -169,15 +169,13 @@ fn hex8(x: u32) -> u64 {
     x + 0x3030_3030_3030_3030 + letters * (b'a' - b'0' - 10) as u64
 }
 
-/// The 16 lowercase hex digits of `v`, most significant first.
+/// The 16 lowercase hex digits of `v`, most significant first in memory order (the first digit
+/// is the lowest byte): kept in a register until written.
 #[inline]
-pub(crate) fn hex16(v: u64) -> [u8; 16] {
-    let hi = hex8((v >> 32) as u32).to_be_bytes();
-    let lo = hex8(v as u32).to_be_bytes();
-    let mut out = [0u8; 16];
-    out[..8].copy_from_slice(&hi);
-    out[8..].copy_from_slice(&lo);
-    out
+pub(crate) fn hex16(v: u64) -> u128 {
+    let hi = hex8((v >> 32) as u32).swap_bytes() as u128;
+    let lo = hex8(v as u32).swap_bytes() as u128;
+    hi | lo << 64
 }
 
 /// Appends lowercase hex of `bytes`: 8 bytes at a time (as one big-endian u64, whose digits
@@ -187,7 +185,7 @@ pub(crate) fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
     let mut chunks = bytes.chunks_exact(8);
     for c in &mut chunks {
         let v = u64::from_be_bytes(c.try_into().expect("8 bytes"));
-        out.extend_from_slice(&hex16(v));
+        out.extend_from_slice(&hex16(v).to_le_bytes());
     }
     for &b in chunks.remainder() {
         out.extend_from_slice(&HEX_PAIRS[b as usize]);
@@ -213,7 +211,10 @@ mod hex_tests {
             u64::MAX,
             0xa000_0000_0000_000a,
         ] {
-            assert_eq!(super::hex16(v), *format!("{v:016x}").as_bytes());
+            assert_eq!(
+                super::hex16(v).to_le_bytes(),
+                *format!("{v:016x}").as_bytes()
+            );
         }
     }
 }
