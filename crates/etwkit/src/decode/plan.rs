@@ -748,6 +748,27 @@ pub(crate) fn visit_scalar<V: PropertyVisitor>(
     len: Option<u64>,
     v: &mut V,
 ) {
+    // A named integer: the map's own name, not a copy of it in a value.
+    if let Some(m) = map {
+        if matches!(
+            in_t,
+            it::INT8
+                | it::UINT8
+                | it::INT16
+                | it::UINT16
+                | it::INT32
+                | it::UINT32
+                | it::INT64
+                | it::UINT64
+                | it::BOOLEAN
+        ) {
+            let u = le(b);
+            return match super::bitmaps::map_name_ref(m, u) {
+                Some(name) => v.mapped(u, &name),
+                None => build_value(in_t, out, None, b, len).visit(v),
+            };
+        }
+    }
     match in_t {
         it::UNICODESTRING if len.is_none() => v.utf16(b),
         it::UNICODESTRING

@@ -58,11 +58,11 @@ pub enum Next<'a> {
 
 #[inline]
 fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
+    u16::from_le_bytes(b[o..o + 2].try_into().expect("2 bytes"))
 }
 #[inline]
 fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
 }
 #[inline]
 fn i64_at(b: &[u8], o: usize) -> i64 {
