@@ -601,9 +601,21 @@ pub(crate) fn one<V: PropertyVisitor>(
             Dest::Measure => decode_level(members, cur, &mut Dest::<V>::Measure).map(|()| None),
         };
     }
-    if let (Dest::Visit(v), false) = (&mut *out, want) {
-        if f.fast != Fast::No && fast_visit(f.fast, cur, *v, None) {
-            return Ok(None);
+    if let Dest::Visit(v) = &mut *out {
+        if !want {
+            if f.fast != Fast::No && fast_visit(f.fast, cur, *v, None) {
+                return Ok(None);
+            }
+        } else if let Some(x) = fast_unsigned(f.fast, cur) {
+            // A count, length or id others need: the value `build_value` makes, visited as
+            // it would be.
+            let value = match f.fast {
+                Fast::Hex(_) => Value::Hex(x),
+                Fast::Ptr => Value::Pointer(x),
+                _ => Value::U64(x),
+            };
+            value.visit(*v);
+            return Ok(Some(value));
         }
     }
     let b = span(f.in_type, f.out_type, cur, len).map_err(|reason| Fail {
@@ -681,6 +693,21 @@ fn fast_visit<V: PropertyVisitor>(
         v.unsigned(x);
     }
     true
+}
+
+/// The value of an unsigned [`Fast`] field (decimal, hex or pointer), the cursor moved past it;
+/// `None` (cursor unmoved) for other fields and when its bytes run past the payload.
+#[inline]
+fn fast_unsigned(fast: Fast, cur: &mut Cursor<'_>) -> Option<u64> {
+    let w = match fast {
+        Fast::Dec(w) | Fast::Hex(w) => w,
+        Fast::Ptr => 0,
+        _ => return None,
+    };
+    let w = if w == 0 { cur.ptr as usize } else { w as usize };
+    let b = cur.d.get(cur.pos..cur.pos + w)?;
+    cur.pos += w;
+    Some(le(b))
 }
 
 /// The elements of an array of [`Fast`] fields handed to `v` (each announced with `element`)

@@ -529,40 +529,55 @@ pub fn push_hex_u64(l: &mut Vec<u8>, v: u64) {
 }
 
 /// Appends `"0x…"` (quoted hex, no leading zeros). The text is put together in registers and
-/// written with fixed-size copies, then cut to length.
-#[inline]
+/// written with fixed-size copies, then cut to length; values of 32 bits (most pointers and
+/// hex fields) take the short way, inline.
+#[inline(always)]
 pub fn push_quoted_hex_u64(l: &mut Vec<u8>, v: u64) {
+    if v >> 32 == 0 {
+        push_quoted_hex_u32(l, v as u32)
+    } else {
+        push_quoted_hex_wide(l, v)
+    }
+}
+
+#[inline(always)]
+fn push_quoted_hex_u32(l: &mut Vec<u8>, v: u32) {
+    let digits = hex_digits(v as u64);
+    let n = l.len();
+    // The digits first (then '0's), the closing quote right after them.
+    let d = super::hex8(v << (4 * (8 - digits))).swap_bytes();
+    let d = if digits < 8 {
+        d & !(0xff << (8 * digits)) | 0x22 << (8 * digits)
+    } else {
+        d
+    };
+    let lo = 0x0078_3022 | d << 24;
+    let hi = d >> 40 | 0x22 << 24;
+    l.extend_from_slice(&(lo as u128 | (hi as u128) << 64).to_le_bytes());
+    l.truncate(n + 4 + digits);
+}
+
+/// [`push_quoted_hex_u64`] of a value of 9 to 16 digits.
+#[inline(never)]
+fn push_quoted_hex_wide(l: &mut Vec<u8>, v: u64) {
     let digits = hex_digits(v);
     let n = l.len();
-    if digits <= 8 {
-        // The digits first (then '0's), the closing quote right after them.
-        let d = super::hex8((v as u32) << (4 * (8 - digits))).swap_bytes();
-        let d = if digits < 8 {
-            d & !(0xff << (8 * digits)) | 0x22 << (8 * digits)
-        } else {
-            d
-        };
-        let lo = 0x0078_3022 | d << 24;
-        let hi = d >> 40 | 0x22 << 24;
-        l.extend_from_slice(&(lo as u128 | (hi as u128) << 64).to_le_bytes());
+    // `"0x` and 5 digits, 8 digits, the last 3 digits; the quote at byte 12 to 19.
+    let d = hex16(v << (4 * (16 - digits)));
+    let lo = 0x0078_3022 | (d as u64) << 24;
+    let mid = (d >> 40) as u64;
+    let tail = (d >> 104) as u64;
+    let q = 3 + digits;
+    let (mid, tail) = if q < 16 {
+        (mid & !(0xff << (8 * (q - 8))) | 0x22 << (8 * (q - 8)), tail)
     } else {
-        // `"0x` and 5 digits, 8 digits, the last 3 digits; the quote at byte 12 to 19.
-        let d = hex16(v << (4 * (16 - digits)));
-        let lo = 0x0078_3022 | (d as u64) << 24;
-        let mid = (d >> 40) as u64;
-        let tail = (d >> 104) as u64;
-        let q = 3 + digits;
-        let (mid, tail) = if q < 16 {
-            (mid & !(0xff << (8 * (q - 8))) | 0x22 << (8 * (q - 8)), tail)
-        } else {
-            (
-                mid,
-                tail & !(0xff << (8 * (q - 16))) | 0x22 << (8 * (q - 16)),
-            )
-        };
-        l.extend_from_slice(&(lo as u128 | (mid as u128) << 64).to_le_bytes());
-        l.extend_from_slice(&tail.to_le_bytes());
-    }
+        (
+            mid,
+            tail & !(0xff << (8 * (q - 16))) | 0x22 << (8 * (q - 16)),
+        )
+    };
+    l.extend_from_slice(&(lo as u128 | (mid as u128) << 64).to_le_bytes());
+    l.extend_from_slice(&tail.to_le_bytes());
     l.truncate(n + 4 + digits);
 }
 
