@@ -194,6 +194,17 @@ fn prescan_wants(rec: &EventRecord<'_>) -> bool {
         || crate::schema::registry::Learner::is_metadata(rec)
 }
 
+/// [`prescan_wants`] from a record's head alone (the same answer).
+fn prescan_wants_head(h: &crate::etl::record::Head) -> bool {
+    let kernel = h.header_type.is_kernel();
+    (kernel && h.provider == stacks::STACKWALK_GUID)
+        || (kernel && h.hook_id.is_some_and(|k| k >> 8 == 0x05))
+        || (h.header_type.is_classic()
+            && (h.provider == crate::schema::builtin::kernel_mof::KTC_SYS_CONFIG
+                || h.provider == crate::schema::tdh::METADATA_CLASS))
+        || (h.header_type.is_event_header() && h.id == 0xFFFE && h.opcode == 254)
+}
+
 /// The on-disk markers of an EventSource manifest chunk (a schema fact, kept in `schema::registry`).
 pub use crate::schema::registry::is_eventsource_manifest;
 
@@ -260,7 +271,7 @@ impl Decoder {
             stacks: stacks::Collected,
             other: Vec<EventRecord<'static>>,
         }
-        let (picked, _) = file.par_map_buffers(|p: &mut Picked, r| {
+        let (picked, _) = file.par_map_buffers_where(prescan_wants_head, |p: &mut Picked, r| {
             if !p.stacks.observe(&r.event) && prescan_wants(&r.event) {
                 p.other.push(r.event.to_owned_record());
             }

@@ -808,6 +808,19 @@ impl EtlFile {
         T: Default + Send,
         F: Fn(&mut T, &Record<'_>) + Sync + Send,
     {
+        self.par_map_buffers_where(|_| true, f)
+    }
+
+    /// As [`EtlFile::par_map_buffers`], for a pass that wants few records: a record whose
+    /// [`record::Head`] `wanted` refuses is counted and passed over without being built (records
+    /// that [`record::head`] cannot read so are built and handed to `f` whatever `wanted` says).
+    /// The walk meets the same records and the same errors as a full walk.
+    pub fn par_map_buffers_where<T, W, F>(&self, wanted: W, f: F) -> (Vec<T>, ReadSummary)
+    where
+        T: Default + Send,
+        W: Fn(&record::Head) -> bool + Sync + Send,
+        F: Fn(&mut T, &Record<'_>) + Sync + Send,
+    {
         let noted = FirstTimestamps::new(self.buffers.len());
         let (results, summaries): (Vec<T>, Vec<ReadSummary>) = self
             .buffers
@@ -818,10 +831,7 @@ impl EtlFile {
                 let data = self.read_buffer(b, space, &mut s);
                 self.note_first_timestamp(b, data, &noted);
                 if let Some(data) = data {
-                    let _ = self.walk_buffer(b, data, &mut s, &mut |r| {
-                        f(&mut t, r);
-                        ControlFlow::Continue(())
-                    });
+                    self.walk_buffer_where(b, data, &mut s, &wanted, &mut |r| f(&mut t, r));
                 }
                 (t, s)
             })
@@ -831,6 +841,59 @@ impl EtlFile {
             .into_iter()
             .fold(self.start_summary(), ReadSummary::merge);
         (results, s)
+    }
+
+    /// [`EtlFile::walk_buffer`], passing over the records whose head `wanted` refuses.
+    fn walk_buffer_where<'d>(
+        &self,
+        b: &BufferInfo,
+        data: &'d [u8],
+        summary: &mut ReadSummary,
+        wanted: &dyn Fn(&record::Head) -> bool,
+        f: &mut dyn FnMut(&Record<'d>),
+    ) {
+        let ctx = self.context(b);
+        let mut pos = BUFFER_HEADER_SIZE;
+        let mut prev_ts = b.header.timestamp;
+        loop {
+            if let Ok(Some((ht, size))) = record::peek(data, pos) {
+                if let Some(h) = record::head(data, pos, ht, size) {
+                    if !wanted(&h) {
+                        summary.records += 1;
+                        prev_ts = h.raw_timestamp;
+                        pos += crate::event::align8(size);
+                        continue;
+                    }
+                }
+            }
+            match record::parse(data, pos, &ctx, prev_ts) {
+                Ok(Next::End) => break,
+                Ok(Next::Record(event, size, next)) => {
+                    prev_ts = event.raw_timestamp;
+                    summary.records += 1;
+                    f(&Record {
+                        event,
+                        raw: &data[pos..pos + size],
+                        buffer_index: b.index,
+                        offset: pos,
+                    });
+                    pos = next;
+                }
+                Err(e) => {
+                    summary.bad_records += 1;
+                    summary.issue(ReadIssue {
+                        file_offset: b.file_offset,
+                        buffer_index: Some(b.index),
+                        record_offset: Some(pos),
+                        reason: format!(
+                            "{e}; rest of the buffer ({} bytes) skipped",
+                            data.len() - pos
+                        ),
+                    });
+                    break;
+                }
+            }
+        }
     }
 
     /// The raw timestamp of the first record of a buffer (records never go back in time within a
