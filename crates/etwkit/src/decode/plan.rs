@@ -43,7 +43,13 @@ pub struct Plan {
     pub(crate) fields: Vec<PlanField>,
     /// The schema's names, shared by every decoded event (no allocation per record).
     pub(crate) names: PlanNames,
+    /// Unique to this plan in the process (never 0, never reused): with the provider, it says
+    /// which names a record decoded with it shows (see `EventView::names_id`).
+    pub(crate) id: u64,
 }
+
+/// The next [`Plan::id`].
+static PLAN_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 #[derive(Debug, Default)]
 pub(crate) struct PlanNames {
@@ -80,6 +86,7 @@ impl Plan {
         }
         Plan {
             fields,
+            id: PLAN_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             names: PlanNames {
                 provider: arc(&schema.provider_name),
                 event: arc(&schema.event_name),

@@ -35,6 +35,9 @@ pub struct EventView<'a, 'r> {
     pub ids: Option<Ids>,
     /// A file path field and its DOS form (JSON `dos_paths`: `{"FileName":"C:\\..."}`).
     pub dos_path: Option<(&'a str, &'a str)>,
+    /// Nonzero when the four names are those of the plan with this id for the record's provider
+    /// (the renderers' caches then need not compare them); 0: unknown.
+    pub(crate) names_id: u64,
 }
 
 impl<'a, 'r> EventView<'a, 'r> {
@@ -87,6 +90,7 @@ impl<'a, 'r> EventView<'a, 'r> {
             layout_pointer_size: None,
             ids: None,
             dos_path: None,
+            names_id: 0,
         }
     }
 }
@@ -208,8 +212,12 @@ impl Decoder {
                             *dos_path = self.dos_path(plan, &ids);
                             let n = &plan.names;
                             let mut v = EventView::bare(rec);
-                            v.provider_name = rec
-                                .traits_provider_name()
+                            let traits = rec.traits_provider_name();
+                            if traits.is_none() {
+                                // The names follow from the plan and the provider alone.
+                                v.names_id = plan.id;
+                            }
+                            v.provider_name = traits
                                 .or(l.provider_name.as_deref())
                                 .or(n.provider.as_deref());
                             v.event_name = n.event.as_deref();

@@ -125,7 +125,7 @@ impl EtlFile {
             r.end_offset = b.file_offset + b.header.buffer_size as u64;
             if let Some(data) = self.read_buffer(b, space, &mut r.summary) {
                 // Rendered text is a few times the binary (hex payloads, names).
-                r.bytes.reserve(data.len() * 4);
+                r.bytes.reserve(data.len() * 8);
                 let Rendered {
                     bytes,
                     recs,

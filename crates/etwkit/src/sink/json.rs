@@ -52,6 +52,8 @@ struct PrefixKey {
 /// The rendered constant part of the lines of one kind of event.
 struct Prefix {
     names: [Option<Box<str>>; 4],
+    /// `EventView::names_id` of the event it was rendered for.
+    names_id: u64,
     text: Vec<u8>,
 }
 
@@ -122,7 +124,9 @@ impl TextCache {
         };
         let names = [v.provider_name, v.event_name, v.task_name, v.opcode_name];
         if let Some(p) = self.prefixes.get(&key) {
-            if p.names.iter().zip(names).all(|(a, b)| a.as_deref() == b) {
+            if (v.names_id != 0 && p.names_id == v.names_id)
+                || p.names.iter().zip(names).all(|(a, b)| a.as_deref() == b)
+            {
                 l.extend_from_slice(&p.text);
                 return;
             }
@@ -136,6 +140,7 @@ impl TextCache {
             key,
             Prefix {
                 names: names.map(|n| n.map(Box::from)),
+                names_id: v.names_id,
                 text: l[start..].to_vec(),
             },
         );
