@@ -485,14 +485,15 @@ pub(crate) fn decode_level<V: PropertyVisitor>(
                 v.field(idx, &f.name);
             }
         }
+        let want = f.referenced || (cur.capture && f.ids != 0);
+        if let (None, false, Dest::Visit(v)) = (n, want, &mut *out) {
+            // The common case, without the call: a plain scalar nobody refers to.
+            if f.fast != Fast::No && fast_visit(f.fast, cur, *v, None) {
+                continue;
+            }
+        }
         match n {
-            None => match one(
-                f,
-                cur,
-                len,
-                out,
-                f.referenced || (cur.capture && f.ids != 0),
-            ) {
+            None => match one(f, cur, len, out, want) {
                 Ok(v) => {
                     nums[idx] = v.as_ref().and_then(Value::as_u64);
                     match if cur.capture { f.ids } else { 0 } {
