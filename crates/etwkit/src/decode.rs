@@ -196,9 +196,8 @@ fn prescan_wants(rec: &EventRecord<'_>) -> bool {
 
 /// [`prescan_wants`] from a record's head alone (the same answer).
 fn prescan_wants_head(h: &crate::etl::record::Head) -> bool {
-    let kernel = h.header_type.is_kernel();
-    (kernel && h.provider == stacks::STACKWALK_GUID)
-        || (kernel && h.hook_id.is_some_and(|k| k >> 8 == 0x05))
+    (h.header_type.is_kernel()
+        && (h.provider == stacks::STACKWALK_GUID || h.hook_id.is_some_and(|k| k >> 8 == 0x05)))
         || (h.header_type.is_classic()
             && (h.provider == crate::schema::builtin::kernel_mof::KTC_SYS_CONFIG
                 || h.provider == crate::schema::tdh::METADATA_CLASS))
