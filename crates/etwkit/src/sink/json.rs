@@ -60,6 +60,17 @@ struct Prefix {
 /// At most this many kinds of events keep their rendered prefix (then the cache starts over).
 const PREFIXES: usize = 4096;
 
+/// 0..100 → its two decimal digits.
+static DIGIT_PAIRS: [[u8; 2]; 100] = {
+    let mut t = [[0u8; 2]; 100];
+    let mut i = 0;
+    while i < 100 {
+        t[i] = [b'0' + (i / 10) as u8, b'0' + (i % 10) as u8];
+        i += 1;
+    }
+    t
+};
+
 /// Caches for rendering timestamps and the constant part of each kind of event's
 /// line (consecutive events mostly share the second and the kind): the state of a
 /// JSON or CSV renderer.
@@ -93,13 +104,25 @@ impl TextCache {
             self.sec_cache = (sec, b);
         }
         l.extend_from_slice(&self.sec_cache.1);
-        let mut digits = [b'.', 0, 0, 0, 0, 0, 0, 0, b'Z'];
-        let mut f = frac;
-        for i in (1..8).rev() {
-            digits[i] = b'0' + (f % 10) as u8;
-            f /= 10;
-        }
-        l.extend_from_slice(&digits);
+        // The 7 digits of the fraction: one, then three pairs.
+        let pair = |n: u32| DIGIT_PAIRS[n as usize];
+        let (a, b, c, d) = (
+            frac / 1_000_000,
+            pair(frac / 10_000 % 100),
+            pair(frac / 100 % 100),
+            pair(frac % 100),
+        );
+        l.extend_from_slice(&[
+            b'.',
+            b'0' + a as u8,
+            b[0],
+            b[1],
+            c[0],
+            c[1],
+            d[0],
+            d[1],
+            b'Z',
+        ]);
     }
 
     /// Appends the constant part of `v`'s line, as `render` writes it: rendered once per kind of
@@ -739,6 +762,9 @@ mod tests {
             132_670_374_579_762_397i64,
             132_670_374_579_762_398,
             132_670_374_589_000_001,
+            132_670_374_570_000_000,
+            132_670_374_579_999_999,
+            132_670_374_570_102_030,
         ] {
             let mut l = Vec::new();
             j.push_timestamp(&mut l, t);
