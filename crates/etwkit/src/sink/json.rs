@@ -640,6 +640,20 @@ static NEEDS_ESCAPE: [bool; 256] = {
     t
 };
 
+/// Whether any of the 4 bytes of `w` needs escaping in JSON or is not ASCII (SWAR, as
+/// [`find_escape`]).
+#[inline]
+fn needs_escape_or_non_ascii(w: u32) -> bool {
+    const LO: u32 = 0x0101_0101;
+    const HI: u32 = 0x8080_8080;
+    let below_space = w.wrapping_sub(LO * 0x20) & !w;
+    let q = w ^ (LO * b'"' as u32);
+    let quote = q.wrapping_sub(LO) & !q;
+    let bs = w ^ (LO * b'\\' as u32);
+    let backslash = bs.wrapping_sub(LO) & !bs;
+    (below_space | quote | backslash | w) & HI != 0
+}
+
 /// Index of the first byte that needs escaping: 8 bytes per step (SWAR: a byte below 0x20, or equal
 /// to `"` or `\\`, sets its high bit in the mask), then byte by byte in the word that has one.
 #[inline]
@@ -704,6 +718,19 @@ pub fn escape_utf16(l: &mut Vec<u8>, units: &[u8]) {
     l.reserve(n + 2);
     l.push(b'"');
     let mut i = 0;
+    // Four units at a time while they are printable ASCII other than `"` and `\`.
+    while i + 4 <= n {
+        let w = u64::from_le_bytes(units[2 * i..2 * i + 8].try_into().expect("8 bytes"));
+        if w & 0xff00_ff00_ff00_ff00 != 0 {
+            break;
+        }
+        let c = (w & 0xff) | (w >> 8 & 0xff00) | (w >> 16 & 0xff_0000) | (w >> 24 & 0xff00_0000);
+        if needs_escape_or_non_ascii(c as u32) {
+            break;
+        }
+        l.extend_from_slice(&(c as u32).to_le_bytes());
+        i += 4;
+    }
     while i < n {
         let (lo, hi) = (units[2 * i], units[2 * i + 1]);
         if hi != 0 || NEEDS_ESCAPE[lo as usize] || lo >= 0x80 {
@@ -787,6 +814,11 @@ mod escape_tests {
             "",
             "ünïcødé ✓",
             "ascii then ü and \"quotes\"",
+            "abcdefgh\"ijklmnop",
+            "abcdefghü",
+            "abc\u{1}defgh",
+            "abcd\\efghijklmnopqrstuvwxyz",
+            "abcd\u{7f}\u{80}efgh",
         ] {
             let mut l = Vec::new();
             super::escape(&mut l, s);
