@@ -52,6 +52,14 @@ pub(crate) fn trim_nuls(mut b: &[u8]) -> &[u8] {
 pub(crate) fn cstr16<'a>(cur: &mut Cursor<'a>) -> &'a [u8] {
     let rest = &cur.d[cur.pos.min(cur.d.len())..];
     let mut i = 0;
+    // Four units at a time while none is 0 (SWAR: a zero 16-bit lane sets its top bit).
+    while i + 8 <= rest.len() {
+        let w = u64::from_le_bytes(rest[i..i + 8].try_into().expect("8 bytes"));
+        if w.wrapping_sub(0x0001_0001_0001_0001) & !w & 0x8000_8000_8000_8000 != 0 {
+            break;
+        }
+        i += 8;
+    }
     while i + 1 < rest.len() {
         if rest[i] == 0 && rest[i + 1] == 0 {
             cur.pos += i + 2;
