@@ -182,7 +182,7 @@ pub fn header_size(ht: HeaderType) -> usize {
 
 /// Parses the record at `pos` of a buffer's valid bytes. `prev_timestamp` is used for MESSAGE records
 /// that carry no timestamp.
-#[inline]
+#[inline(always)]
 pub fn parse<'a>(
     buf: &'a [u8],
     pos: usize,
