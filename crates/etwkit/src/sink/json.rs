@@ -194,11 +194,11 @@ impl JsonRender {
         num_or_null(l, b",\"pid\":", v.pid());
         num_or_null(l, b",\"tid\":", v.tid());
         l.extend_from_slice(b",\"cpu\":");
-        l.extend_from_slice(n.format(e.cpu).as_bytes());
+        push_dec(l, e.cpu as u64);
         l.extend_from_slice(b",\"header_type\":\"");
         l.extend_from_slice(e.header_type.name().as_bytes());
         l.extend_from_slice(b"\",\"pointer_size\":");
-        l.extend_from_slice(n.format(e.pointer_size).as_bytes());
+        push_dec(l, e.pointer_size as u64);
         l.extend_from_slice(b",\"activity_id\":\"");
         if e.activity_id.is_zero() {
             l.extend_from_slice(ZERO_GUID);
@@ -360,8 +360,7 @@ impl PropertyVisitor for JsonProps<'_> {
     }
     #[inline]
     fn unsigned(&mut self, v: u64) {
-        self.out
-            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+        push_dec(self.out, v);
     }
     #[inline]
     fn signed(&mut self, v: i64) {
@@ -429,15 +428,13 @@ impl PropertyVisitor for JsonProps<'_> {
         let _ = write!(self.out, "\"{v}\"");
     }
     fn port(&mut self, v: u16) {
-        self.out
-            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+        push_dec(self.out, v as u64);
     }
     fn socket_address(&mut self, v: std::net::SocketAddr) {
         let _ = write!(self.out, "\"{v}\"");
     }
     fn win32_error(&mut self, v: u32) {
-        self.out
-            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+        push_dec(self.out, v as u64);
     }
     fn ntstatus(&mut self, v: u32) {
         let _ = write!(self.out, "\"0x{v:08x}\"");
@@ -614,6 +611,27 @@ fn num_or_null(l: &mut Vec<u8>, key: &[u8], v: u32) {
     if v == u32::MAX {
         l.extend_from_slice(b"null");
     } else {
+        push_dec(l, v as u64);
+    }
+}
+
+/// Appends `v` in decimal: up to 4 digits from a table with fixed-size writes (no `memcpy`
+/// call), more through `itoa`.
+#[inline]
+pub(crate) fn push_dec(l: &mut Vec<u8>, v: u64) {
+    if v < 10 {
+        l.push(b'0' + v as u8);
+    } else if v < 100 {
+        l.extend_from_slice(&DIGIT_PAIRS[v as usize]);
+    } else if v < 10_000 {
+        let (hi, lo) = (DIGIT_PAIRS[v as usize / 100], DIGIT_PAIRS[v as usize % 100]);
+        let w = u32::from_le_bytes([hi[0], hi[1], lo[0], lo[1]]);
+        // Three digits: the leading '0' shifted out.
+        let skip = (v < 1000) as usize;
+        let n = l.len();
+        l.extend_from_slice(&(w >> (8 * skip)).to_le_bytes());
+        l.truncate(n + 4 - skip);
+    } else {
         l.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
     }
 }
@@ -783,6 +801,11 @@ mod tests {
             let mut l = b"x".to_vec();
             push_quoted_hex_u64(&mut l, v);
             assert_eq!(String::from_utf8(l).unwrap(), format!("x\"0x{v:x}\""));
+        }
+        for v in (0..12_000u64).chain([99_999, 100_000, u32::MAX as u64, u64::MAX]) {
+            let mut l = b"x".to_vec();
+            push_dec(&mut l, v);
+            assert_eq!(String::from_utf8(l).unwrap(), format!("x{v}"));
         }
         let mut j = TextCache::default();
         for t in [
