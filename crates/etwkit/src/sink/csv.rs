@@ -91,8 +91,8 @@ fn csv_prefix(l: &mut Vec<u8>, v: &EventView<'_, '_>) {
     l.push(b',');
 }
 
-fn num(out: &mut Vec<u8>, v: impl itoa::Integer) {
-    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+fn num(out: &mut Vec<u8>, v: impl Into<u64>) {
+    super::json::push_dec(out, v.into());
 }
 
 /// A pid or tid: empty when the record carries none.
@@ -124,7 +124,7 @@ impl Render for CsvRender {
             push_guid(l, &e.activity_id);
         }
         l.push(b',');
-        num(l, e.payload.len());
+        num(l, e.payload.len() as u64);
         l.push(b',');
         match v.properties_json {
             // An object with members always holds quotes.
