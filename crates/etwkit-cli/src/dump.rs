@@ -93,6 +93,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let registry = decoder.map(|d| d.registry()).unwrap_or(&registry);
     let filter = a.filter.to_filter(f.header().start_time, registry)?;
     let unknown = a.filter.unknown_providers(registry);
+    let keep_all = filter.is_empty();
     let format: Format = a.format.into();
     let stdout = std::io::stdout().lock();
     let mut lines = etwkit::sink::Lines::new(
@@ -116,10 +117,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             )
         },
         |(renderer, scratch), r, out| {
-            let keep = match decoder {
-                Some(d) => d.matches(&filter, r),
-                None => filter.matches(r),
-            };
+            let keep = keep_all
+                || match decoder {
+                    Some(d) => d.matches(&filter, r),
+                    None => filter.matches(r),
+                };
             if !keep {
                 return false;
             }

@@ -194,6 +194,16 @@ fn prescan_wants(rec: &EventRecord<'_>) -> bool {
         || crate::schema::registry::Learner::is_metadata(rec)
 }
 
+/// [`prescan_wants`] from a record's head alone (the same answer).
+fn prescan_wants_head(h: &crate::etl::record::Head) -> bool {
+    (h.header_type.is_kernel()
+        && (h.provider == stacks::STACKWALK_GUID || h.hook_id.is_some_and(|k| k >> 8 == 0x05)))
+        || (h.header_type.is_classic()
+            && (h.provider == crate::schema::builtin::kernel_mof::KTC_SYS_CONFIG
+                || h.provider == crate::schema::tdh::METADATA_CLASS))
+        || (h.header_type.is_event_header() && h.id == 0xFFFE && h.opcode == 254)
+}
+
 /// The on-disk markers of an EventSource manifest chunk (a schema fact, kept in `schema::registry`).
 pub use crate::schema::registry::is_eventsource_manifest;
 
@@ -251,27 +261,23 @@ impl Decoder {
         file: &crate::etl::EtlFile,
     ) -> (Decoder, crate::schema::registry::LearnSummary) {
         let mut learner = crate::schema::registry::Learner::default();
-        let mut index = stacks::StackIndex::new();
         let mut threads = threads::ThreadTable::new();
         let mut volumes = paths::VolumeMap::default();
-        // The records the pre-scan needs are few: pick them out on every core, then feed them in
-        // file order.
-        type Picked = Vec<(usize, usize, EventRecord<'static>)>;
-        let (mut picked, _) = file.par_fold(
-            Picked::new,
-            |v: &mut Picked, r| {
-                if prescan_wants(&r.event) {
-                    v.push((r.buffer_index, r.offset, r.event.to_owned_record()));
-                }
-            },
-            |mut a, mut b| {
-                a.append(&mut b);
-                a
-            },
-        );
-        picked.sort_unstable_by_key(|p| (p.0, p.1));
-        for (_, _, e) in &picked {
-            if !index.observe(e) && !threads.observe(e) && !volumes.observe(e) {
+        // The records the pre-scan needs are few: pick them out on every core (StackWalk events
+        // parsed there), then feed them in file order.
+        #[derive(Default)]
+        struct Picked {
+            stacks: stacks::Collected,
+            other: Vec<EventRecord<'static>>,
+        }
+        let (picked, _) = file.par_map_buffers_where(prescan_wants_head, |p: &mut Picked, r| {
+            if !p.stacks.observe(&r.event) && prescan_wants(&r.event) {
+                p.other.push(r.event.to_owned_record());
+            }
+        });
+        let index = stacks::StackIndex::from_collected(picked.iter().map(|p| &p.stacks));
+        for e in picked.iter().flat_map(|p| &p.other) {
+            if !threads.observe(e) && !volumes.observe(e) {
                 learner.observe(e);
             }
         }
@@ -712,12 +718,34 @@ impl Decoder {
 /// The stack of `rec`: its EVENT_HEADER stack item, with kernel StackWalk frames from `index`
 /// appended (either alone when only one exists).
 pub fn record_stack(rec: &EventRecord<'_>, index: Option<&stacks::StackIndex>) -> Option<Stack> {
-    let walked = index.and_then(|i| i.stack_for(rec));
-    match (rec.stack(), walked) {
-        (Some(mut own), Some(w)) => {
-            own.addresses.extend(w.addresses);
-            Some(own)
+    let mut st = Stack {
+        match_id: 0,
+        addresses: Vec::new(),
+    };
+    record_stack_into(rec, index, &mut 0, &mut st).then_some(st)
+}
+
+/// [`record_stack`] into `out` (its space reused; left as it was when there is no stack);
+/// `hint` as [`stacks::StackIndex::stack_into`] takes it.
+pub(crate) fn record_stack_into(
+    rec: &EventRecord<'_>,
+    index: Option<&stacks::StackIndex>,
+    hint: &mut usize,
+    out: &mut Stack,
+) -> bool {
+    let own = if rec.ext.is_empty() {
+        None
+    } else {
+        rec.stack()
+    };
+    let has_own = own.is_some();
+    match own {
+        Some(own) => *out = own,
+        None => {
+            out.match_id = 0;
+            out.addresses.clear();
         }
-        (own, w) => own.or(w),
     }
+    let walked = index.is_some_and(|i| i.stack_into(rec, hint, &mut out.addresses));
+    has_own || walked
 }

@@ -6,7 +6,7 @@ mod common;
 
 use std::ops::ControlFlow;
 
-use etwkit::decode::stacks::{parse_stackwalk, StackIndex, StackJoiner, STACKWALK_GUID};
+use etwkit::decode::stacks::{parse_stackwalk, Collected, StackIndex, StackJoiner, STACKWALK_GUID};
 use etwkit::etl::{EtlFile, Order};
 
 #[test]
@@ -147,4 +147,56 @@ fn decoder_for_file_exposes_stacks() {
     let j = sample_json.unwrap();
     assert_eq!(j["stack"]["addresses"][0], 0xffff_ffff_ffd0_3003u64);
     assert!(total > 179_000);
+}
+
+#[test]
+fn index_built_from_collected_buffers_equals_the_observed_index_on_every_sample() {
+    let Some(files) = common::all_samples(
+        "index_built_from_collected_buffers_equals_the_observed_index_on_every_sample",
+    ) else {
+        return;
+    };
+    let mut stacks_seen = 0;
+    for path in files {
+        let file = EtlFile::open(&path).unwrap();
+        // One index observing every record in file order; one built from each buffer's
+        // StackWalk events, collected on their own (as the pre-scan does on every core).
+        let mut observed = StackIndex::new();
+        let mut collected: Vec<Collected> = Vec::new();
+        let mut last_buffer = usize::MAX;
+        file.for_each(Order::File, |r| {
+            observed.observe(&r.event);
+            if r.buffer_index != last_buffer {
+                collected.push(Collected::default());
+                last_buffer = r.buffer_index;
+            }
+            collected.last_mut().unwrap().observe(&r.event);
+            ControlFlow::Continue(())
+        });
+        let built = StackIndex::from_collected(&collected);
+        assert_eq!(
+            (built.stackwalk_events(), built.keys_defined()),
+            (observed.stackwalk_events(), observed.keys_defined()),
+            "{}",
+            path.display()
+        );
+        // Every record asked for in time order with one moving hint, as a dump thread does.
+        let mut hint = 0;
+        let mut differ = 0;
+        file.for_each(Order::Time, |r| {
+            let want = observed.stack_for(&r.event);
+            let mut got = Vec::new();
+            let found = built.stack_into(&r.event, &mut hint, &mut got);
+            stacks_seen += found as usize;
+            if want.map(|s| s.addresses) != found.then_some(got)
+                || built.owner_at(r.event.raw_timestamp) != observed.owner_at(r.event.raw_timestamp)
+            {
+                differ += 1;
+            }
+            ControlFlow::Continue(())
+        });
+        assert_eq!(differ, 0, "{}: {differ} records differ", path.display());
+    }
+    // The samples with kernel stacks (perfview_net.4.5.2.x64, 4.5.x86) have thousands.
+    assert!(stacks_seen > 20_000, "{stacks_seen}");
 }

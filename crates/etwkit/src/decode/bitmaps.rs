@@ -24,20 +24,20 @@ pub(crate) struct MapRef<'a> {
 }
 
 pub(crate) fn map_name(m: MapRef<'_>, v: u64) -> Option<String> {
+    map_name_ref(m, v).map(|n| n.into_owned())
+}
+
+/// [`map_name`], borrowing the name from the map when it is one entry's name (a value map, a
+/// bitmap value with one flag set): no allocation in the common case.
+pub(crate) fn map_name_ref(m: MapRef<'_>, v: u64) -> Option<std::borrow::Cow<'_, str>> {
+    use std::borrow::Cow;
     let map = m.map;
-    if !map.is_bitmap {
+    if !map.is_bitmap || v == 0 {
         return map
             .entries
             .iter()
             .find(|(k, _)| *k == v)
-            .map(|(_, n)| n.clone());
-    }
-    if v == 0 {
-        return map
-            .entries
-            .iter()
-            .find(|(k, _)| *k == 0)
-            .map(|(_, n)| n.clone());
+            .map(|(_, n)| Cow::Borrowed(n.as_str()));
     }
     let mut names: Vec<(u64, &str)> = Vec::new();
     let mut left = v;
@@ -63,6 +63,9 @@ pub(crate) fn map_name(m: MapRef<'_>, v: u64) -> Option<String> {
     if names.is_empty() {
         return None;
     }
+    if let ([(_, one)], 0) = (names.as_slice(), left) {
+        return Some(Cow::Borrowed(one));
+    }
     // Ascending value order, whatever order the map lists its entries in.
     names.sort_by_key(|e| e.0);
     let sep = if m.dotnet { ", " } else { "|" };
@@ -76,5 +79,5 @@ pub(crate) fn map_name(m: MapRef<'_>, v: u64) -> Option<String> {
     if left != 0 {
         let _ = write!(s, "{sep}0x{left:x}");
     }
-    Some(s)
+    Some(Cow::Owned(s))
 }

@@ -43,7 +43,13 @@ pub struct Plan {
     pub(crate) fields: Vec<PlanField>,
     /// The schema's names, shared by every decoded event (no allocation per record).
     pub(crate) names: PlanNames,
+    /// Unique to this plan in the process (never 0, never reused): with the provider, it says
+    /// which names a record decoded with it shows (see `EventView::names_id`).
+    pub(crate) id: u64,
 }
+
+/// The next [`Plan::id`].
+static PLAN_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 #[derive(Debug, Default)]
 pub(crate) struct PlanNames {
@@ -80,6 +86,7 @@ impl Plan {
         }
         Plan {
             fields,
+            id: PLAN_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             names: PlanNames {
                 provider: arc(&schema.provider_name),
                 event: arc(&schema.event_name),
@@ -478,14 +485,15 @@ pub(crate) fn decode_level<V: PropertyVisitor>(
                 v.field(idx, &f.name);
             }
         }
+        let want = f.referenced || (cur.capture && f.ids != 0);
+        if let (None, false, Dest::Visit(v)) = (n, want, &mut *out) {
+            // The common case, without the call: a plain scalar nobody refers to.
+            if f.fast != Fast::No && fast_visit(f.fast, cur, *v, None) {
+                continue;
+            }
+        }
         match n {
-            None => match one(
-                f,
-                cur,
-                len,
-                out,
-                f.referenced || (cur.capture && f.ids != 0),
-            ) {
+            None => match one(f, cur, len, out, want) {
                 Ok(v) => {
                     nums[idx] = v.as_ref().and_then(Value::as_u64);
                     match if cur.capture { f.ids } else { 0 } {
@@ -535,9 +543,7 @@ pub(crate) fn decode_level<V: PropertyVisitor>(
                     // Plain numbers straight from the bytes, in one tight loop; an element that
                     // runs past the payload is left to the general loop, which reports it.
                     if f.fast != Fast::No {
-                        while first < n && fast_visit(f.fast, cur, *v, Some(first)) {
-                            first += 1;
-                        }
+                        first = fast_array(f.fast, cur, *v, n);
                     }
                 }
                 for i in first..n {
@@ -603,9 +609,21 @@ pub(crate) fn one<V: PropertyVisitor>(
             Dest::Measure => decode_level(members, cur, &mut Dest::<V>::Measure).map(|()| None),
         };
     }
-    if let (Dest::Visit(v), false) = (&mut *out, want) {
-        if f.fast != Fast::No && fast_visit(f.fast, cur, *v, None) {
-            return Ok(None);
+    if let Dest::Visit(v) = &mut *out {
+        if !want {
+            if f.fast != Fast::No && fast_visit(f.fast, cur, *v, None) {
+                return Ok(None);
+            }
+        } else if let Some(x) = fast_unsigned(f.fast, cur) {
+            // A count, length or id others need: the value `build_value` makes, visited as
+            // it would be.
+            let value = match f.fast {
+                Fast::Hex(_) => Value::Hex(x),
+                Fast::Ptr => Value::Pointer(x),
+                _ => Value::U64(x),
+            };
+            value.visit(*v);
+            return Ok(Some(value));
         }
     }
     let b = span(f.in_type, f.out_type, cur, len).map_err(|reason| Fail {
@@ -685,6 +703,76 @@ fn fast_visit<V: PropertyVisitor>(
     true
 }
 
+/// The value of an unsigned [`Fast`] field (decimal, hex or pointer), the cursor moved past it;
+/// `None` (cursor unmoved) for other fields and when its bytes run past the payload.
+#[inline]
+fn fast_unsigned(fast: Fast, cur: &mut Cursor<'_>) -> Option<u64> {
+    let w = match fast {
+        Fast::Dec(w) | Fast::Hex(w) => w,
+        Fast::Ptr => 0,
+        _ => return None,
+    };
+    let w = if w == 0 { cur.ptr as usize } else { w as usize };
+    let b = cur.d.get(cur.pos..cur.pos + w)?;
+    cur.pos += w;
+    Some(le(b))
+}
+
+/// The elements of an array of [`Fast`] fields handed to `v` (each announced with `element`)
+/// while whole ones remain in the payload; returns how many. Fixed-width elements are read in
+/// one loop over their bytes, the kind and width settled once.
+#[inline]
+fn fast_array<V: PropertyVisitor>(fast: Fast, cur: &mut Cursor<'_>, v: &mut V, n: u64) -> u64 {
+    let w = match fast {
+        Fast::Dec(w) | Fast::SDec(w) | Fast::Hex(w) => w,
+        Fast::Ptr => 0,
+        Fast::Utf16Z | Fast::No => {
+            let mut i = 0;
+            while i < n && fast_visit(fast, cur, v, Some(i)) {
+                i += 1;
+            }
+            return i;
+        }
+    };
+    let w = if w == 0 { cur.ptr as usize } else { w as usize };
+    let whole = (cur.d.len().saturating_sub(cur.pos) / w) as u64;
+    let m = n.min(whole);
+    let bytes = &cur.d[cur.pos..cur.pos + m as usize * w];
+    cur.pos += bytes.len();
+    match (fast, w) {
+        (Fast::Ptr, 4) => elements(bytes, 4, v, |v, c| {
+            v.pointer(u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u64)
+        }),
+        (Fast::Ptr, _) => elements(bytes, w, v, |v, c| v.pointer(le(c))),
+        (Fast::Hex(_), _) => elements(bytes, w, v, |v, c| v.hex(le(c))),
+        (Fast::SDec(_), _) => elements(bytes, w, v, |v, c| {
+            let x = le(c);
+            v.signed(match w {
+                1 => x as u8 as i8 as i64,
+                2 => x as u16 as i16 as i64,
+                4 => x as u32 as i32 as i64,
+                _ => x as i64,
+            })
+        }),
+        _ => elements(bytes, w, v, |v, c| v.unsigned(le(c))),
+    }
+    m
+}
+
+/// Each `w`-byte element of `bytes`, announced to `v` and handed to `f`.
+#[inline(always)]
+fn elements<V: PropertyVisitor>(
+    bytes: &[u8],
+    w: usize,
+    v: &mut V,
+    mut f: impl FnMut(&mut V, &[u8]),
+) {
+    for (i, c) in bytes.chunks_exact(w).enumerate() {
+        v.element(i as u64);
+        f(v, c);
+    }
+}
+
 /// Hands a scalar to `v` as `build_value(..).visit(..)` would, without building strings and byte
 /// vectors for text and binaries.
 pub(crate) fn visit_scalar<V: PropertyVisitor>(
@@ -695,6 +783,27 @@ pub(crate) fn visit_scalar<V: PropertyVisitor>(
     len: Option<u64>,
     v: &mut V,
 ) {
+    // A named integer: the map's own name, not a copy of it in a value.
+    if let Some(m) = map {
+        if matches!(
+            in_t,
+            it::INT8
+                | it::UINT8
+                | it::INT16
+                | it::UINT16
+                | it::INT32
+                | it::UINT32
+                | it::INT64
+                | it::UINT64
+                | it::BOOLEAN
+        ) {
+            let u = le(b);
+            return match super::bitmaps::map_name_ref(m, u) {
+                Some(name) => v.mapped(u, &name),
+                None => build_value(in_t, out, None, b, len).visit(v),
+            };
+        }
+    }
     match in_t {
         it::UNICODESTRING if len.is_none() => v.utf16(b),
         it::UNICODESTRING

@@ -13,10 +13,18 @@ use super::plan::Cursor;
 use super::Value;
 
 pub(crate) fn utf16(b: &[u8]) -> String {
-    let units = b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
-    char::decode_utf16(units)
-        .map(|r| r.unwrap_or('\u{FFFD}'))
-        .collect()
+    // ASCII (most names and paths) byte by byte; from the first other unit on, a real decoder.
+    let ascii = b
+        .chunks_exact(2)
+        .position(|c| c[1] != 0 || c[0] >= 0x80)
+        .unwrap_or(b.len() / 2);
+    let mut s = String::with_capacity(b.len() / 2);
+    s.extend(b[..2 * ascii].chunks_exact(2).map(|c| c[0] as char));
+    let units = b[2 * ascii..]
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]));
+    s.extend(char::decode_utf16(units).map(|r| r.unwrap_or('\u{FFFD}')));
+    s
 }
 
 pub(crate) fn ansi(b: &[u8]) -> String {
@@ -44,6 +52,14 @@ pub(crate) fn trim_nuls(mut b: &[u8]) -> &[u8] {
 pub(crate) fn cstr16<'a>(cur: &mut Cursor<'a>) -> &'a [u8] {
     let rest = &cur.d[cur.pos.min(cur.d.len())..];
     let mut i = 0;
+    // Four units at a time while none is 0 (SWAR: a zero 16-bit lane sets its top bit).
+    while i + 8 <= rest.len() {
+        let w = u64::from_le_bytes(rest[i..i + 8].try_into().expect("8 bytes"));
+        if w.wrapping_sub(0x0001_0001_0001_0001) & !w & 0x8000_8000_8000_8000 != 0 {
+            break;
+        }
+        i += 8;
+    }
     while i + 1 < rest.len() {
         if rest[i] == 0 && rest[i + 1] == 0 {
             cur.pos += i + 2;

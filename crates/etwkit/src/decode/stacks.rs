@@ -180,6 +180,131 @@ pub struct StackIndex {
     seen: Vec<u64>,
     keys: KeyTable,
     stacks: usize,
+    /// Stacks assembled ahead from a whole file's StackWalk events ([`StackIndex::from_collected`]).
+    table: Table,
+}
+
+/// Whole stacks, assembled once: what a file's pre-scan leaves for lookups without allocation.
+#[derive(Clone, Debug, Default)]
+struct Table {
+    /// The event timestamp of each entry, ascending.
+    ts: Vec<i64>,
+    entries: Vec<TableEntry>,
+    /// Every entry's frames, one after the other.
+    frames: Vec<u64>,
+}
+
+impl Table {
+    /// The entries of event timestamp `t`, searched from `hint` (where the last search ended:
+    /// a forward search that doubles its step, else a binary search); `hint` is left at the end.
+    fn find(&self, t: i64, hint: &mut usize) -> std::ops::Range<usize> {
+        let ts = &self.ts;
+        let mut i = (*hint).min(ts.len());
+        if i > 0 && ts[i - 1] >= t {
+            i = ts[..i].partition_point(|&x| x < t);
+        } else if i < ts.len() && ts[i] < t {
+            let mut step = 1;
+            while i + step < ts.len() && ts[i + step] < t {
+                i += step;
+                step *= 2;
+            }
+            let end = (i + step + 1).min(ts.len());
+            i += ts[i..end].partition_point(|&x| x < t);
+        }
+        let mut j = i;
+        while j < ts.len() && ts[j] == t {
+            j += 1;
+        }
+        *hint = j;
+        i..j
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct TableEntry {
+    process: u32,
+    thread: u32,
+    frames: (u32, u32),
+}
+
+/// A stack part as [`Collected`] keeps it: frames in its arena, or a key.
+#[derive(Clone, Copy, Debug)]
+enum PartRef {
+    Frames(u32, u32),
+    Key(u64),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct CollectedPart {
+    event_timestamp: i64,
+    thread: u32,
+    process: u32,
+    /// Raw timestamp of the StackWalk record.
+    raw_timestamp: i64,
+    part: PartRef,
+}
+
+/// The StackWalk events of one stretch of a file (one buffer, say), collected without building
+/// an index: [`StackIndex::from_collected`] makes the index of several, in file order. Collecting
+/// runs on many threads at once; the index is built once.
+#[derive(Clone, Debug, Default)]
+pub struct Collected {
+    parts: Vec<CollectedPart>,
+    frames: Vec<u64>,
+    /// Key definitions (KeyCreate/KeyRundown): (raw timestamp, key, frames).
+    key_defs: Vec<(i64, u64, Vec<u64>)>,
+}
+
+impl Collected {
+    /// Takes a StackWalk event (stack, stack-key reference or key definition); returns whether
+    /// `rec` was one (as [`StackIndex::observe`]).
+    pub fn observe(&mut self, rec: &EventRecord<'_>) -> bool {
+        if !is_stackwalk(rec) {
+            return false;
+        }
+        if let Some((k, frames)) = parse_key_definition(rec) {
+            self.key_defs.push((rec.raw_timestamp, k, frames));
+            return true;
+        }
+        let op = rec.descriptor.opcode;
+        if !matches!(
+            op,
+            OPCODE_STACK | OPCODE_STACK_KEY_KERNEL | OPCODE_STACK_KEY_USER
+        ) {
+            return true;
+        }
+        // As `parse_stackwalk`, the frames going to the arena.
+        let p = &rec.payload;
+        let w = if rec.pointer_size == 4 { 4 } else { 8 };
+        let head = || -> Option<(i64, u32, u32)> {
+            Some((
+                i64::from_le_bytes(p.get(0..8)?.try_into().ok()?),
+                u32::from_le_bytes(p.get(8..12)?.try_into().ok()?),
+                u32::from_le_bytes(p.get(12..16)?.try_into().ok()?),
+            ))
+        };
+        let Some((event_timestamp, process, thread)) = head() else {
+            return true;
+        };
+        let part = if op == OPCODE_STACK {
+            let from = self.frames.len() as u32;
+            self.frames.extend(ptrs(&p[16..], w));
+            PartRef::Frames(from, self.frames.len() as u32)
+        } else {
+            match p.get(16..16 + w).and_then(|k| ptrs(k, w).next()) {
+                Some(k) => PartRef::Key(k),
+                None => return true,
+            }
+        };
+        self.parts.push(CollectedPart {
+            event_timestamp,
+            thread,
+            process,
+            raw_timestamp: rec.raw_timestamp,
+            part,
+        });
+        true
+    }
 }
 
 impl StackIndex {
@@ -219,6 +344,120 @@ impl StackIndex {
         true
     }
 
+    /// The index of a file's StackWalk events, collected stretch by stretch (in file order): the
+    /// same stacks as observing every record in file order, assembled once into one table.
+    pub fn from_collected<'c>(stretches: impl IntoIterator<Item = &'c Collected>) -> StackIndex {
+        let stretches: Vec<&Collected> = stretches.into_iter().collect();
+        let mut index = StackIndex::new();
+        for c in &stretches {
+            for (t, k, frames) in &c.key_defs {
+                index
+                    .keys
+                    .defs
+                    .entry(*k)
+                    .or_default()
+                    .push((*t, frames.clone()));
+            }
+        }
+        // Parts by event, thread and raw time; ties stay in file order (the sort is stable), as
+        // `observe` keeps them.
+        // (stretch, position in it, part): file order is the order of the first two.
+        let mut all: Vec<(usize, usize, &CollectedPart)> = stretches
+            .iter()
+            .enumerate()
+            .flat_map(|(i, c)| c.parts.iter().enumerate().map(move |(k, p)| (i, k, p)))
+            .collect();
+        index.stacks = all.len();
+        if all.is_empty() {
+            return index;
+        }
+        all.sort_by_key(|(_, _, p)| (p.event_timestamp, p.thread, p.raw_timestamp));
+        let t = &mut index.table;
+        t.frames
+            .reserve(stretches.iter().map(|c| c.frames.len()).sum());
+        let mut i = 0;
+        while i < all.len() {
+            let (ts, thread) = (all[i].2.event_timestamp, all[i].2.thread);
+            let mut j = i;
+            let from = t.frames.len() as u32;
+            while j < all.len() && (all[j].2.event_timestamp, all[j].2.thread) == (ts, thread) {
+                let (c, _, p) = all[j];
+                match p.part {
+                    PartRef::Frames(a, b) => t
+                        .frames
+                        .extend_from_slice(&stretches[c].frames[a as usize..b as usize]),
+                    PartRef::Key(k) => {
+                        if let Some(f) = index.keys.resolve(k, ts) {
+                            t.frames.extend_from_slice(f);
+                        }
+                    }
+                }
+                j += 1;
+            }
+            // The process of the part met first in the file, as `observe` keeps it.
+            let first = all[i..j]
+                .iter()
+                .min_by_key(|(c, k, _)| (*c, *k))
+                .map_or(0, |(_, _, p)| p.process);
+            t.ts.push(ts);
+            t.entries.push(TableEntry {
+                process: first,
+                thread,
+                frames: (from, t.frames.len() as u32),
+            });
+            i = j;
+        }
+        index
+    }
+
+    /// Appends the frames of the stack taken for `rec` to `out` and returns true, if StackWalk
+    /// events name its timestamp and thread (as [`StackIndex::stack_for`], without allocating
+    /// for stacks of [`StackIndex::from_collected`]). `hint` is where the last lookup ended in
+    /// the table (start at 0): records asked for in time order then move through the table
+    /// instead of searching it.
+    pub fn stack_into(&self, rec: &EventRecord<'_>, hint: &mut usize, out: &mut Vec<u64>) -> bool {
+        if rec.provider == STACKWALK_GUID && rec.header_type.is_kernel() {
+            return false;
+        }
+        let t = &self.table;
+        if !t.ts.is_empty() {
+            let v = &t.entries[t.find(rec.raw_timestamp, hint)];
+            if !v.is_empty() {
+                let e = if rec.tid == u32::MAX {
+                    match v {
+                        [one] => one,
+                        _ => return false,
+                    }
+                } else {
+                    match v.iter().find(|e| e.thread == rec.tid) {
+                        Some(e) => e,
+                        None => return false,
+                    }
+                };
+                out.extend_from_slice(&t.frames[e.frames.0 as usize..e.frames.1 as usize]);
+                return true;
+            }
+        }
+        if self.by_ts.is_empty() {
+            return false;
+        }
+        let b = seen_bit(rec.raw_timestamp);
+        if self
+            .seen
+            .get(b / 64)
+            .is_none_or(|w| w & (1 << (b % 64)) == 0)
+        {
+            return false;
+        }
+        match self.stack_for_observed(rec) {
+            Some(s) => {
+                out.extend_from_slice(&s.addresses);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Number of stack events (opcodes 32, 37, 38) observed.
     pub fn stackwalk_events(&self) -> usize {
         self.stacks
@@ -231,17 +470,16 @@ impl StackIndex {
 
     /// The stack taken for `rec`, if StackWalk events name its timestamp and thread.
     pub fn stack_for(&self, rec: &EventRecord<'_>) -> Option<Stack> {
-        if rec.provider == STACKWALK_GUID && rec.header_type.is_kernel() {
-            return None;
-        }
-        let b = seen_bit(rec.raw_timestamp);
-        if self
-            .seen
-            .get(b / 64)
-            .is_none_or(|w| w & (1 << (b % 64)) == 0)
-        {
-            return None;
-        }
+        let mut addresses = Vec::new();
+        self.stack_into(rec, &mut 0, &mut addresses)
+            .then_some(Stack {
+                match_id: 0,
+                addresses,
+            })
+    }
+
+    /// [`StackIndex::stack_for`] among the stacks observed one by one.
+    fn stack_for_observed(&self, rec: &EventRecord<'_>) -> Option<Stack> {
         let v = self.by_ts.get(&rec.raw_timestamp)?;
         let e = if rec.tid == u32::MAX {
             match v.as_slice() {
@@ -265,6 +503,13 @@ impl StackIndex {
     /// StackProcess/StackThread of the stack taken at `raw_timestamp` when exactly one thread's stack
     /// has it (attributes PERFINFO records, which carry no PID/TID).
     pub fn owner_at(&self, raw_timestamp: i64) -> Option<(u32, u32)> {
+        let r = self.table.find(raw_timestamp, &mut 0);
+        if !r.is_empty() {
+            return match &self.table.entries[r] {
+                [one] => Some((one.process, one.thread)),
+                _ => None,
+            };
+        }
         match self.by_ts.get(&raw_timestamp)?.as_slice() {
             [one] => Some((one.process, one.thread)),
             _ => None,

@@ -12,7 +12,7 @@ use crate::schema::{Registry, SchemaKey};
 
 use super::plan::Plan;
 use super::visit::TextFormat;
-use super::{is_eventsource_manifest, record_stack, DecodedEvent, Decoder, Ids};
+use super::{is_eventsource_manifest, record_stack_into, DecodedEvent, Decoder, Ids};
 
 /// An event and what is known about it, ready to print (every sink takes one).
 pub struct EventView<'a, 'r> {
@@ -35,6 +35,9 @@ pub struct EventView<'a, 'r> {
     pub ids: Option<Ids>,
     /// A file path field and its DOS form (JSON `dos_paths`: `{"FileName":"C:\\..."}`).
     pub dos_path: Option<(&'a str, &'a str)>,
+    /// Nonzero when the four names are those of the plan with this id for the record's provider
+    /// (the renderers' caches then need not compare them); 0: unknown.
+    pub(crate) names_id: u64,
 }
 
 impl<'a, 'r> EventView<'a, 'r> {
@@ -87,6 +90,7 @@ impl<'a, 'r> EventView<'a, 'r> {
             layout_pointer_size: None,
             ids: None,
             dos_path: None,
+            names_id: 0,
         }
     }
 }
@@ -109,8 +113,12 @@ pub struct Local {
     /// The properties' JSON text of the last record.
     props: Vec<u8>,
     scratch: String,
-    /// What the last record needed beyond borrowed names.
-    stack: Option<Stack>,
+    /// What the last record needed beyond borrowed names: its stack (when `has_stack`; the
+    /// space is reused), its DOS path.
+    stack: Stack,
+    has_stack: bool,
+    /// Where the last stack lookup ended (see `StackIndex::stack_into`).
+    stack_hint: usize,
     dos_path: Option<(Arc<str>, String)>,
     /// The last record's decoding, when it took the general path.
     held: DecodedEvent,
@@ -178,6 +186,8 @@ impl Decoder {
             props,
             scratch,
             stack,
+            has_stack,
+            stack_hint,
             dos_path,
             held,
         } = local;
@@ -197,18 +207,23 @@ impl Decoder {
                     );
                     match walk {
                         Ok((used, ids)) if used == rec.payload.len() => {
-                            *stack = record_stack(rec, self.stacks.as_ref());
+                            *has_stack =
+                                record_stack_into(rec, self.stacks.as_ref(), stack_hint, stack);
                             *dos_path = self.dos_path(plan, &ids);
                             let n = &plan.names;
                             let mut v = EventView::bare(rec);
-                            v.provider_name = rec
-                                .traits_provider_name()
+                            let traits = rec.traits_provider_name();
+                            if traits.is_none() {
+                                // The names follow from the plan and the provider alone.
+                                v.names_id = plan.id;
+                            }
+                            v.provider_name = traits
                                 .or(l.provider_name.as_deref())
                                 .or(n.provider.as_deref());
                             v.event_name = n.event.as_deref();
                             v.task_name = n.task.as_deref();
                             v.opcode_name = n.opcode.as_deref();
-                            v.stack = stack.as_ref();
+                            v.stack = has_stack.then_some(&*stack);
                             v.ids = self.attribute(rec, &ids);
                             v.dos_path = dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
                             v.properties_json = std::str::from_utf8(props).ok();

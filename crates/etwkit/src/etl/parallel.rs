@@ -1,11 +1,13 @@
 //! Turning a file's records into bytes on every core, in the order a single-threaded walk gives.
 //!
-//! Worker threads take buffers in the order the walk meets them and turn each record into bytes (a
+//! Threads take buffers in the order the walk meets them and turn each record into bytes (a
 //! JSON line, a CSV row, nothing for a record a filter drops), noting each record's raw timestamp.
-//! The calling thread puts the buffers back in order — one after the other for [`Order::File`],
-//! through the same k-way merge as [`EtlFile::for_each`] for [`Order::Time`] (every record takes
-//! part in the merge, dropped ones too, so the merge makes the same choices) — and hands the bytes
-//! on. The output is the single-threaded output, byte for byte (tested on every sample).
+//! The calling thread is one of them: between buffers it puts the buffers back in order — one
+//! after the other for [`Order::File`], through the same k-way merge as [`EtlFile::for_each`] for
+//! [`Order::Time`] (every record takes part in the merge, dropped ones too, so the merge makes the
+//! same choices) — and hands the bytes on; it waits for another thread only when the buffer the
+//! merge needs next is still being rendered and no other may start. The output is the
+//! single-threaded output, byte for byte (tested on every sample).
 //!
 //! Memory: at most `4 × threads + 2` rendered buffers wait ahead of the merge, beside the buffers
 //! the time merge holds open (about one per CPU of the traced machine). Rendered buffers go back
@@ -19,7 +21,7 @@ use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Condvar, Mutex};
 
-use super::reader::{EtlFile, Order, ReadSummary, Record};
+use super::reader::{BufferSpace, EtlFile, Order, ReadSummary, Record};
 
 /// What a parallel walk read and produced.
 #[derive(Clone, Debug, Default)]
@@ -99,7 +101,10 @@ impl EtlFile {
         };
         let window = 4 * threads + 2;
         let next_job = AtomicUsize::new(0);
+        // The merge's position (jobs up to `admitted + window` may be rendered), and how many
+        // workers wait for it to move (only then is a wake-up sent).
         let admitted = Mutex::new(0usize);
+        let sleepers = AtomicUsize::new(0);
         let cv = Condvar::new();
         let stop = AtomicBool::new(false);
         let (tx, rx) = mpsc::channel::<(usize, Rendered)>();
@@ -108,14 +113,50 @@ impl EtlFile {
             read: self.start_summary(),
             emitted: 0,
         };
+        // Renders job `j` (the buffer `seq[j]`) with a thread's own state and read space.
+        let render_job = |state: &mut S, space: &mut BufferSpace, j: usize| -> Rendered {
+            let b = &self.buffers()[seq[j].1];
+            let mut r = pool
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop()
+                .unwrap_or_default();
+            r.size = b.header.buffer_size as u64;
+            r.end_offset = b.file_offset + b.header.buffer_size as u64;
+            if let Some(data) = self.read_buffer(b, space, &mut r.summary) {
+                // Rendered text is a few times the binary (hex payloads, names).
+                r.bytes.reserve(data.len() * 8);
+                let Rendered {
+                    bytes,
+                    recs,
+                    summary,
+                    emitted,
+                    ..
+                } = &mut r;
+                let _ = self.walk_buffer(b, data, summary, &mut |rec| {
+                    if render(state, rec, bytes) {
+                        *emitted += 1;
+                    }
+                    recs.push((rec.event.raw_timestamp, bytes.len()));
+                    ControlFlow::Continue(())
+                });
+            } else {
+                // Not loadable: the merge skips it without counting its bytes done.
+                r.size = 0;
+            }
+            r
+        };
         std::thread::scope(|scope| {
-            for _ in 0..threads {
+            // The calling thread renders too (between merging and writing): `threads - 1`
+            // workers beside it.
+            for _ in 1..threads {
                 let tx = tx.clone();
-                let (seq, next_job, admitted, cv, stop, pool) =
-                    (&seq, &next_job, &admitted, &cv, &stop, &pool);
-                let (init, render) = (&init, &render);
+                let (seq, next_job, admitted, sleepers, cv, stop) =
+                    (&seq, &next_job, &admitted, &sleepers, &cv, &stop);
+                let (init, render_job) = (&init, &render_job);
                 scope.spawn(move || {
                     let mut state = init();
+                    let mut space = BufferSpace::default();
                     loop {
                         let j = next_job.fetch_add(1, Ordering::SeqCst);
                         if j >= seq.len() {
@@ -124,42 +165,15 @@ impl EtlFile {
                         {
                             let mut a = admitted.lock().unwrap_or_else(|e| e.into_inner());
                             while j >= *a + window && !stop.load(Ordering::SeqCst) {
+                                sleepers.fetch_add(1, Ordering::SeqCst);
                                 a = cv.wait(a).unwrap_or_else(|e| e.into_inner());
+                                sleepers.fetch_sub(1, Ordering::SeqCst);
                             }
                         }
                         if stop.load(Ordering::SeqCst) {
                             break;
                         }
-                        let b = &self.buffers()[seq[j].1];
-                        let mut r = pool
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .pop()
-                            .unwrap_or_default();
-                        r.size = b.header.buffer_size as u64;
-                        r.end_offset = b.file_offset + b.header.buffer_size as u64;
-                        if let Some(data) = self.load_buffer(b, &mut r.summary) {
-                            // Rendered text is a few times the binary (hex payloads, names).
-                            r.bytes.reserve(data.len() * 4);
-                            let Rendered {
-                                bytes,
-                                recs,
-                                summary,
-                                emitted,
-                                ..
-                            } = &mut r;
-                            let _ = self.walk_buffer(b, &data, summary, &mut |rec| {
-                                if render(&mut state, rec, bytes) {
-                                    *emitted += 1;
-                                }
-                                recs.push((rec.event.raw_timestamp, bytes.len()));
-                                ControlFlow::Continue(())
-                            });
-                        } else {
-                            // Not loadable: the merge skips it without counting its bytes done.
-                            r.size = 0;
-                        }
-                        self.release(b);
+                        let r = render_job(&mut state, &mut space, j);
                         if tx.send((j, r)).is_err() {
                             break;
                         }
@@ -175,10 +189,29 @@ impl EtlFile {
                 r.emitted = 0;
                 pool.lock().unwrap_or_else(|e| e.into_inner()).push(r);
             };
+            let mut state = init();
+            let mut space = BufferSpace::default();
             let mut take = |j: usize| -> Rendered {
                 let r = loop {
                     if let Some(r) = pending.remove(&j) {
                         break r;
+                    }
+                    if let Ok((k, r)) = rx.try_recv() {
+                        pending.insert(k, r);
+                        continue;
+                    }
+                    // Not there yet: render the next job here when the window allows, rather
+                    // than wait (a wake-up costs more than it saves on a loaded machine).
+                    let k = next_job.load(Ordering::SeqCst);
+                    if k < seq.len()
+                        && k < j + window
+                        && next_job
+                            .compare_exchange(k, k + 1, Ordering::SeqCst, Ordering::SeqCst)
+                            .is_ok()
+                    {
+                        let r = render_job(&mut state, &mut space, k);
+                        pending.insert(k, r);
+                        continue;
                     }
                     match rx.recv() {
                         Ok((k, r)) => {
@@ -189,7 +222,9 @@ impl EtlFile {
                     }
                 };
                 *admitted.lock().unwrap_or_else(|e| e.into_inner()) = j + 1;
-                cv.notify_all();
+                if sleepers.load(Ordering::SeqCst) > 0 {
+                    cv.notify_all();
+                }
                 r
             };
             match order {
@@ -209,6 +244,7 @@ impl EtlFile {
                 Order::Time => merge(&seq, &mut take, &recycle, &mut total, progress, out),
             }
             stop.store(true, Ordering::SeqCst);
+            let _guard = admitted.lock().unwrap_or_else(|e| e.into_inner());
             cv.notify_all();
             drop(rx);
         });

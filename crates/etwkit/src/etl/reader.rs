@@ -170,6 +170,8 @@ pub struct EtlFile {
     chain_bad_buffers: u64,
     /// Whole buffers the logger wrote (BuffersWritten) that the file does not hold.
     missing_buffers: usize,
+    /// [`EtlFile::time_order`], once a walk over every buffer has noted their first timestamps.
+    time_order: std::sync::OnceLock<Vec<(i64, usize)>>,
 }
 
 impl std::fmt::Debug for EtlFile {
@@ -369,6 +371,7 @@ impl EtlFile {
             chain_issues,
             chain_bad_buffers,
             missing_buffers: 0,
+            time_order: std::sync::OnceLock::new(),
         };
         f.read_logfile_header();
         // A file cut exactly at a buffer boundary: every buffer present is whole, but the logger
@@ -539,26 +542,108 @@ impl EtlFile {
         b: &BufferInfo,
         summary: &mut ReadSummary,
     ) -> Option<Cow<'_, [u8]>> {
-        summary.buffers += 1;
-        if b.header.is_compressed() {
-            summary.compressed_buffers += 1;
-        }
-        if b.truncated {
-            summary.bad_buffers += 1;
-        }
+        count_buffer(b, summary);
         match self.buffer_data(b) {
             Ok(data) => Some(data),
             Err(reason) => {
-                summary.bad_buffers += 1;
-                summary.issue(ReadIssue {
-                    file_offset: b.file_offset,
-                    buffer_index: Some(b.index),
-                    record_offset: None,
-                    reason,
-                });
+                bad_buffer(b, summary, reason);
                 None
             }
         }
+    }
+
+    /// As [`EtlFile::load_buffer`], into space reused from buffer to buffer: a mapped file's
+    /// buffer comes through a positioned read, so the walk touches no page of the map (nothing to
+    /// release, no other thread's TLB entries to shoot down); a compressed one is inflated into
+    /// `space`.
+    pub(super) fn read_buffer<'s>(
+        &'s self,
+        b: &BufferInfo,
+        space: &'s mut BufferSpace,
+        summary: &mut ReadSummary,
+    ) -> Option<&'s [u8]> {
+        let Some(file) = &self.file else {
+            return match self.load_buffer(b, summary)? {
+                Cow::Borrowed(d) => Some(d),
+                Cow::Owned(v) => {
+                    space.data = v;
+                    Some(&space.data)
+                }
+            };
+        };
+        count_buffer(b, summary);
+        let d: &[u8] = &self.data;
+        let start = b.file_offset as usize;
+        let avail = d.len() - start;
+        let read = |to: &mut Vec<u8>, len: usize| {
+            if to.len() < len {
+                to.resize(len, 0);
+            }
+            if super::mmap::read_at(file, start as u64, &mut to[..len]).is_err() {
+                // Not expected for a file we hold open; the map has the same bytes.
+                to[..len].copy_from_slice(&d[start..start + len]);
+                self.release(b);
+            }
+        };
+        if !b.header.is_compressed() {
+            let len = (b.header.valid_length() as usize).min(avail);
+            read(&mut space.data, len);
+            return Some(&space.data[..len]);
+        }
+        // As `buffer_data`: the header, then the inflated body.
+        let disk = (b.header.buffer_size as usize).min(avail);
+        let want = b.header.saved_offset as usize - BUFFER_HEADER_SIZE;
+        read(&mut space.disk, disk);
+        let inflated = compression::decompress_into(
+            &space.disk[BUFFER_HEADER_SIZE..disk],
+            want,
+            &mut space.body,
+        );
+        if let Err(e) = inflated {
+            if !b.truncated {
+                bad_buffer(
+                    b,
+                    summary,
+                    format!("compressed buffer does not inflate: {e}"),
+                );
+                return None;
+            }
+        }
+        space.data.clear();
+        space
+            .data
+            .extend_from_slice(&space.disk[..BUFFER_HEADER_SIZE]);
+        space.data.extend_from_slice(&space.body);
+        Some(&space.data)
+    }
+
+    /// Notes the first timestamp of buffer `b` (its data as read, when readable) for
+    /// [`EtlFile::time_order`]: what `first_timestamp` reads, without reading it again.
+    pub(super) fn note_first_timestamp(
+        &self,
+        b: &BufferInfo,
+        data: Option<&[u8]>,
+        to: &FirstTimestamps,
+    ) {
+        let t = match data {
+            Some(d) if !b.header.is_compressed() => {
+                record::raw_timestamp_at(&d[..d.len().min(1024)], BUFFER_HEADER_SIZE)
+            }
+            _ => self.first_timestamp(b),
+        };
+        to.0[b.index].store(t.unwrap_or(i64::MIN), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Keeps the time order of the first timestamps noted for every buffer.
+    pub(super) fn keep_time_order(&self, noted: FirstTimestamps) {
+        let mut order: Vec<(i64, usize)> = noted
+            .0
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| (t.into_inner(), i))
+            .collect();
+        order.sort();
+        let _ = self.time_order.set(order);
     }
 
     /// Walks the records of one buffer's data (as returned by [`EtlFile::buffer_data`]).
@@ -634,11 +719,12 @@ impl EtlFile {
     fn visit_one(
         &self,
         b: &BufferInfo,
+        space: &mut BufferSpace,
         summary: &mut ReadSummary,
         f: &mut dyn FnMut(&Record<'_>) -> ControlFlow<()>,
     ) -> ControlFlow<()> {
-        match self.load_buffer(b, summary) {
-            Some(data) => self.walk_buffer(b, &data, summary, &mut |r| f(r)),
+        match self.read_buffer(b, space, summary) {
+            Some(data) => self.walk_buffer(b, data, summary, &mut |r| f(r)),
             None => ControlFlow::Continue(()),
         }
     }
@@ -663,9 +749,9 @@ impl EtlFile {
         let mut summary = self.start_summary();
         match order {
             Order::File => {
+                let mut space = BufferSpace::default();
                 for b in &self.buffers {
-                    let flow = self.visit_one(b, &mut summary, f);
-                    self.release(b);
+                    let flow = self.visit_one(b, &mut space, &mut summary, f);
                     if flow.is_break() {
                         break;
                     }
@@ -687,27 +773,127 @@ impl EtlFile {
         R: Fn(A, A) -> A + Sync + Send,
     {
         let start = self.start_summary();
+        let noted = FirstTimestamps::new(self.buffers.len());
         let (acc, s) = self
             .buffers
             .par_iter()
-            .map(|b| {
+            .map_init(BufferSpace::default, |space, b| {
                 let mut acc = init();
                 let mut s = ReadSummary::default();
-                let _ = self.visit_one(b, &mut s, &mut |r| {
-                    fold(&mut acc, r);
-                    ControlFlow::Continue(())
-                });
-                self.release(b);
+                let data = self.read_buffer(b, space, &mut s);
+                self.note_first_timestamp(b, data, &noted);
+                if let Some(data) = data {
+                    let _ = self.walk_buffer(b, data, &mut s, &mut |r| {
+                        fold(&mut acc, r);
+                        ControlFlow::Continue(())
+                    });
+                }
                 (acc, s)
             })
             .reduce(
                 || (init(), ReadSummary::default()),
                 |(a1, s1), (a2, s2)| (reduce(a1, a2), s1.merge(s2)),
             );
+        self.keep_time_order(noted);
         let mut s = start.merge(s);
         // par_iter reduction order is not file order: sort issues back.
         s.issues.sort_by_key(|i| (i.file_offset, i.record_offset));
         (acc, s)
+    }
+
+    /// Walks every buffer in parallel (rayon); `f` sees the records of one buffer in order and
+    /// fills that buffer's result. Returns the results in buffer order.
+    pub fn par_map_buffers<T, F>(&self, f: F) -> (Vec<T>, ReadSummary)
+    where
+        T: Default + Send,
+        F: Fn(&mut T, &Record<'_>) + Sync + Send,
+    {
+        self.par_map_buffers_where(|_| true, f)
+    }
+
+    /// As [`EtlFile::par_map_buffers`], for a pass that wants few records: a record whose
+    /// [`record::Head`] `wanted` refuses is counted and passed over without being built (records
+    /// that [`record::head`] cannot read so are built and handed to `f` whatever `wanted` says).
+    /// The walk meets the same records and the same errors as a full walk.
+    pub fn par_map_buffers_where<T, W, F>(&self, wanted: W, f: F) -> (Vec<T>, ReadSummary)
+    where
+        T: Default + Send,
+        W: Fn(&record::Head) -> bool + Sync + Send,
+        F: Fn(&mut T, &Record<'_>) + Sync + Send,
+    {
+        let noted = FirstTimestamps::new(self.buffers.len());
+        let (results, summaries): (Vec<T>, Vec<ReadSummary>) = self
+            .buffers
+            .par_iter()
+            .map_init(BufferSpace::default, |space, b| {
+                let mut t = T::default();
+                let mut s = ReadSummary::default();
+                let data = self.read_buffer(b, space, &mut s);
+                self.note_first_timestamp(b, data, &noted);
+                if let Some(data) = data {
+                    self.walk_buffer_where(b, data, &mut s, &wanted, &mut |r| f(&mut t, r));
+                }
+                (t, s)
+            })
+            .unzip();
+        self.keep_time_order(noted);
+        let s = summaries
+            .into_iter()
+            .fold(self.start_summary(), ReadSummary::merge);
+        (results, s)
+    }
+
+    /// [`EtlFile::walk_buffer`], passing over the records whose head `wanted` refuses.
+    fn walk_buffer_where<'d>(
+        &self,
+        b: &BufferInfo,
+        data: &'d [u8],
+        summary: &mut ReadSummary,
+        wanted: &dyn Fn(&record::Head) -> bool,
+        f: &mut dyn FnMut(&Record<'d>),
+    ) {
+        let ctx = self.context(b);
+        let mut pos = BUFFER_HEADER_SIZE;
+        let mut prev_ts = b.header.timestamp;
+        loop {
+            if let Ok(Some((ht, size))) = record::peek(data, pos) {
+                if let Some(h) = record::head(data, pos, ht, size) {
+                    if !wanted(&h) {
+                        summary.records += 1;
+                        prev_ts = h.raw_timestamp;
+                        pos += crate::event::align8(size);
+                        continue;
+                    }
+                }
+            }
+            match record::parse(data, pos, &ctx, prev_ts) {
+                Ok(Next::End) => break,
+                Ok(Next::Record(event, size, next)) => {
+                    prev_ts = event.raw_timestamp;
+                    summary.records += 1;
+                    f(&Record {
+                        event,
+                        raw: &data[pos..pos + size],
+                        buffer_index: b.index,
+                        offset: pos,
+                    });
+                    pos = next;
+                }
+                Err(e) => {
+                    summary.bad_records += 1;
+                    summary.issue(ReadIssue {
+                        file_offset: b.file_offset,
+                        buffer_index: Some(b.index),
+                        record_offset: Some(pos),
+                        reason: format!(
+                            "{e}; rest of the buffer ({} bytes) skipped",
+                            data.len() - pos
+                        ),
+                    });
+                    break;
+                }
+            }
+        }
     }
 
     /// The raw timestamp of the first record of a buffer (records never go back in time within a
@@ -744,6 +930,9 @@ impl EtlFile {
     /// Buffers as the time merge admits them: (raw timestamp of the first record, buffer index),
     /// sorted.
     pub(super) fn time_order(&self) -> Vec<(i64, usize)> {
+        if let Some(order) = self.time_order.get() {
+            return order.clone();
+        }
         let mut order: Vec<(i64, usize)> = self
             .buffers
             .par_iter()
@@ -855,6 +1044,43 @@ impl EtlFile {
             }
         }
     }
+}
+
+/// Reusable space for [`EtlFile::read_buffer`].
+#[derive(Default)]
+pub(super) struct BufferSpace {
+    data: Vec<u8>,
+    disk: Vec<u8>,
+    body: Vec<u8>,
+}
+
+/// The first record's raw timestamp of every buffer, by buffer index, as a parallel walk notes them.
+pub(super) struct FirstTimestamps(Vec<std::sync::atomic::AtomicI64>);
+
+impl FirstTimestamps {
+    pub(super) fn new(buffers: usize) -> Self {
+        FirstTimestamps((0..buffers).map(|_| Default::default()).collect())
+    }
+}
+
+fn count_buffer(b: &BufferInfo, summary: &mut ReadSummary) {
+    summary.buffers += 1;
+    if b.header.is_compressed() {
+        summary.compressed_buffers += 1;
+    }
+    if b.truncated {
+        summary.bad_buffers += 1;
+    }
+}
+
+fn bad_buffer(b: &BufferInfo, summary: &mut ReadSummary, reason: String) {
+    summary.bad_buffers += 1;
+    summary.issue(ReadIssue {
+        file_offset: b.file_offset,
+        buffer_index: Some(b.index),
+        record_offset: None,
+        reason,
+    });
 }
 
 /// Names of header types in the order `etwkit stats` lists them.

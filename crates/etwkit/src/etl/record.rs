@@ -58,11 +58,11 @@ pub enum Next<'a> {
 
 #[inline]
 fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
+    u16::from_le_bytes(b[o..o + 2].try_into().expect("2 bytes"))
 }
 #[inline]
 fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
 }
 #[inline]
 fn i64_at(b: &[u8], o: usize) -> i64 {
@@ -115,6 +115,55 @@ pub fn peek(buf: &[u8], pos: usize) -> Result<Option<(HeaderType, usize)>, Recor
     Ok(Some((ht, size)))
 }
 
+/// The identifying fields of a record, read without building it: what a pass that wants only a
+/// few kinds of record looks at first (see [`head`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    pub header_type: HeaderType,
+    /// As [`EventRecord::hook_id`] (kernel records).
+    pub hook_id: Option<u16>,
+    /// As [`EventRecord::provider`] (for kernel records, the hook's group).
+    pub provider: Guid,
+    /// The descriptor's id and opcode, as [`EventRecord::descriptor`] has them.
+    pub id: u16,
+    pub opcode: u8,
+    pub raw_timestamp: i64,
+}
+
+/// The [`Head`] of the record at `pos`, whose type and size [`peek`] gave, when building the whole
+/// record cannot fail: kernel and classic records, and EVENT_HEADER records without extended
+/// data. `None` for the others (parse those).
+#[inline]
+pub fn head(buf: &[u8], pos: usize, ht: HeaderType, size: usize) -> Option<Head> {
+    let r = &buf[pos..pos + size];
+    let ts = |o: usize| i64_at(r, o);
+    if ht.is_kernel() {
+        let hook = u16_at(r, 6);
+        let perfinfo = matches!(ht, HeaderType::PerfInfo32 | HeaderType::PerfInfo64);
+        return Some(Head {
+            header_type: ht,
+            hook_id: Some(hook),
+            provider: kernel::group_guid(hook),
+            id: 0,
+            opcode: hook as u8,
+            raw_timestamp: ts(if perfinfo { 8 } else { 0x10 }),
+        });
+    }
+    if ht.is_classic() || (ht.is_event_header() && u16_at(r, 4) & event::flags::EXTENDED_INFO == 0)
+    {
+        let event_header = ht.is_event_header();
+        return Some(Head {
+            header_type: ht,
+            hook_id: None,
+            provider: guid_at(r, 0x18),
+            id: if event_header { u16_at(r, 0x28) } else { 0 },
+            opcode: if event_header { r[0x2D] } else { r[4] },
+            raw_timestamp: ts(0x10),
+        });
+    }
+    None
+}
+
 /// Smallest size a record of this type can have.
 pub fn header_size(ht: HeaderType) -> usize {
     use HeaderType::*;
@@ -133,6 +182,7 @@ pub fn header_size(ht: HeaderType) -> usize {
 
 /// Parses the record at `pos` of a buffer's valid bytes. `prev_timestamp` is used for MESSAGE records
 /// that carry no timestamp.
+#[inline(always)]
 pub fn parse<'a>(
     buf: &'a [u8],
     pos: usize,

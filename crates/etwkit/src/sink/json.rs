@@ -3,7 +3,7 @@
 
 use std::io::{self, Write};
 
-use super::{push_hex, EventView, Sink};
+use super::{hex16, push_hex, EventView, Sink};
 use crate::decode::{DecodedEvent, Decoder, Local, Properties, PropertyVisitor, Value};
 use crate::event::EventRecord;
 use crate::time::write_rfc3339;
@@ -52,11 +52,24 @@ struct PrefixKey {
 /// The rendered constant part of the lines of one kind of event.
 struct Prefix {
     names: [Option<Box<str>>; 4],
+    /// `EventView::names_id` of the event it was rendered for.
+    names_id: u64,
     text: Vec<u8>,
 }
 
 /// At most this many kinds of events keep their rendered prefix (then the cache starts over).
 const PREFIXES: usize = 4096;
+
+/// 0..100 → its two decimal digits.
+static DIGIT_PAIRS: [[u8; 2]; 100] = {
+    let mut t = [[0u8; 2]; 100];
+    let mut i = 0;
+    while i < 100 {
+        t[i] = [b'0' + (i / 10) as u8, b'0' + (i % 10) as u8];
+        i += 1;
+    }
+    t
+};
 
 /// Caches for rendering timestamps and the constant part of each kind of event's
 /// line (consecutive events mostly share the second and the kind): the state of a
@@ -91,13 +104,25 @@ impl TextCache {
             self.sec_cache = (sec, b);
         }
         l.extend_from_slice(&self.sec_cache.1);
-        let mut digits = [b'.', 0, 0, 0, 0, 0, 0, 0, b'Z'];
-        let mut f = frac;
-        for i in (1..8).rev() {
-            digits[i] = b'0' + (f % 10) as u8;
-            f /= 10;
-        }
-        l.extend_from_slice(&digits);
+        // The 7 digits of the fraction: one, then three pairs.
+        let pair = |n: u32| DIGIT_PAIRS[n as usize];
+        let (a, b, c, d) = (
+            frac / 1_000_000,
+            pair(frac / 10_000 % 100),
+            pair(frac / 100 % 100),
+            pair(frac % 100),
+        );
+        l.extend_from_slice(&[
+            b'.',
+            b'0' + a as u8,
+            b[0],
+            b[1],
+            c[0],
+            c[1],
+            d[0],
+            d[1],
+            b'Z',
+        ]);
     }
 
     /// Appends the constant part of `v`'s line, as `render` writes it: rendered once per kind of
@@ -122,7 +147,9 @@ impl TextCache {
         };
         let names = [v.provider_name, v.event_name, v.task_name, v.opcode_name];
         if let Some(p) = self.prefixes.get(&key) {
-            if p.names.iter().zip(names).all(|(a, b)| a.as_deref() == b) {
+            if (v.names_id != 0 && p.names_id == v.names_id)
+                || p.names.iter().zip(names).all(|(a, b)| a.as_deref() == b)
+            {
                 l.extend_from_slice(&p.text);
                 return;
             }
@@ -136,6 +163,7 @@ impl TextCache {
             key,
             Prefix {
                 names: names.map(|n| n.map(Box::from)),
+                names_id: v.names_id,
                 text: l[start..].to_vec(),
             },
         );
@@ -166,11 +194,11 @@ impl JsonRender {
         num_or_null(l, b",\"pid\":", v.pid());
         num_or_null(l, b",\"tid\":", v.tid());
         l.extend_from_slice(b",\"cpu\":");
-        l.extend_from_slice(n.format(e.cpu).as_bytes());
+        push_dec(l, e.cpu as u64);
         l.extend_from_slice(b",\"header_type\":\"");
         l.extend_from_slice(e.header_type.name().as_bytes());
         l.extend_from_slice(b"\",\"pointer_size\":");
-        l.extend_from_slice(n.format(e.pointer_size).as_bytes());
+        push_dec(l, e.pointer_size as u64);
         l.extend_from_slice(b",\"activity_id\":\"");
         if e.activity_id.is_zero() {
             l.extend_from_slice(ZERO_GUID);
@@ -332,8 +360,7 @@ impl PropertyVisitor for JsonProps<'_> {
     }
     #[inline]
     fn unsigned(&mut self, v: u64) {
-        self.out
-            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+        push_dec(self.out, v);
     }
     #[inline]
     fn signed(&mut self, v: i64) {
@@ -401,15 +428,13 @@ impl PropertyVisitor for JsonProps<'_> {
         let _ = write!(self.out, "\"{v}\"");
     }
     fn port(&mut self, v: u16) {
-        self.out
-            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+        push_dec(self.out, v as u64);
     }
     fn socket_address(&mut self, v: std::net::SocketAddr) {
         let _ = write!(self.out, "\"{v}\"");
     }
     fn win32_error(&mut self, v: u32) {
-        self.out
-            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+        push_dec(self.out, v as u64);
     }
     fn ntstatus(&mut self, v: u32) {
         let _ = write!(self.out, "\"0x{v:08x}\"");
@@ -511,16 +536,6 @@ pub fn push_guid(l: &mut Vec<u8>, g: &crate::Guid) {
     l.extend_from_slice(&out);
 }
 
-/// The 16 lowercase hex digits of `v`, most significant first.
-#[inline]
-fn hex16(v: u64) -> [u8; 16] {
-    let mut out = [0u8; 16];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = HEX[((v >> (60 - 4 * i)) & 15) as usize];
-    }
-    out
-}
-
 /// How many hex digits `v` takes without leading zeros (at least one).
 #[inline]
 fn hex_digits(v: u64) -> usize {
@@ -534,21 +549,60 @@ pub fn push_hex_u64(l: &mut Vec<u8>, v: u64) {
     let digits = hex_digits(v);
     let d = hex16(v << (4 * (16 - digits)));
     let n = l.len();
-    l.extend_from_slice(&d);
+    l.extend_from_slice(&d.to_le_bytes());
     l.truncate(n + digits);
 }
 
-/// Appends `"0x…"` (quoted hex, no leading zeros).
-#[inline]
+/// Appends `"0x…"` (quoted hex, no leading zeros). The text is put together in registers and
+/// written with fixed-size copies, then cut to length; values of 32 bits (most pointers and
+/// hex fields) take the short way, inline.
+#[inline(always)]
 pub fn push_quoted_hex_u64(l: &mut Vec<u8>, v: u64) {
-    let digits = hex_digits(v);
-    let mut buf = [b'"'; 20];
-    buf[1] = b'0';
-    buf[2] = b'x';
-    buf[3..19].copy_from_slice(&hex16(v << (4 * (16 - digits))));
-    buf[3 + digits] = b'"';
+    if v >> 32 == 0 {
+        push_quoted_hex_u32(l, v as u32)
+    } else {
+        push_quoted_hex_wide(l, v)
+    }
+}
+
+#[inline(always)]
+fn push_quoted_hex_u32(l: &mut Vec<u8>, v: u32) {
+    let digits = hex_digits(v as u64);
     let n = l.len();
-    l.extend_from_slice(&buf);
+    // The digits first (then '0's), the closing quote right after them.
+    let d = super::hex8(v << (4 * (8 - digits))).swap_bytes();
+    let d = if digits < 8 {
+        d & !(0xff << (8 * digits)) | 0x22 << (8 * digits)
+    } else {
+        d
+    };
+    let lo = 0x0078_3022 | d << 24;
+    let hi = d >> 40 | 0x22 << 24;
+    l.extend_from_slice(&(lo as u128 | (hi as u128) << 64).to_le_bytes());
+    l.truncate(n + 4 + digits);
+}
+
+/// [`push_quoted_hex_u64`] of a value of 9 to 16 digits.
+#[inline(never)]
+fn push_quoted_hex_wide(l: &mut Vec<u8>, v: u64) {
+    let digits = hex_digits(v);
+    let n = l.len();
+    // `"0x` and 5 digits, 8 digits, the last 3 digits; the quote at byte 12 to 19.
+    let d = hex16(v << (4 * (16 - digits)));
+    let lo = 0x0078_3022 | (d as u64) << 24;
+    let mid = (d >> 40) as u64;
+    let tail = (d >> 104) as u64;
+    let q = 3 + digits;
+    let (mid, tail) = if q < 16 {
+        (mid & !(0xff << (8 * (q - 8))) | 0x22 << (8 * (q - 8)), tail)
+    } else {
+        (
+            mid,
+            tail & !(0xff << (8 * (q - 16))) | 0x22 << (8 * (q - 16)),
+        )
+    };
+    l.extend_from_slice(&(lo as u128 | (mid as u128) << 64).to_le_bytes());
+    l.extend_from_slice(&tail.to_le_bytes());
     l.truncate(n + 4 + digits);
 }
 
@@ -556,6 +610,27 @@ fn num_or_null(l: &mut Vec<u8>, key: &[u8], v: u32) {
     l.extend_from_slice(key);
     if v == u32::MAX {
         l.extend_from_slice(b"null");
+    } else {
+        push_dec(l, v as u64);
+    }
+}
+
+/// Appends `v` in decimal: up to 4 digits from a table with fixed-size writes (no `memcpy`
+/// call), more through `itoa`.
+#[inline]
+pub(crate) fn push_dec(l: &mut Vec<u8>, v: u64) {
+    if v < 10 {
+        l.push(b'0' + v as u8);
+    } else if v < 100 {
+        l.extend_from_slice(&DIGIT_PAIRS[v as usize]);
+    } else if v < 10_000 {
+        let (hi, lo) = (DIGIT_PAIRS[v as usize / 100], DIGIT_PAIRS[v as usize % 100]);
+        let w = u32::from_le_bytes([hi[0], hi[1], lo[0], lo[1]]);
+        // Three digits: the leading '0' shifted out.
+        let skip = (v < 1000) as usize;
+        let n = l.len();
+        l.extend_from_slice(&(w >> (8 * skip)).to_le_bytes());
+        l.truncate(n + 4 - skip);
     } else {
         l.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
     }
@@ -582,6 +657,20 @@ static NEEDS_ESCAPE: [bool; 256] = {
     t[b'\\' as usize] = true;
     t
 };
+
+/// Whether any of the 4 bytes of `w` needs escaping in JSON or is not ASCII (SWAR, as
+/// [`find_escape`]).
+#[inline]
+fn needs_escape_or_non_ascii(w: u32) -> bool {
+    const LO: u32 = 0x0101_0101;
+    const HI: u32 = 0x8080_8080;
+    let below_space = w.wrapping_sub(LO * 0x20) & !w;
+    let q = w ^ (LO * b'"' as u32);
+    let quote = q.wrapping_sub(LO) & !q;
+    let bs = w ^ (LO * b'\\' as u32);
+    let backslash = bs.wrapping_sub(LO) & !bs;
+    (below_space | quote | backslash | w) & HI != 0
+}
 
 /// Index of the first byte that needs escaping: 8 bytes per step (SWAR: a byte below 0x20, or equal
 /// to `"` or `\\`, sets its high bit in the mask), then byte by byte in the word that has one.
@@ -647,6 +736,19 @@ pub fn escape_utf16(l: &mut Vec<u8>, units: &[u8]) {
     l.reserve(n + 2);
     l.push(b'"');
     let mut i = 0;
+    // Four units at a time while they are printable ASCII other than `"` and `\`.
+    while i + 4 <= n {
+        let w = u64::from_le_bytes(units[2 * i..2 * i + 8].try_into().expect("8 bytes"));
+        if w & 0xff00_ff00_ff00_ff00 != 0 {
+            break;
+        }
+        let c = (w & 0xff) | (w >> 8 & 0xff00) | (w >> 16 & 0xff_0000) | (w >> 24 & 0xff00_0000);
+        if needs_escape_or_non_ascii(c as u32) {
+            break;
+        }
+        l.extend_from_slice(&(c as u32).to_le_bytes());
+        i += 4;
+    }
     while i < n {
         let (lo, hi) = (units[2 * i], units[2 * i + 1]);
         if hi != 0 || NEEDS_ESCAPE[lo as usize] || lo >= 0x80 {
@@ -687,7 +789,12 @@ mod tests {
         let mut l = Vec::new();
         push_guid(&mut l, &g);
         assert_eq!(String::from_utf8(l).unwrap(), g.to_string());
-        for v in [0u64, 1, 0xf, 0x10, 0xabc, u64::MAX, 0x8000_0000_0000_0000] {
+        let every_length =
+            (0..64).flat_map(|k| [1u64 << k, (1u64 << k) - 1, 0xfedc_ba98_7654_3210 >> k]);
+        for v in [0u64, 1, 0xf, 0x10, 0xabc, u64::MAX, 0x8000_0000_0000_0000]
+            .into_iter()
+            .chain(every_length)
+        {
             let mut l = b"x".to_vec();
             push_hex_u64(&mut l, v);
             assert_eq!(String::from_utf8(l).unwrap(), format!("x{v:x}"));
@@ -695,11 +802,19 @@ mod tests {
             push_quoted_hex_u64(&mut l, v);
             assert_eq!(String::from_utf8(l).unwrap(), format!("x\"0x{v:x}\""));
         }
+        for v in (0..12_000u64).chain([99_999, 100_000, u32::MAX as u64, u64::MAX]) {
+            let mut l = b"x".to_vec();
+            push_dec(&mut l, v);
+            assert_eq!(String::from_utf8(l).unwrap(), format!("x{v}"));
+        }
         let mut j = TextCache::default();
         for t in [
             132_670_374_579_762_397i64,
             132_670_374_579_762_398,
             132_670_374_589_000_001,
+            132_670_374_570_000_000,
+            132_670_374_579_999_999,
+            132_670_374_570_102_030,
         ] {
             let mut l = Vec::new();
             j.push_timestamp(&mut l, t);
@@ -722,6 +837,11 @@ mod escape_tests {
             "",
             "ünïcødé ✓",
             "ascii then ü and \"quotes\"",
+            "abcdefgh\"ijklmnop",
+            "abcdefghü",
+            "abc\u{1}defgh",
+            "abcd\\efghijklmnopqrstuvwxyz",
+            "abcd\u{7f}\u{80}efgh",
         ] {
             let mut l = Vec::new();
             super::escape(&mut l, s);

@@ -156,11 +156,123 @@ static HEX_PAIRS: [[u8; 2]; 256] = {
     t
 };
 
-/// Appends lowercase hex of `bytes`.
+/// The 8 hex digits of `x`, most significant first, one per byte of the result's big-endian
+/// bytes: the nibbles spread to one per byte, then each turned into its digit, all 8 at once.
+#[inline]
+pub(crate) fn hex8(x: u32) -> u64 {
+    let x = x as u64;
+    let x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
+    let x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
+    let x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+    // A nibble of 10 or more carries into bit 4 when 6 is added: those get 'a' - '0' - 10 more.
+    let letters = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+    x + 0x3030_3030_3030_3030 + letters * (b'a' - b'0' - 10) as u64
+}
+
+/// The 16 lowercase hex digits of `v`, most significant first in memory order (the first digit
+/// is the lowest byte): kept in a register until written.
+#[inline]
+pub(crate) fn hex16(v: u64) -> u128 {
+    let hi = hex8((v >> 32) as u32).swap_bytes() as u128;
+    let lo = hex8(v as u32).swap_bytes() as u128;
+    hi | lo << 64
+}
+
+/// Appends lowercase hex of `bytes`: 16 bytes at a time (SSE2 where the build has it, else as
+/// two big-endian u64s, whose digits are the bytes' digits in order), the rest by table.
 pub(crate) fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
-    let start = out.len();
-    out.resize(start + bytes.len() * 2, 0);
-    for (dst, &b) in out[start..].chunks_exact_mut(2).zip(bytes) {
-        dst.copy_from_slice(&HEX_PAIRS[b as usize]);
+    out.reserve(bytes.len() * 2);
+    let mut chunks = bytes.chunks_exact(16);
+    for c in &mut chunks {
+        let c: &[u8; 16] = c.try_into().expect("16 bytes");
+        out.extend_from_slice(&hex32(c));
+    }
+    let mut chunks = chunks.remainder().chunks_exact(8);
+    for c in &mut chunks {
+        let v = u64::from_be_bytes(c.try_into().expect("8 bytes"));
+        out.extend_from_slice(&hex16(v).to_le_bytes());
+    }
+    for &b in chunks.remainder() {
+        out.extend_from_slice(&HEX_PAIRS[b as usize]);
+    }
+}
+
+/// The 32 hex digits of 16 bytes.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline]
+fn hex32(b: &[u8; 16]) -> [u8; 32] {
+    // SAFETY: `sse2::hex32` only needs SSE2, which this build enables for every CPU it runs on
+    // (the cfg above; SSE2 is part of the x86_64 baseline). It takes no pointers.
+    unsafe { sse2::hex32(b) }
+}
+
+/// The 32 hex digits of 16 bytes.
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline]
+fn hex32(b: &[u8; 16]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    for (o, c) in out.chunks_exact_mut(16).zip(b.chunks_exact(8)) {
+        let v = u64::from_be_bytes(c.try_into().expect("8 bytes"));
+        o.copy_from_slice(&hex16(v).to_le_bytes());
+    }
+    out
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+mod sse2 {
+    use std::arch::x86_64::*;
+
+    /// Each byte's two nibbles side by side, then `'0' + n`, plus `'a' - '0' - 10` where n > 9.
+    #[target_feature(enable = "sse2")]
+    pub(super) fn hex32(b: &[u8; 16]) -> [u8; 32] {
+        let lo = i64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        let hi = i64::from_le_bytes(b[8..].try_into().expect("8 bytes"));
+        let x = _mm_set_epi64x(hi, lo);
+        let nibble = _mm_set1_epi8(0x0f);
+        let high = _mm_and_si128(_mm_srli_epi16(x, 4), nibble);
+        let low = _mm_and_si128(x, nibble);
+        let digits = |n: __m128i| {
+            let letter = _mm_and_si128(_mm_cmpgt_epi8(n, _mm_set1_epi8(9)), _mm_set1_epi8(39));
+            _mm_add_epi8(_mm_add_epi8(n, _mm_set1_epi8(b'0' as i8)), letter)
+        };
+        let first = digits(_mm_unpacklo_epi8(high, low));
+        let second = digits(_mm_unpackhi_epi8(high, low));
+        let mut out = [0u8; 32];
+        for (o, v) in out.chunks_exact_mut(8).zip([
+            _mm_cvtsi128_si64(first),
+            _mm_cvtsi128_si64(_mm_unpackhi_epi64(first, first)),
+            _mm_cvtsi128_si64(second),
+            _mm_cvtsi128_si64(_mm_unpackhi_epi64(second, second)),
+        ]) {
+            o.copy_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod hex_tests {
+    #[test]
+    fn hex_matches_format() {
+        let mut bytes: Vec<u8> = (0..=255u8).collect();
+        bytes.extend([0xde, 0xad, 0xbe, 0xef, 0x00, 0x0f, 0xf0]);
+        for n in 0..bytes.len() {
+            let mut out = b"x".to_vec();
+            super::push_hex(&mut out, &bytes[..n]);
+            let want: String = bytes[..n].iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(String::from_utf8(out).unwrap(), format!("x{want}"));
+        }
+        for v in [
+            0u64,
+            1,
+            0x0123_4567_89ab_cdef,
+            u64::MAX,
+            0xa000_0000_0000_000a,
+        ] {
+            assert_eq!(
+                super::hex16(v).to_le_bytes(),
+                *format!("{v:016x}").as_bytes()
+            );
+        }
     }
 }
