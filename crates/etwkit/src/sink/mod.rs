@@ -178,8 +178,8 @@ pub(crate) fn hex16(v: u64) -> u128 {
     hi | lo << 64
 }
 
-/// Appends lowercase hex of `bytes`: 16 bytes at a time (SSE2 where the build has it, else as
-/// two big-endian u64s, whose digits are the bytes' digits in order), the rest by table.
+/// Appends lowercase hex of `bytes`: 16 bytes at a time (as two big-endian u64s, whose digits are
+/// the bytes' digits in order), the rest by table.
 pub(crate) fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
     out.reserve(bytes.len() * 2);
     let mut chunks = bytes.chunks_exact(16);
@@ -197,17 +197,8 @@ pub(crate) fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
     }
 }
 
-/// The 32 hex digits of 16 bytes.
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-#[inline]
-fn hex32(b: &[u8; 16]) -> [u8; 32] {
-    // SAFETY: `sse2::hex32` only needs SSE2, which this build enables for every CPU it runs on
-    // (the cfg above; SSE2 is part of the x86_64 baseline). It takes no pointers.
-    unsafe { sse2::hex32(b) }
-}
-
-/// The 32 hex digits of 16 bytes.
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+/// The 32 hex digits of 16 bytes, 8 bytes at a time in a 64-bit register (no SIMD intrinsics: they
+/// would need `unsafe`, which stays in FFI and mmap modules).
 #[inline]
 fn hex32(b: &[u8; 16]) -> [u8; 32] {
     let mut out = [0u8; 32];
@@ -216,38 +207,6 @@ fn hex32(b: &[u8; 16]) -> [u8; 32] {
         o.copy_from_slice(&hex16(v).to_le_bytes());
     }
     out
-}
-
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-mod sse2 {
-    use std::arch::x86_64::*;
-
-    /// Each byte's two nibbles side by side, then `'0' + n`, plus `'a' - '0' - 10` where n > 9.
-    #[target_feature(enable = "sse2")]
-    pub(super) fn hex32(b: &[u8; 16]) -> [u8; 32] {
-        let lo = i64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-        let hi = i64::from_le_bytes(b[8..].try_into().expect("8 bytes"));
-        let x = _mm_set_epi64x(hi, lo);
-        let nibble = _mm_set1_epi8(0x0f);
-        let high = _mm_and_si128(_mm_srli_epi16(x, 4), nibble);
-        let low = _mm_and_si128(x, nibble);
-        let digits = |n: __m128i| {
-            let letter = _mm_and_si128(_mm_cmpgt_epi8(n, _mm_set1_epi8(9)), _mm_set1_epi8(39));
-            _mm_add_epi8(_mm_add_epi8(n, _mm_set1_epi8(b'0' as i8)), letter)
-        };
-        let first = digits(_mm_unpacklo_epi8(high, low));
-        let second = digits(_mm_unpackhi_epi8(high, low));
-        let mut out = [0u8; 32];
-        for (o, v) in out.chunks_exact_mut(8).zip([
-            _mm_cvtsi128_si64(first),
-            _mm_cvtsi128_si64(_mm_unpackhi_epi64(first, first)),
-            _mm_cvtsi128_si64(second),
-            _mm_cvtsi128_si64(_mm_unpackhi_epi64(second, second)),
-        ]) {
-            o.copy_from_slice(&v.to_le_bytes());
-        }
-        out
-    }
 }
 
 #[cfg(test)]
