@@ -207,6 +207,9 @@ pub unsafe extern "C" fn etwkit_heapshim_attach(tracer_pid: u64, nonce: u64) -> 
         if !p.is_null() {
             let b = &*p;
             (*b.sent.get()).fill(0);
+            // A tracer killed before it detached us cleanly left records and kept-back
+            // allocations behind (detach spills only when the tracer says goodbye).
+            crate::forget_previous_session(b);
             // Its coarse clock dates from the last session: read the TSC afresh.
             b.coarse_left.set(0);
             b.oldest_check.set(crate::tsc());

@@ -362,6 +362,32 @@ fn flush_all() {
     }
 }
 
+/// Forgets what `b` holds for a tracer that is gone (attach mode, before a new tracer's session
+/// starts): records not sent, allocations kept back, pairs counted. A tracer killed mid-session
+/// leaves them behind, and the frees done while nothing traced were not seen: sent to the next
+/// tracer, a stale allocation would be reported as live, or as allocated twice.
+///
+/// # Safety
+/// No thread may be recording (`STATE` is not 2), and `b` must be a registered buffer.
+pub(crate) unsafe fn forget_previous_session(b: &ThreadBuf) {
+    while b.busy.swap(true, Ordering::Acquire) {
+        std::hint::spin_loop();
+    }
+    b.flushed
+        .store(b.committed.load(Ordering::Acquire), Ordering::Relaxed);
+    b.busy.store(false, Ordering::Release);
+    (*b.last.get()).addr = 0;
+    for e in (*b.pend.get()).iter_mut() {
+        e.addr = 0;
+    }
+    b.pend_used.set(0);
+    b.pend_live.set(0);
+    for a in (*b.agg.get()).iter_mut() {
+        a.count = 0;
+        a.bytes = 0;
+    }
+}
+
 /// Sends the unsent records of `b`. The owner resets the buffer (`reset`); the exit flush does not.
 unsafe fn flush(b: &ThreadBuf, reset: bool) {
     while b.busy.swap(true, Ordering::Acquire) {
