@@ -112,9 +112,14 @@ const STATISTICS: [&str; 13] = [
     "cpu",
 ];
 
-/// Writer properties: `dictionary_off` columns written plain, `statistics` columns (beside
-/// [`STATISTICS`]) with page statistics.
-fn properties(dictionary_off: &[&str], statistics: &[String], compress: bool) -> WriterProperties {
+/// Writer properties: `dictionary_off` columns (and the items of `lists_plain`) written plain,
+/// `statistics` columns (beside [`STATISTICS`]) with page statistics.
+fn properties(
+    dictionary_off: &[&str],
+    lists_plain: &[String],
+    statistics: &[String],
+    compress: bool,
+) -> WriterProperties {
     let compression = if compress {
         Compression::ZSTD(ZstdLevel::try_new(1).expect("zstd level 1"))
     } else {
@@ -130,10 +135,12 @@ fn properties(dictionary_off: &[&str], statistics: &[String], compress: bool) ->
     for c in dictionary_off.iter().chain(&PLAIN_INTEGERS) {
         b = b.set_column_dictionary_enabled(ColumnPath::new(vec![c.to_string()]), false);
     }
-    b = b.set_column_dictionary_enabled(
-        ColumnPath::new(vec!["stack".into(), "list".into(), "item".into()]),
-        false,
-    );
+    for l in lists_plain.iter().map(String::as_str).chain(["stack"]) {
+        b = b.set_column_dictionary_enabled(
+            ColumnPath::new(vec![l.to_string(), "list".into(), "item".into()]),
+            false,
+        );
+    }
     for c in STATISTICS
         .iter()
         .map(|c| c.to_string())
@@ -622,7 +629,12 @@ impl DatasetWriter {
         let sink = writers.create(
             path.clone(),
             schema,
-            properties(&["record", "timestamp", "payload", "properties"], &[], true),
+            properties(
+                &["record", "timestamp", "payload", "properties"],
+                &[],
+                &[],
+                true,
+            ),
         )?;
         Ok(DatasetWriter {
             events: EventsPart {
@@ -844,7 +856,12 @@ impl TablesPart {
                 let mut plain = vec!["record".to_string(), "timestamp".to_string()];
                 plain.extend(t.cols.distinct_text_columns());
                 let plain: Vec<&str> = plain.iter().map(String::as_str).collect();
-                let props = properties(&plain, &t.cols.scalar_columns(), compress);
+                let props = properties(
+                    &plain,
+                    &t.cols.text_list_columns(),
+                    &t.cols.scalar_columns(),
+                    compress,
+                );
                 let id = w.create(path.clone(), schema, props)?;
                 t.sink = Some(id);
                 id
