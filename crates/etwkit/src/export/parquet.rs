@@ -35,7 +35,7 @@ use crate::sink::json::JsonProps;
 use crate::EventRecord;
 
 /// Rows per record batch handed to the Parquet writer.
-pub const BATCH_ROWS: usize = 1 << 14;
+pub const BATCH_ROWS: usize = 1 << 13;
 /// Rows per row group at most (a row group is the unit parallel readers split on).
 pub const ROW_GROUP_ROWS: usize = 1 << 17;
 
