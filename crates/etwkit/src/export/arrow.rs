@@ -15,7 +15,7 @@ use arrow_array::builder::{
     BinaryBuilder, ListBuilder, StringBuilder, TimestampNanosecondBuilder, UInt16Builder,
     UInt32Builder, UInt64Builder, UInt8Builder,
 };
-use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, RecordBatch};
+use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, BinaryArray, RecordBatch, StringArray};
 use arrow_schema::ArrowError;
 
 use crate::decode::DecodedEvent;
@@ -202,7 +202,9 @@ pub struct EventColumns {
     header_type: StringBuilder,
     payload: BinaryBuilder,
     stack: ListBuilder<UInt64Builder>,
-    properties: StringBuilder,
+    /// The properties' JSON texts as bytes: checked as UTF-8 once per batch (all values at once)
+    /// when the batch is finished, not one value at a time.
+    properties: BinaryBuilder,
     json: Vec<u8>,
     rows: usize,
     /// The last provider GUID and its text (records of one provider come in runs).
@@ -244,7 +246,10 @@ impl EventColumns {
             header_type: text(if cols.header_type { 16 } else { 0 }),
             payload: BinaryBuilder::with_capacity(pick(cols.payload), pick(cols.payload) * 256),
             stack: ListBuilder::new(UInt64Builder::new()),
-            properties: text(if cols.properties { 512 } else { 0 }),
+            properties: BinaryBuilder::with_capacity(
+                pick(cols.properties),
+                pick(cols.properties) * 512,
+            ),
             json: Vec::with_capacity(1024),
             rows: 0,
             last_provider: (Guid::ZERO, Arc::from("")),
@@ -272,8 +277,7 @@ impl EventColumns {
             } else {
                 self.json.clear();
                 d.properties.write_json(&mut self.json);
-                self.properties
-                    .append_value(std::str::from_utf8(&self.json).unwrap_or("null"));
+                self.properties.append_value(&self.json);
             }
         }
         self.rows += 1;
@@ -287,8 +291,7 @@ impl EventColumns {
             if json.is_empty() {
                 self.properties.append_null();
             } else {
-                self.properties
-                    .append_value(std::str::from_utf8(json).unwrap_or("null"));
+                self.properties.append_value(json);
             }
         }
         self.rows += 1;
@@ -423,7 +426,10 @@ impl EventColumns {
             v.push(("stack", Arc::new(self.stack.finish())));
         }
         if c.properties {
-            v.push(("properties", text(&mut self.properties, n)));
+            let a = self.properties.finish();
+            let bytes = a.value_data().len() / a.len().max(1) * n;
+            self.properties = BinaryBuilder::with_capacity(n, bytes * 5 / 4);
+            v.push(("properties", Arc::new(json_texts(a))));
         }
         self.rows = 0;
         v
@@ -436,6 +442,16 @@ impl EventColumns {
             self.finish_columns().into_iter().map(|(n, a)| (n, a, true)),
         )
     }
+}
+
+/// JSON texts as a string array: all values checked as UTF-8 at once; should one not be (the
+/// JSON writer only writes text), that value becomes `null` (the JSON literal) as before.
+fn json_texts(a: BinaryArray) -> StringArray {
+    StringArray::try_from_binary(a.clone()).unwrap_or_else(|_| {
+        a.iter()
+            .map(|v| v.map(|b| std::str::from_utf8(b).unwrap_or("null")))
+            .collect()
+    })
 }
 
 /// Two lowercase hex digits per byte value.

@@ -174,23 +174,21 @@ impl<'a> Cur<'a> {
     fn guid(&mut self) -> Guid {
         Guid::from_le_bytes(self.take(16)).expect("16 bytes")
     }
-    /// A name; `last` is the previous record's in the same place (names repeat from record to
-    /// record: the same text is taken without checking it again).
-    fn opt_str(&mut self, last: &mut Option<&'a str>) -> Option<&'a str> {
+    /// A name; `recent` holds the last names seen in the same place (names repeat from record
+    /// to record: a text seen lately is taken without checking it again).
+    fn opt_str(&mut self, recent: &mut Recent<'a>) -> Option<&'a str> {
         let n = self.u32();
         if n == NONE {
             return None;
         }
         let b = self.take(n as usize);
-        if let Some(l) = *last {
-            if l.as_bytes() == b {
-                return Some(l);
-            }
+        if let Some(s) = recent.find(b) {
+            return Some(s);
         }
         // Written from `&str`: valid UTF-8.
         let s = std::str::from_utf8(b).ok();
-        if s.is_some() {
-            *last = s;
+        if let Some(s) = s {
+            recent.add(s);
         }
         s
     }
@@ -200,10 +198,31 @@ impl<'a> Cur<'a> {
     }
 }
 
+/// Names seen lately in one place of the rows (event types interleave: the last one alone
+/// would often miss).
+#[derive(Default)]
+struct Recent<'a> {
+    names: [&'a str; RECENT_NAMES],
+    next: usize,
+}
+
+/// Names [`Recent`] remembers.
+const RECENT_NAMES: usize = 8;
+
+impl<'a> Recent<'a> {
+    fn find(&self, b: &[u8]) -> Option<&'a str> {
+        self.names.iter().copied().find(|s| s.as_bytes() == b)
+    }
+    fn add(&mut self, s: &'a str) {
+        self.names[self.next] = s;
+        self.next = (self.next + 1) % RECENT_NAMES;
+    }
+}
+
 /// Splits `buf` (whole records written by [`encode`], one after the other) into records.
 pub fn for_each<'a>(buf: &'a [u8], mut f: impl FnMut(Decoded<'a>) -> bool) {
     let mut at = 0;
-    let mut last: [Option<&'a str>; 4] = [None; 4];
+    let mut last: [Recent<'a>; 4] = Default::default();
     while at + 4 <= buf.len() {
         let len = u32::from_ne_bytes(buf[at..at + 4].try_into().expect("4 bytes")) as usize;
         let rec = &buf[at..at + len];

@@ -870,6 +870,16 @@ impl TypedColumns {
             .collect()
     }
 
+    /// The property columns that are lists of text (pointers of stacks, above all).
+    pub fn text_list_columns(&self) -> Vec<String> {
+        self.columns
+            .iter()
+            .flatten()
+            .filter(|c| matches!(&c.kind, Kind::List(k) if **k == Kind::Str))
+            .map(|c| c.column.clone())
+            .collect()
+    }
+
     /// The property columns of numbers, booleans and times (the ones worth page statistics).
     pub fn scalar_columns(&self) -> Vec<String> {
         self.columns
