@@ -64,9 +64,10 @@ fn every_storm_event_is_delivered_or_reported_lost() {
     assert!(storm <= 2 * n);
     assert!(
         storm + sum.events_lost >= 2 * n,
-        "unreported loss: {storm} delivered + {} lost < {}",
+        "unreported loss: {storm} delivered + {} lost < {} ({:?})",
         sum.events_lost,
-        2 * n
+        2 * n,
+        sum.lost_detail
     );
     assert!(
         all + sum.events_lost <= 2 * n + 2000,
@@ -79,8 +80,9 @@ fn every_storm_event_is_delivered_or_reported_lost() {
     );
     // Page headers and the per-CPU overrun counter agree (overwrite mode).
     assert_eq!(
-        detail["page_header_missed"],
-        detail["per_cpu_stats_overrun"]
+        detail["page_header_missed"], detail["per_cpu_stats_overrun"],
+        "{:?}",
+        sum.lost_detail
     );
     assert_eq!(detail["pages_flagged_uncounted"], 0);
 }

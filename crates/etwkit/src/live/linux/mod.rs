@@ -581,22 +581,24 @@ impl LinuxSession {
         let mut sum = self.summary.clone();
         let c = &self.merger.counters;
         sum.raw_records = c.events;
-        let mut overrun = 0;
-        let mut dropped = 0;
+        let (mut overrun, mut commit_overrun, mut dropped) = (0, 0, 0);
         for i in &self.instances {
             for &cpu in &self.cpus {
                 if let Ok(s) = tracefs::cpu_stats(i, cpu) {
                     overrun += s.overrun;
+                    commit_overrun += s.commit_overrun;
                     dropped += s.dropped;
                 }
             }
         }
-        // Page flags and the overrun counter count the same losses (overwrite mode); report the larger.
+        // Page flags and the overrun counter count the same losses (overwrite mode); report the
+        // larger. Commit overruns and drops (no-overwrite mode) are losses neither of them counts.
         let lost_overwrite = overrun.max(c.lost_page_flags);
-        sum.events_lost = lost_overwrite + dropped;
+        sum.events_lost = lost_overwrite + commit_overrun + dropped;
         sum.lost_detail = vec![
             ("page_header_missed".into(), c.lost_page_flags),
             ("per_cpu_stats_overrun".into(), overrun),
+            ("per_cpu_stats_commit_overrun".into(), commit_overrun),
             ("per_cpu_stats_dropped".into(), dropped),
             ("pages_flagged_uncounted".into(), c.lost_uncounted_pages),
         ];

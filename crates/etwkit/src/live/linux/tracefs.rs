@@ -171,6 +171,9 @@ pub fn threads_of(pid: u32) -> Result<Vec<u32>, LiveError> {
 pub struct CpuStats {
     pub entries: u64,
     pub overrun: u64,
+    /// Events dropped because the writer wrapped onto a page still being committed (a writer
+    /// interrupted mid-event while nested writers filled the ring): lost, and counted nowhere else.
+    pub commit_overrun: u64,
     pub dropped: u64,
     pub read_events: u64,
 }
@@ -187,6 +190,7 @@ pub fn cpu_stats(instance: &Path, cpu: usize) -> Result<CpuStats, LiveError> {
         match k.trim() {
             "entries" => s.entries = v,
             "overrun" => s.overrun = v,
+            "commit overrun" => s.commit_overrun = v,
             "dropped events" => s.dropped = v,
             "read events" => s.read_events = v,
             _ => {}
