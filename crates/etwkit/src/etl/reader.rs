@@ -125,6 +125,24 @@ impl ReadSummary {
         }
     }
 
+    /// A record of buffer `b` at `pos` that does not parse: counted, and the rest of the buffer
+    /// (`len` valid bytes) skipped.
+    pub(super) fn bad_record(
+        &mut self,
+        b: &BufferInfo,
+        pos: usize,
+        len: usize,
+        e: impl std::fmt::Display,
+    ) {
+        self.bad_records += 1;
+        self.issue(ReadIssue {
+            file_offset: b.file_offset,
+            buffer_index: Some(b.index),
+            record_offset: Some(pos),
+            reason: format!("{e}; rest of the buffer ({} bytes) skipped", len - pos),
+        });
+    }
+
     pub(super) fn merge(mut self, o: ReadSummary) -> ReadSummary {
         self.records += o.records;
         self.buffers += o.buffers;
@@ -673,16 +691,7 @@ impl EtlFile {
                     pos = next;
                 }
                 Err(e) => {
-                    summary.bad_records += 1;
-                    summary.issue(ReadIssue {
-                        file_offset: b.file_offset,
-                        buffer_index: Some(b.index),
-                        record_offset: Some(pos),
-                        reason: format!(
-                            "{e}; rest of the buffer ({} bytes) skipped",
-                            data.len() - pos
-                        ),
-                    });
+                    summary.bad_record(b, pos, data.len(), e);
                     break;
                 }
             }
@@ -880,16 +889,7 @@ impl EtlFile {
                     pos = next;
                 }
                 Err(e) => {
-                    summary.bad_records += 1;
-                    summary.issue(ReadIssue {
-                        file_offset: b.file_offset,
-                        buffer_index: Some(b.index),
-                        record_offset: Some(pos),
-                        reason: format!(
-                            "{e}; rest of the buffer ({} bytes) skipped",
-                            data.len() - pos
-                        ),
-                    });
+                    summary.bad_record(b, pos, data.len(), e);
                     break;
                 }
             }
@@ -971,16 +971,7 @@ impl EtlFile {
                 Ok(Next::Record(ev, _, _)) => Some(ev.raw_timestamp),
                 Ok(Next::End) => None,
                 Err(e) => {
-                    summary.bad_records += 1;
-                    summary.issue(ReadIssue {
-                        file_offset: c.info.file_offset,
-                        buffer_index: Some(c.info.index),
-                        record_offset: Some(c.pos),
-                        reason: format!(
-                            "{e}; rest of the buffer ({} bytes) skipped",
-                            c.data.len() - c.pos
-                        ),
-                    });
+                    summary.bad_record(c.info, c.pos, c.data.len(), e);
                     None
                 }
             }
