@@ -49,22 +49,33 @@ impl<'a, 'r> EventView<'a, 'r> {
         props_json: &'a [u8],
     ) -> Self {
         let mut v = EventView::bare(event);
-        v.provider_name = d.provider_name.as_deref();
-        v.event_name = d.event_name.as_deref();
-        v.task_name = d.task_name.as_deref();
-        v.opcode_name = d.opcode_name.as_deref();
-        v.stack = d.stack.as_ref();
-        v.decode_issue = d.decode_issue.as_deref();
-        v.layout_pointer_size = d.layout_pointer_size;
-        v.ids = d.ids;
-        v.dos_path = d.dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
-        if !props_json.is_empty() {
-            v.properties_json = std::str::from_utf8(props_json).ok();
+        v.take_decoded(d);
+        v.with_properties_json(props_json)
+    }
+
+    /// Takes the names, stack, issue, ids and DOS path of `d` (not its properties).
+    pub(crate) fn take_decoded(&mut self, d: &'a DecodedEvent) {
+        self.provider_name = d.provider_name.as_deref();
+        self.event_name = d.event_name.as_deref();
+        self.task_name = d.task_name.as_deref();
+        self.opcode_name = d.opcode_name.as_deref();
+        self.stack = d.stack.as_ref();
+        self.decode_issue = d.decode_issue.as_deref();
+        self.layout_pointer_size = d.layout_pointer_size;
+        self.ids = d.ids;
+        self.dos_path = d.dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
+    }
+
+    /// The properties' JSON text (empty: none), and the provider's own name where the decoding
+    /// gave none.
+    pub(crate) fn with_properties_json(mut self, json: &'a [u8]) -> Self {
+        if !json.is_empty() {
+            self.properties_json = std::str::from_utf8(json).ok();
         }
-        if v.provider_name.is_none() {
-            v.provider_name = event.traits_provider_name();
+        if self.provider_name.is_none() {
+            self.provider_name = self.event.traits_provider_name();
         }
-        v
+        self
     }
 
     /// The process id to show: attributed, else the header's (`u32::MAX`: none).

@@ -495,26 +495,13 @@ impl<'a, 'r> EventView<'a, 'r> {
         let mut v = EventView::bare(event);
         props.clear();
         if let Some(d) = d {
-            v.provider_name = d.provider_name.as_deref();
-            v.event_name = d.event_name.as_deref();
-            v.task_name = d.task_name.as_deref();
-            v.opcode_name = d.opcode_name.as_deref();
-            v.stack = d.stack.as_ref();
-            v.decode_issue = d.decode_issue.as_deref();
-            v.layout_pointer_size = d.layout_pointer_size;
-            v.ids = d.ids;
-            v.dos_path = d.dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
+            v.take_decoded(d);
             if !d.properties.is_empty() {
                 d.properties.write_json(props);
             }
         }
-        if !props.is_empty() {
-            v.properties_json = std::str::from_utf8(props).ok();
-        }
-        if v.provider_name.is_none() {
-            v.provider_name = event.traits_provider_name();
-        }
-        v
+        let props: &'a [u8] = props;
+        v.with_properties_json(props)
     }
 }
 
