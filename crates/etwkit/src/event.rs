@@ -404,6 +404,22 @@ impl<'a> EventRecord<'a> {
         self.ext_items().find(|i| i.ext_type == t)
     }
 
+    /// The TraceLogging metadata item and the provider-traits item, found in one pass over the
+    /// extended data (a record without metadata is not self-describing).
+    pub fn tracelogging_items(&self) -> (Option<&[u8]>, Option<&[u8]>) {
+        let (mut meta, mut traits) = (None, None);
+        if !self.ext.is_empty() {
+            for item in self.ext_items() {
+                match item.ext_type {
+                    ext_type::EVENT_SCHEMA_TL => meta = Some(item.data),
+                    ext_type::PROV_TRAITS => traits = Some(item.data),
+                    _ => {}
+                }
+            }
+        }
+        (meta, traits)
+    }
+
     /// The stack trace carried in the extended data, if any.
     pub fn stack(&self) -> Option<Stack> {
         self.ext_items().find_map(|i| Stack::from_ext(&i))

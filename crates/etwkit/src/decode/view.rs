@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::event::{ext_type, flags, EventRecord, HeaderType, Stack};
+use crate::event::{flags, EventRecord, HeaderType, Stack};
 use crate::schema::registry::FastMap;
 use crate::schema::{Registry, SchemaKey};
 
@@ -150,18 +150,7 @@ fn layout<'l>(
             provider_name: d.registry.name_of_provider(&rec.provider).map(Arc::from),
         })
     };
-    let mut meta = None;
-    let mut traits = None;
-    if !rec.ext.is_empty() {
-        for item in rec.ext_items() {
-            match item.ext_type {
-                ext_type::EVENT_SCHEMA_TL => meta = Some(item.data),
-                ext_type::PROV_TRAITS => traits = Some(item.data),
-                _ => {}
-            }
-        }
-    }
-    if let Some(meta) = meta {
+    if let (Some(meta), traits) = rec.tracelogging_items() {
         // The registry's own TraceLogging key: provider, traits (length first), metadata.
         let t = traits.unwrap_or(&[]);
         tl_key.clear();

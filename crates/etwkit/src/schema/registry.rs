@@ -19,7 +19,7 @@ use super::{
     manifest, tdh, tracelogging, EventSchema, SchemaError, SchemaKey, SchemaSource, ValueMap,
 };
 use crate::etl::{EtlFile, Order};
-use crate::event::{ext_type, EventRecord, HeaderType};
+use crate::event::{EventRecord, HeaderType};
 use crate::guid::Guid;
 
 /// A small multiplicative hasher (the FxHash scheme) for the per-record lookups: the keys are GUIDs,
@@ -442,16 +442,7 @@ impl Registry {
             return Ok(None);
         }
         if rec.header_type.is_event_header() {
-            let mut meta = None;
-            let mut traits = None;
-            for item in rec.ext_items() {
-                match item.ext_type {
-                    ext_type::EVENT_SCHEMA_TL => meta = Some(item.data),
-                    ext_type::PROV_TRAITS => traits = Some(item.data),
-                    _ => {}
-                }
-            }
-            if let Some(meta) = meta {
+            if let (Some(meta), traits) = rec.tracelogging_items() {
                 return self.tl_schema(rec.provider, traits, meta).map(Some);
             }
         }
