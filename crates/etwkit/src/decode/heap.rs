@@ -10,8 +10,8 @@ use super::symbols::ModuleMap;
 use crate::event::EventRecord;
 use crate::guid::Guid;
 use crate::schema::builtin::heap_events::{
-    image_provider, HeapOp, HeapOpKind, ImageMapping, EVENT_ALLOC, EVENT_FREE, EVENT_IMAGE,
-    EVENT_REALLOC, HEAP_PROVIDER,
+    image_provider, HeapOp, HeapOpKind, ImageMapping, ALLOCATOR_APIS, EVENT_ALLOC, EVENT_FREE,
+    EVENT_IMAGE, EVENT_REALLOC, HEAP_PROVIDER,
 };
 
 /// Kernel StackWalk class (kernel-mof.json `StackWalk.guid`).
@@ -30,18 +30,7 @@ fn tl_api(payload: &[u8], opcode: u8) -> Option<&'static str> {
     };
     let rest = payload.get(at..)?;
     let s = &rest[..rest.iter().position(|&c| c == 0)?];
-    const KNOWN: [&str; 9] = [
-        "malloc",
-        "calloc",
-        "realloc",
-        "reallocarray",
-        "posix_memalign",
-        "memalign",
-        "valloc",
-        "pvalloc",
-        "free",
-    ];
-    KNOWN.iter().find(|k| k.as_bytes() == s).copied()
+    ALLOCATOR_APIS.iter().find(|k| k.as_bytes() == s).copied()
 }
 
 /// Turns Windows heap trace records (HeapTraceProvider Alloc/ReAlloc/Free with kernel StackWalk
@@ -276,5 +265,30 @@ impl WindowsHeapEvents {
             op.stack = Some(Arc::from(user));
         }
         op
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every allocator call the shim names (its wire ids) reads back by name from a TraceLogging
+    /// heap event's `Api` field, each at its opcode's offset; an unknown name reads as none.
+    #[test]
+    fn api_names_read_back_from_tracelogging_heap_events() {
+        for (opcode, at) in [(EVENT_ALLOC, 28), (EVENT_REALLOC, 44), (EVENT_FREE, 20)] {
+            for name in ALLOCATOR_APIS.iter().chain(["mystery_alloc"].iter()) {
+                let mut payload = vec![0xAAu8; at];
+                payload.extend_from_slice(name.as_bytes());
+                payload.push(0);
+                let want = ALLOCATOR_APIS.contains(name).then_some(*name);
+                assert_eq!(tl_api(&payload, opcode), want, "{name} at {at}");
+            }
+        }
+        assert_eq!(
+            tl_api(b"malloc\0", EVENT_ALLOC),
+            None,
+            "payload shorter than the fields"
+        );
     }
 }

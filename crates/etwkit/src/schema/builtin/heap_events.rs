@@ -10,6 +10,21 @@ use std::sync::Arc;
 use crate::event::EventRecord;
 use crate::guid::Guid;
 
+/// The allocator calls etwkit's heap events name in their `Api` field, in the order of the shim's
+/// wire ids (the record header's api byte indexes this list).
+pub const ALLOCATOR_APIS: [&str; 10] = [
+    "malloc",
+    "calloc",
+    "realloc",
+    "reallocarray",
+    "posix_memalign",
+    "memalign",
+    "aligned_alloc",
+    "valloc",
+    "pvalloc",
+    "free",
+];
+
 /// The heap provider (HeapTraceProvider), heap.json `provider.guid`.
 pub const HEAP_PROVIDER: Guid = super::heap::PROVIDER;
 /// Heap event types (heap.json opcodes).

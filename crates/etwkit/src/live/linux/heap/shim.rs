@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use super::{perf, HeapError, StackEvents};
 use crate::live::linux::unwind::{Mapping, ProcessMaps};
-use crate::schema::builtin::heap_events::{HeapOp, HeapOpKind};
+use crate::schema::builtin::heap_events::{HeapOp, HeapOpKind, ALLOCATOR_APIS};
 
 const MAGIC: u32 = u32::from_le_bytes(*b"HSPH");
 const T_ALLOC: u8 = 1;
@@ -35,18 +35,6 @@ const DETACH_MAGIC: u32 = u32::from_le_bytes(*b"DTCH");
 /// How long a detaching process may take to send what it recorded (it may wait up to 2 s for its
 /// threads to get past the hooks, longer on a starved machine).
 const DETACH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
-const APIS: [&str; 10] = [
-    "malloc",
-    "calloc",
-    "realloc",
-    "reallocarray",
-    "posix_memalign",
-    "memalign",
-    "aligned_alloc",
-    "valloc",
-    "pvalloc",
-    "free",
-];
 
 /// Where the shim library is: `$ETWKIT_HEAPSHIM`, else next to the running executable or in its
 /// parent directory (cargo puts test binaries in `target/<profile>/deps`).
@@ -845,7 +833,10 @@ impl ShimTrace {
         while o + 8 <= end {
             let h = w(o).unwrap_or(0);
             let (t, api, count) = (h as u8, (h >> 8) as u8, (h >> 16) as u16 as usize);
-            let api_name = APIS.get(api as usize).copied().unwrap_or("malloc");
+            let api_name = ALLOCATOR_APIS
+                .get(api as usize)
+                .copied()
+                .unwrap_or("malloc");
             let words = match t {
                 T_ALLOC => 5,
                 T_REALLOC => 6,
