@@ -67,19 +67,32 @@ impl VolumeMap {
 
     /// The DOS form of an NT path (ASCII case-insensitive prefix match), if the trace maps its volume.
     pub fn to_dos(&self, nt: &str) -> Option<String> {
-        let mapped = self.map.iter().find_map(|(n, d)| {
-            let head = nt.get(..n.len())?;
-            head.eq_ignore_ascii_case(n)
-                .then(|| format!("{d}{}", &nt[n.len()..]))
-        });
+        let mut out = String::new();
+        self.to_dos_into(nt, &mut out).then_some(out)
+    }
+
+    /// As [`VolumeMap::to_dos`], into `out` (replacing its text; its space is reused): whether
+    /// there is a DOS form.
+    pub fn to_dos_into(&self, nt: &str, out: &mut String) -> bool {
+        out.clear();
         let device = |p: &str| nt.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p));
-        mapped.or_else(|| {
-            let rooted = nt.starts_with('\\')
-                && !nt.starts_with(r"\\")
-                && !device(r"\Device\")
-                && !device(r"\??\");
-            rooted.then(|| Some(format!("{}{nt}", self.system_drive.as_ref()?)))?
-        })
+        if let Some((n, d)) = self.map.iter().find(|(n, _)| device(n)) {
+            out.push_str(d);
+            out.push_str(&nt[n.len()..]);
+            return true;
+        }
+        let rooted = nt.starts_with('\\')
+            && !nt.starts_with(r"\\")
+            && !device(r"\Device\")
+            && !device(r"\??\");
+        match &self.system_drive {
+            Some(drive) if rooted => {
+                out.push_str(drive);
+                out.push_str(nt);
+                true
+            }
+            _ => false,
+        }
     }
 }
 

@@ -13,18 +13,24 @@ use super::plan::Cursor;
 use super::Value;
 
 pub(crate) fn utf16(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() / 2);
+    utf16_into(b, &mut s);
+    s
+}
+
+/// Appends the lossy decoding of UTF-16LE `b` to `s`.
+pub(crate) fn utf16_into(b: &[u8], s: &mut String) {
     // ASCII (most names and paths) byte by byte; from the first other unit on, a real decoder.
     let ascii = b
         .chunks_exact(2)
         .position(|c| c[1] != 0 || c[0] >= 0x80)
         .unwrap_or(b.len() / 2);
-    let mut s = String::with_capacity(b.len() / 2);
+    s.reserve(b.len() / 2);
     s.extend(b[..2 * ascii].chunks_exact(2).map(|c| c[0] as char));
     let units = b[2 * ascii..]
         .chunks_exact(2)
         .map(|c| u16::from_le_bytes([c[0], c[1]]));
     s.extend(char::decode_utf16(units).map(|r| r.unwrap_or('\u{FFFD}')));
-    s
 }
 
 pub(crate) fn ansi(b: &[u8]) -> String {

@@ -28,6 +28,12 @@ pub trait PropertyVisitor {
     fn plain_field(&mut self, index: usize, name: &str) {
         self.field(index, name)
     }
+    /// As [`PropertyVisitor::field`], with `text`: what this kind of visitor's `field` wrote for
+    /// this property when its layout was compiled (a text format copies it instead of rendering
+    /// the name again). Visitors that write no such text ignore it.
+    fn field_text(&mut self, index: usize, name: &str, text: &[u8]) {
+        self.field(index, name)
+    }
     fn begin_array(&mut self, count: u64) {}
     /// Element `i` of the open array starts.
     fn element(&mut self, i: u64) {}
@@ -130,7 +136,7 @@ impl Properties {
 /// A text format of properties (the JSON the sinks write is one): how a sink plugs its
 /// visitor into the decoder's routes that render straight from the payload
 /// ([`super::Decoder::view_etl_with`], [`super::Decoder::decode_etl_text`]).
-pub trait TextFormat {
+pub trait TextFormat: 'static {
     type Visitor<'b>: PropertyVisitor;
     /// A visitor appending to `out`; `scratch` is reusable space for conversions.
     fn visitor<'b>(out: &'b mut Vec<u8>, scratch: &'b mut String) -> Self::Visitor<'b>;
@@ -328,6 +334,7 @@ macro_rules! tee {
 tee! {
     field(index: usize, name: &str);
     plain_field(index: usize, name: &str);
+    field_text(index: usize, name: &str, text: &[u8]);
     begin_array(count: u64);
     element(i: u64);
     end_array();
