@@ -552,21 +552,24 @@ impl Decoder {
         scratch: &mut String,
         out: &mut Option<(Arc<str>, String)>,
     ) {
-        let old = out.take();
         let (Some((i, nt)), Some(volumes)) = (ids.path.as_ref(), self.volumes.as_ref()) else {
+            *out = None;
             return;
         };
-        let nt = match nt {
-            plan::PathText::Text(t) => t.as_str(),
+        let mut text = match out.take() {
+            Some((_, t)) => t,
+            None => std::mem::take(scratch),
+        };
+        let found = match nt {
+            plan::PathText::Text(t) => volumes.to_dos_into(t, &mut text),
             plan::PathText::Utf16(r) => {
-                scratch.clear();
-                scalar::utf16_into(payload.get(r.clone()).unwrap_or(&[]), scratch);
-                scratch.as_str()
+                volumes.to_dos_utf16(payload.get(r.clone()).unwrap_or(&[]), &mut text)
             }
         };
-        let mut text = old.map(|(_, t)| t).unwrap_or_default();
-        if volumes.to_dos_into(nt, &mut text) {
+        if found {
             *out = Some((plan.fields[*i].name.clone(), text));
+        } else {
+            *scratch = text;
         }
     }
 

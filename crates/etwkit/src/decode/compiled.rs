@@ -373,17 +373,24 @@ fn signed(x: u64, w: usize) -> i64 {
     }
 }
 
-/// The elements of a fixed-width array, each announced and handed to `v`.
+/// The elements of a fixed-width array, each announced and handed to `v` (the kind settled once,
+/// pointers and hex integers in one call).
 #[inline]
 fn elements<V: PropertyVisitor>(fast: Fast, bytes: &[u8], w: usize, v: &mut V) {
-    for (i, c) in bytes.chunks_exact(w).enumerate() {
-        v.element(i as u64);
-        let x = le(c);
-        match fast {
-            Fast::Ptr => v.pointer(x),
-            Fast::Hex(_) => v.hex(x),
-            Fast::SDec(_) => v.signed(signed(x, w)),
-            _ => v.unsigned(x),
+    match fast {
+        Fast::Ptr => v.pointer_elements(bytes, w),
+        Fast::Hex(_) => v.hex_elements(bytes, w),
+        Fast::SDec(_) => {
+            for (i, c) in bytes.chunks_exact(w).enumerate() {
+                v.element(i as u64);
+                v.signed(signed(le(c), w));
+            }
+        }
+        _ => {
+            for (i, c) in bytes.chunks_exact(w).enumerate() {
+                v.element(i as u64);
+                v.unsigned(le(c));
+            }
         }
     }
 }

@@ -26,7 +26,15 @@ pub(crate) fn utf16_into(b: &[u8], s: &mut String) {
         .position(|c| c[1] != 0 || c[0] >= 0x80)
         .unwrap_or(b.len() / 2);
     s.reserve(b.len() / 2);
-    s.extend(b[..2 * ascii].chunks_exact(2).map(|c| c[0] as char));
+    // The ASCII run in blocks of 64 characters, each copied as one `&str`.
+    for block in b[..2 * ascii].chunks(128) {
+        let mut buf = [0u8; 64];
+        let n = block.len() / 2;
+        for (d, c) in buf.iter_mut().zip(block.chunks_exact(2)) {
+            *d = c[0];
+        }
+        s.push_str(std::str::from_utf8(&buf[..n]).unwrap_or_default());
+    }
     let units = b[2 * ascii..]
         .chunks_exact(2)
         .map(|c| u16::from_le_bytes([c[0], c[1]]));

@@ -37,6 +37,21 @@ pub trait PropertyVisitor {
     fn begin_array(&mut self, count: u64) {}
     /// Element `i` of the open array starts.
     fn element(&mut self, i: u64) {}
+    /// All the elements of the open array at once: pointers, each `width` (4 or 8) bytes of
+    /// `bytes`, little-endian — the same as `element(i)` and `pointer(..)` for each.
+    fn pointer_elements(&mut self, bytes: &[u8], width: usize) {
+        for (i, c) in bytes.chunks_exact(width).enumerate() {
+            self.element(i as u64);
+            self.pointer(super::scalar::le(c));
+        }
+    }
+    /// As [`PropertyVisitor::pointer_elements`], for hex-typed integers (`hex(..)` each).
+    fn hex_elements(&mut self, bytes: &[u8], width: usize) {
+        for (i, c) in bytes.chunks_exact(width).enumerate() {
+            self.element(i as u64);
+            self.hex(super::scalar::le(c));
+        }
+    }
     fn end_array(&mut self) {}
     fn begin_struct(&mut self) {}
     fn end_struct(&mut self) {}
@@ -337,6 +352,8 @@ tee! {
     field_text(index: usize, name: &str, text: &[u8]);
     begin_array(count: u64);
     element(i: u64);
+    pointer_elements(bytes: &[u8], width: usize);
+    hex_elements(bytes: &[u8], width: usize);
     end_array();
     begin_struct();
     end_struct();

@@ -333,6 +333,12 @@ impl PropertyVisitor for JsonProps<'_> {
         self.out.extend_from_slice(name.as_bytes());
         self.out.extend_from_slice(b"\":");
     }
+    fn pointer_elements(&mut self, bytes: &[u8], width: usize) {
+        push_hex_elements(self.out, bytes, width);
+    }
+    fn hex_elements(&mut self, bytes: &[u8], width: usize) {
+        push_hex_elements(self.out, bytes, width);
+    }
     #[inline]
     fn field_text(&mut self, _index: usize, _name: &str, text: &[u8]) {
         self.out.extend_from_slice(text);
@@ -595,6 +601,30 @@ fn push_quoted_hex_wide(l: &mut Vec<u8>, v: u64) {
     l.extend_from_slice(&(lo as u128 | (mid as u128) << 64).to_le_bytes());
     l.extend_from_slice(&tail.to_le_bytes());
     l.truncate(n + 4 + digits);
+}
+
+/// Appends `"0x…"` for each `width`-byte (4 or 8) little-endian integer of `bytes`, separated by
+/// commas: an array's elements in one loop, the room made once.
+fn push_hex_elements(l: &mut Vec<u8>, bytes: &[u8], width: usize) {
+    l.reserve(bytes.len() / width.max(1) * (2 * width + 5) + 16);
+    if width == 4 {
+        for (i, c) in bytes.chunks_exact(4).enumerate() {
+            if i > 0 {
+                l.push(b',');
+            }
+            push_quoted_hex_u32(l, u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+        }
+        return;
+    }
+    for (i, c) in bytes.chunks_exact(width.max(1)).enumerate() {
+        if i > 0 {
+            l.push(b',');
+        }
+        let mut w = [0u8; 8];
+        let n = c.len().min(8);
+        w[..n].copy_from_slice(&c[..n]);
+        push_quoted_hex_u64(l, u64::from_le_bytes(w));
+    }
 }
 
 fn num_or_null(l: &mut Vec<u8>, key: &[u8], v: u32) {
