@@ -15,7 +15,7 @@ use crate::schema::{Count, Length};
 use super::bitmaps::MapRef;
 use super::plan::{one, visit_scalar, Cursor, Dest, Fast, PlanField};
 use super::scalar::{cstr16, le};
-use super::visit::PropertyVisitor;
+use super::visit::{NoVisit, PropertyVisitor};
 
 /// Most fields a count or length may refer to in a compiled layout.
 const SLOTS: usize = 8;
@@ -60,10 +60,26 @@ struct Op {
     ids: u8,
 }
 
+/// A step of the measuring walk: what the fields take, runs of fixed-width fields merged.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    /// Fixed-width fields nobody refers to: this many bytes with 4- and 8-byte pointers.
+    Skip([u32; 2]),
+    /// An integer field others refer to: its width (0: the pointer size) and slot.
+    Read(u8, u8),
+    /// A NUL-terminated UTF-16 string.
+    Utf16Z,
+    /// An array of fixed-width elements (0: the pointer size), or of strings (`None`).
+    Array(Option<u8>, ArrCount),
+    /// A field of the generic walk (its index).
+    Other(u16, Len),
+}
+
 /// The compiled top level of a [`super::Plan`].
 #[derive(Debug)]
 pub(crate) struct Compiled {
     ops: Vec<Op>,
+    steps: Vec<Step>,
     /// The bytes the layout takes with 4- and 8-byte pointers, when every field has a fixed width.
     fixed: Option<[usize; 2]>,
 }
@@ -195,7 +211,33 @@ impl Compiled {
             [Some(a), Some(b)] => Some([a, b]),
             _ => None,
         };
-        Some(Compiled { ops, fixed })
+        let mut steps: Vec<Step> = Vec::new();
+        for op in &ops {
+            let skip = |f: Fast| {
+                width(f).map(|w| {
+                    [
+                        if w == 0 { 4 } else { w as u32 },
+                        if w == 0 { 8 } else { w as u32 },
+                    ]
+                })
+            };
+            let step = match op.kind {
+                Kind::Scalar(f) if op.slot != NO_SLOT => Step::Read(width(f)?, op.slot),
+                Kind::Scalar(Fast::Utf16Z) => Step::Utf16Z,
+                Kind::Scalar(f) => Step::Skip(skip(f)?),
+                Kind::Mapped(w) => Step::Skip([w as u32; 2]),
+                Kind::Array(f, count) => Step::Array(width(f), count),
+                Kind::Other(len) => Step::Other(op.idx, len),
+            };
+            match (steps.last_mut(), step) {
+                (Some(Step::Skip(a)), Step::Skip(b)) => {
+                    a[0] = a[0].checked_add(b[0])?;
+                    a[1] = a[1].checked_add(b[1])?;
+                }
+                _ => steps.push(step),
+            }
+        }
+        Some(Compiled { ops, steps, fixed })
     }
 
     /// The bytes a layout of fixed-width fields takes with this pointer size (4, else 8).
@@ -218,6 +260,73 @@ impl Compiled {
             k.ends.push(k.text.len() as u32);
         }
         k
+    }
+
+    /// The measuring walk: moves `cur` past the fields (setting `cur.unterminated` as the generic
+    /// walk does); `Err` where the generic walk fails.
+    pub(crate) fn measure(&self, fields: &[PlanField], cur: &mut Cursor<'_>) -> Result<(), ()> {
+        let mut vals = [0u64; SLOTS];
+        let wide = (cur.ptr != 4) as usize;
+        for step in &self.steps {
+            match *step {
+                Step::Skip(n) => {
+                    let end = cur.pos + n[wide] as usize;
+                    if end > cur.d.len() {
+                        return Err(());
+                    }
+                    cur.pos = end;
+                }
+                Step::Read(w, slot) => {
+                    let w = if w == 0 { cur.ptr as usize } else { w as usize };
+                    let b = cur.d.get(cur.pos..cur.pos + w).ok_or(())?;
+                    cur.pos += w;
+                    vals[slot as usize] = le(b);
+                }
+                Step::Utf16Z => {
+                    cstr16(cur);
+                }
+                Step::Array(w, count) => {
+                    let remaining = cur.d.len().saturating_sub(cur.pos);
+                    let n = match count {
+                        ArrCount::Fixed(n) => n,
+                        ArrCount::Slot(s) => vals[s as usize],
+                        ArrCount::ToEnd => {
+                            let w = w.ok_or(())?;
+                            let w = if w == 0 { cur.ptr as usize } else { w as usize };
+                            (remaining / w) as u64
+                        }
+                    };
+                    if n > remaining as u64 && n > 1024 {
+                        return Err(());
+                    }
+                    match w {
+                        None => {
+                            for _ in 0..n {
+                                cstr16(cur);
+                            }
+                        }
+                        Some(w) => {
+                            let w = if w == 0 { cur.ptr as usize } else { w as usize };
+                            let total = (n as usize).checked_mul(w).ok_or(())?;
+                            if total > remaining {
+                                return Err(());
+                            }
+                            cur.pos += total;
+                        }
+                    }
+                }
+                Step::Other(idx, len) => {
+                    let len = match len {
+                        Len::Natural => None,
+                        Len::Fixed(n) => Some(n),
+                        Len::Slot(s) => Some(vals[s as usize]),
+                    };
+                    let f = &fields[idx as usize];
+                    one(f, cur, len, &mut Dest::<NoVisit>::Measure, false).map_err(|_| ())?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The walk: drives `v` (when `!measure`) with the fields' callbacks, as the generic walk

@@ -59,7 +59,10 @@ impl VolumeMap {
 
     /// Orders the mappings for lookup; call once after the last [`VolumeMap::observe`].
     pub fn finish(&mut self) {
-        self.ascii = self.map.iter().all(|(n, _)| n.is_ascii() && n.len() <= HEAD);
+        self.ascii = self
+            .map
+            .iter()
+            .all(|(n, _)| n.is_ascii() && n.len() <= HEAD);
         self.map
             .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
         self.system_drive = self

@@ -253,8 +253,7 @@ impl Plan {
             return (n <= payload.len()).then_some((n, false));
         }
         let mut cur = Cursor::new(payload, pointer_size, false);
-        c.run(&self.fields, &mut cur, &mut NoVisit, None, true)
-            .ok()?;
+        c.measure(&self.fields, &mut cur).ok()?;
         Some((cur.pos, cur.unterminated))
     }
 

@@ -604,18 +604,28 @@ fn push_quoted_hex_wide(l: &mut Vec<u8>, v: u64) {
 }
 
 /// Appends `"0x…"` for each `width`-byte (4 or 8) little-endian integer of `bytes`, separated by
-/// commas: an array's elements in one loop, the room made once.
+/// commas: an array's elements in one loop. 32-bit ones are put together in a local block (fixed
+/// offsets, one copy per block), the rest one by one.
 fn push_hex_elements(l: &mut Vec<u8>, bytes: &[u8], width: usize) {
-    l.reserve(bytes.len() / width.max(1) * (2 * width + 5) + 16);
     if width == 4 {
+        const BLOCK: usize = 512;
+        let mut buf = [0u8; BLOCK];
+        let mut pos = 0;
         for (i, c) in bytes.chunks_exact(4).enumerate() {
-            if i > 0 {
-                l.push(b',');
+            buf[pos] = b',';
+            pos += (i > 0) as usize;
+            let (text, n) = quoted_hex_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+            buf[pos..pos + 16].copy_from_slice(&text);
+            pos += n;
+            if pos > BLOCK - 32 {
+                l.extend_from_slice(&buf[..pos]);
+                pos = 0;
             }
-            push_quoted_hex_u32(l, u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
         }
+        l.extend_from_slice(&buf[..pos]);
         return;
     }
+    l.reserve(bytes.len() / width.max(1) * (2 * width + 5) + 16);
     for (i, c) in bytes.chunks_exact(width.max(1)).enumerate() {
         if i > 0 {
             l.push(b',');
@@ -625,6 +635,22 @@ fn push_hex_elements(l: &mut Vec<u8>, bytes: &[u8], width: usize) {
         w[..n].copy_from_slice(&c[..n]);
         push_quoted_hex_u64(l, u64::from_le_bytes(w));
     }
+}
+
+/// `"0x…"` of `v` (no leading zeros) in the first bytes of a 16-byte block, and how many.
+#[inline(always)]
+fn quoted_hex_u32(v: u32) -> ([u8; 16], usize) {
+    let digits = hex_digits(v as u64);
+    // The digits first (then '0's), the closing quote right after them.
+    let d = super::hex8(v << (4 * (8 - digits))).swap_bytes();
+    let d = if digits < 8 {
+        d & !(0xff << (8 * digits)) | 0x22 << (8 * digits)
+    } else {
+        d
+    };
+    let lo = 0x0078_3022 | d << 24;
+    let hi = d >> 40 | 0x22 << 24;
+    ((lo as u128 | (hi as u128) << 64).to_le_bytes(), 4 + digits)
 }
 
 fn num_or_null(l: &mut Vec<u8>, key: &[u8], v: u32) {
@@ -851,6 +877,29 @@ mod tests {
             let mut l = b"x".to_vec();
             push_quoted_hex_u64(&mut l, v);
             assert_eq!(String::from_utf8(l).unwrap(), format!("x\"0x{v:x}\""));
+        }
+        // Arrays of 1..300 elements (more than one block), 4- and 8-byte wide.
+        let values: Vec<u64> = (0..300u64)
+            .map(|i| 0xfedc_ba98_7654_3210u64.rotate_left(i as u32 * 7) >> (i % 64))
+            .collect();
+        for width in [4usize, 8] {
+            for n in [0usize, 1, 2, 37, 300] {
+                let vals: Vec<u64> = values[..n]
+                    .iter()
+                    .map(|&v| if width == 4 { v as u32 as u64 } else { v })
+                    .collect();
+                let bytes: Vec<u8> = vals
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes()[..width].to_vec())
+                    .collect();
+                let mut l = b"x".to_vec();
+                push_hex_elements(&mut l, &bytes, width);
+                let expect: Vec<String> = vals.iter().map(|v| format!("\"0x{v:x}\"")).collect();
+                assert_eq!(
+                    String::from_utf8(l).unwrap(),
+                    format!("x{}", expect.join(","))
+                );
+            }
         }
         for v in (0..12_000u64).chain([99_999, 100_000, u32::MAX as u64, u64::MAX]) {
             let mut l = b"x".to_vec();
