@@ -49,11 +49,29 @@ enum Kind {
     Other(Len),
 }
 
-#[derive(Clone, Copy, Debug)]
+/// What the visiting walk does for a field: [`Kind`] with the scalar kinds spelled out (one
+/// dispatch per field).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Code {
+    /// Unsigned, signed or hex-typed integers of this many bytes (0: the pointer size).
+    Dec(u8),
+    SDec(u8),
+    Hex(u8),
+    Ptr,
+    Utf16Z,
+    /// Anything else: as its [`Kind`].
+    Kind,
+}
+
+#[derive(Debug)]
 struct Op {
-    /// The field's index in its level.
+    /// The field's index in its level, and its name.
     idx: u16,
+    name: std::sync::Arc<str>,
     kind: Kind,
+    code: Code,
+    /// The field has a slot or ids to fill.
+    extra: bool,
     /// Where its value goes for the fields that refer to it (`NO_SLOT`: nowhere).
     slot: u8,
     /// `PlanField::ids`.
@@ -189,7 +207,17 @@ impl Compiled {
             }
             ops.push(Op {
                 idx: idx as u16,
+                name: f.name.clone(),
                 kind,
+                code: match kind {
+                    Kind::Scalar(Fast::Dec(w)) => Code::Dec(w),
+                    Kind::Scalar(Fast::SDec(w)) => Code::SDec(w),
+                    Kind::Scalar(Fast::Hex(w)) => Code::Hex(w),
+                    Kind::Scalar(Fast::Ptr) => Code::Ptr,
+                    Kind::Scalar(Fast::Utf16Z) => Code::Utf16Z,
+                    _ => Code::Kind,
+                },
+                extra: slot != NO_SLOT || f.ids != 0,
                 slot,
                 ids: f.ids,
             });
@@ -344,40 +372,25 @@ impl Compiled {
         let mut vals = [0u64; SLOTS];
         let mut key_start = 0usize;
         for (n, op) in self.ops.iter().enumerate() {
-            let f = &fields[op.idx as usize];
+            let idx = op.idx as usize;
             if !measure {
                 match keys {
                     Some(k) => {
                         let end = k.ends[n] as usize;
-                        v.field_text(op.idx as usize, &f.name, &k.text[key_start..end]);
+                        v.field_text(idx, &op.name, &k.text[key_start..end]);
                         key_start = end;
                     }
-                    None if f.plain_name => v.plain_field(op.idx as usize, &f.name),
-                    None => v.field(op.idx as usize, &f.name),
+                    None if fields[idx].plain_name => v.plain_field(idx, &op.name),
+                    None => v.field(idx, &op.name),
                 }
             }
-            match op.kind {
-                Kind::Scalar(Fast::Utf16Z) => {
-                    let start = cur.pos;
-                    let b = cstr16(cur);
-                    if op.ids == 3 && cur.capture && cur.path.is_none() {
-                        cur.path = Some((
-                            op.idx as usize,
-                            super::plan::PathText::Utf16(start..start + b.len()),
-                        ));
-                    }
-                    v.utf16(b);
-                }
-                Kind::Scalar(fast) => {
-                    let w = match fast {
-                        Fast::Ptr => 0,
-                        Fast::Dec(w) | Fast::SDec(w) | Fast::Hex(w) => w,
-                        _ => unreachable_kind()?,
-                    };
-                    let w = if w == 0 { cur.ptr as usize } else { w as usize };
-                    let b = cur.d.get(cur.pos..cur.pos + w).ok_or(())?;
-                    cur.pos += w;
-                    let x = le(b);
+            // An integer of `w` bytes (0: the pointer size), kept for references and ids.
+            let mut int = |cur: &mut Cursor<'_>, w: u8| -> Result<(u64, usize), ()> {
+                let w = if w == 0 { cur.ptr as usize } else { w as usize };
+                let b = cur.d.get(cur.pos..cur.pos + w).ok_or(())?;
+                cur.pos += w;
+                let x = le(b);
+                if op.extra {
                     if op.slot != NO_SLOT {
                         vals[op.slot as usize] = x;
                     }
@@ -388,13 +401,47 @@ impl Compiled {
                             _ => {}
                         }
                     }
-                    match fast {
-                        Fast::Ptr => v.pointer(x),
-                        Fast::Hex(_) => v.hex(x),
-                        Fast::SDec(_) => v.signed(signed(x, w)),
-                        _ => v.unsigned(x),
-                    }
                 }
+                Ok((x, w))
+            };
+            match op.code {
+                Code::Dec(w) => v.unsigned(int(cur, w)?.0),
+                Code::Hex(w) => v.hex(int(cur, w)?.0),
+                Code::Ptr => v.pointer(int(cur, 0)?.0),
+                Code::SDec(w) => {
+                    let (x, w) = int(cur, w)?;
+                    v.signed(signed(x, w))
+                }
+                Code::Utf16Z => {
+                    let start = cur.pos;
+                    let b = cstr16(cur);
+                    if op.ids == 3 && cur.capture && cur.path.is_none() {
+                        cur.path =
+                            Some((idx, super::plan::PathText::Utf16(start..start + b.len())));
+                    }
+                    v.utf16(b);
+                }
+                Code::Kind => self.other(fields, op, cur, v, &mut vals, measure)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The fields of [`Compiled::run`] other than plain scalars.
+    #[inline(never)]
+    fn other<V: PropertyVisitor>(
+        &self,
+        fields: &[PlanField],
+        op: &Op,
+        cur: &mut Cursor<'_>,
+        v: &mut V,
+        vals: &mut [u64; SLOTS],
+        measure: bool,
+    ) -> Result<(), ()> {
+        let f = &fields[op.idx as usize];
+        {
+            match op.kind {
+                Kind::Scalar(_) => return unreachable_kind().map(|_| ()),
                 Kind::Mapped(w) => {
                     let b = cur.d.get(cur.pos..cur.pos + w as usize).ok_or(())?;
                     cur.pos += w as usize;
