@@ -27,10 +27,22 @@ pub(crate) fn utf16_into(b: &[u8], s: &mut String) {
     while rest.len() >= 2 {
         let n = (rest.len() / 2).min(64);
         let mut buf = [0u8; 64];
-        let mut other = 0u8;
-        for (d, c) in buf[..n].iter_mut().zip(rest.chunks_exact(2)) {
+        let mut other = 0u64;
+        // Four units at a time (their low bytes packed), then the last few.
+        let whole = n / 4 * 4;
+        for (d, c) in buf[..whole].chunks_exact_mut(4).zip(rest.chunks_exact(8)) {
+            let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            other |= w & 0xff80_ff80_ff80_ff80;
+            let p =
+                (w & 0xff) | (w >> 8 & 0xff00) | (w >> 16 & 0xff_0000) | (w >> 24 & 0xff00_0000);
+            d.copy_from_slice(&(p as u32).to_le_bytes());
+        }
+        for (d, c) in buf[whole..n]
+            .iter_mut()
+            .zip(rest[2 * whole..].chunks_exact(2))
+        {
             *d = c[0];
-            other |= c[1] | (c[0] & 0x80);
+            other |= (c[1] | (c[0] & 0x80)) as u64;
         }
         if other != 0 {
             break;
