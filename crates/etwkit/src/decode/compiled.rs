@@ -711,10 +711,10 @@ mod tests {
             plan.measure_compiled(payload, ptr),
             "{what}: measure"
         );
-        if generic.is_ok() {
+        if let Ok((_, ids)) = &generic {
             assert_eq!(
                 ids_text(&plan.payload_ids(payload, ptr), payload),
-                ids_text(&generic.unwrap().1, payload),
+                ids_text(ids, payload),
                 "{what}: payload ids"
             );
         }
