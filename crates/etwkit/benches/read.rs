@@ -117,7 +117,7 @@ fn main() {
             props.clear();
             if !d.properties.is_empty() {
                 d.properties.write_json(&mut props);
-                v.properties_json = std::str::from_utf8(&props).ok();
+                v.properties_json = Some(&props);
             }
             decoded += d.is_decoded() as u64;
             sink.event(&v).unwrap();

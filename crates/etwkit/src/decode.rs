@@ -59,6 +59,7 @@
 //! ANSI strings are read as UTF-8 when valid, otherwise as Latin-1.
 
 mod bitmaps;
+mod compiled;
 pub mod heap;
 pub mod paths;
 mod plan;
@@ -400,13 +401,13 @@ impl Decoder {
                     ev.properties = p;
                     ev.layout_pointer_size = Some(other);
                     ev.ids = self.attribute(rec, &ids);
-                    ev.dos_path = self.dos_path(&plan, &ids);
+                    ev.dos_path = self.dos_path(&plan, &ids, &rec.payload);
                     return ev;
                 }
             }
         }
         ev.ids = self.attribute(rec, &ids);
-        ev.dos_path = self.dos_path(&plan, &ids);
+        ev.dos_path = self.dos_path(&plan, &ids, &rec.payload);
         match first {
             Ok((p, used)) => {
                 ev.properties = p;
@@ -530,10 +531,46 @@ impl Decoder {
     }
 
     /// The DOS form of the record's file path field, when the trace maps its volume.
-    fn dos_path(&self, plan: &Plan, ids: &PayloadIds) -> Option<(Arc<str>, String)> {
-        let (i, nt) = ids.path.as_ref()?;
-        let dos = self.volumes.as_ref()?.to_dos(nt)?;
-        Some((plan.fields[*i].name.clone(), dos))
+    fn dos_path(
+        &self,
+        plan: &Plan,
+        ids: &PayloadIds,
+        payload: &[u8],
+    ) -> Option<(Arc<str>, String)> {
+        let mut out = None;
+        self.dos_path_into(plan, ids, payload, &mut String::new(), &mut out);
+        out
+    }
+
+    /// [`Decoder::dos_path`] into `out`, reusing its text's space and `scratch` (for the NT path
+    /// when the walk left it as UTF-16 bytes).
+    pub(crate) fn dos_path_into(
+        &self,
+        plan: &Plan,
+        ids: &PayloadIds,
+        payload: &[u8],
+        scratch: &mut String,
+        out: &mut Option<(Arc<str>, String)>,
+    ) {
+        let (Some((i, nt)), Some(volumes)) = (ids.path.as_ref(), self.volumes.as_ref()) else {
+            *out = None;
+            return;
+        };
+        let mut text = match out.take() {
+            Some((_, t)) => t,
+            None => std::mem::take(scratch),
+        };
+        let found = match nt {
+            plan::PathText::Text(t) => volumes.to_dos_into(t, &mut text),
+            plan::PathText::Utf16(r) => {
+                volumes.to_dos_utf16(payload.get(r.clone()).unwrap_or(&[]), &mut text)
+            }
+        };
+        if found {
+            *out = Some((plan.fields[*i].name.clone(), text));
+        } else {
+            *scratch = text;
+        }
     }
 
     /// The process and thread ids [`Decoder::decode`] would attribute to `rec` (see
@@ -646,7 +683,7 @@ impl Decoder {
     ) -> DecodedEvent {
         DecodedEvent {
             ids: self.attribute(rec, ids),
-            dos_path: self.dos_path(plan, ids),
+            dos_path: self.dos_path(plan, ids, &rec.payload),
             provider_name: self
                 .registry
                 .provider_name(rec)

@@ -16,7 +16,14 @@ pub struct VolumeMap {
     /// The drive `\SystemRoot\` maps to (`C:`): a rooted path without a device
     /// (`\Windows\System32\x.dll`, as Image events log them) is on it.
     system_drive: Option<String>,
+    /// Every NT prefix is ASCII of at most `HEAD` bytes (set by `finish`): UTF-16 paths are
+    /// matched on their units, against `lower`, the prefixes in lowercase.
+    ascii: bool,
+    lower: Vec<Vec<u8>>,
 }
+
+/// How many leading units of a UTF-16 path the prefix match looks at.
+const HEAD: usize = 256;
 
 /// A NUL-terminated UTF-16 string at the start of `b`, and the bytes after it.
 fn wstr(b: &[u8]) -> (String, &[u8]) {
@@ -52,6 +59,10 @@ impl VolumeMap {
 
     /// Orders the mappings for lookup; call once after the last [`VolumeMap::observe`].
     pub fn finish(&mut self) {
+        self.ascii = self
+            .map
+            .iter()
+            .all(|(n, _)| n.is_ascii() && n.len() <= HEAD);
         self.map
             .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
         self.system_drive = self
@@ -59,6 +70,11 @@ impl VolumeMap {
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(r"\SystemRoot\"))
             .and_then(|(_, d)| d.get(..2).filter(|x| x.ends_with(':')).map(str::to_string));
+        self.lower = self
+            .map
+            .iter()
+            .map(|(n, _)| n.to_ascii_lowercase().into_bytes())
+            .collect();
     }
 
     pub fn is_empty(&self) -> bool {
@@ -67,19 +83,77 @@ impl VolumeMap {
 
     /// The DOS form of an NT path (ASCII case-insensitive prefix match), if the trace maps its volume.
     pub fn to_dos(&self, nt: &str) -> Option<String> {
-        let mapped = self.map.iter().find_map(|(n, d)| {
-            let head = nt.get(..n.len())?;
-            head.eq_ignore_ascii_case(n)
-                .then(|| format!("{d}{}", &nt[n.len()..]))
-        });
+        let mut out = String::new();
+        self.to_dos_into(nt, &mut out).then_some(out)
+    }
+
+    /// As [`VolumeMap::to_dos_into`], for an NT path given as UTF-16LE bytes (as a payload holds
+    /// it): the prefixes are matched on the units, only the rest is decoded.
+    pub fn to_dos_utf16(&self, units: &[u8], out: &mut String) -> bool {
+        out.clear();
+        // Whether the path starts with ASCII `p`, ignoring ASCII case (a unit matches an ASCII
+        // character only when it is that character: the decoded text's bytes match alike).
+        let starts = |p: &str| {
+            units.len() >= 2 * p.len()
+                && p.bytes().zip(units.chunks_exact(2)).all(|(a, u)| {
+                    u[1] == 0 && u[0].eq_ignore_ascii_case(&a) && (a < 0x80 || u[0] == a)
+                })
+        };
+        if !self.ascii {
+            // Not expressible on units: decode first.
+            let nt = super::scalar::utf16(units);
+            return self.to_dos_into(&nt, out);
+        }
+        // The leading ASCII units in lowercase, compared with each prefix as bytes.
+        let mut head = [0u8; HEAD];
+        let mut h = 0;
+        let longest = self.lower.iter().map(Vec::len).max().unwrap_or(0);
+        for (d, u) in head[..longest].iter_mut().zip(units.chunks_exact(2)) {
+            if u[1] != 0 || u[0] >= 0x80 {
+                break;
+            }
+            *d = u[0].to_ascii_lowercase();
+            h += 1;
+        }
+        let found = self.lower.iter().position(|n| head[..h].starts_with(n));
+        if let Some((n, d)) = found.map(|i| &self.map[i]) {
+            out.push_str(d);
+            super::scalar::utf16_into(&units[2 * n.len()..], out);
+            return true;
+        }
+        let rooted = starts("\\") && !starts(r"\\") && !starts(r"\Device\") && !starts(r"\??\");
+        match &self.system_drive {
+            Some(drive) if rooted => {
+                out.push_str(drive);
+                super::scalar::utf16_into(units, out);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// As [`VolumeMap::to_dos`], into `out` (replacing its text; its space is reused): whether
+    /// there is a DOS form.
+    pub fn to_dos_into(&self, nt: &str, out: &mut String) -> bool {
+        out.clear();
         let device = |p: &str| nt.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p));
-        mapped.or_else(|| {
-            let rooted = nt.starts_with('\\')
-                && !nt.starts_with(r"\\")
-                && !device(r"\Device\")
-                && !device(r"\??\");
-            rooted.then(|| Some(format!("{}{nt}", self.system_drive.as_ref()?)))?
-        })
+        if let Some((n, d)) = self.map.iter().find(|(n, _)| device(n)) {
+            out.push_str(d);
+            out.push_str(&nt[n.len()..]);
+            return true;
+        }
+        let rooted = nt.starts_with('\\')
+            && !nt.starts_with(r"\\")
+            && !device(r"\Device\")
+            && !device(r"\??\");
+        match &self.system_drive {
+            Some(drive) if rooted => {
+                out.push_str(drive);
+                out.push_str(nt);
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -98,7 +172,14 @@ mod tests {
             m.map.push((n.into(), d.into()));
         }
         m.finish();
-        let dos = |p: &str| m.to_dos(p);
+        let dos = |p: &str| {
+            // The UTF-16 route gives the same answer as the text route.
+            let units: Vec<u8> = p.encode_utf16().flat_map(u16::to_le_bytes).collect();
+            let mut out = String::new();
+            let utf16 = m.to_dos_utf16(&units, &mut out).then_some(out);
+            assert_eq!(utf16, m.to_dos(p), "{p}");
+            m.to_dos(p)
+        };
         assert_eq!(
             dos(r"\Device\HarddiskVolume2\x\y.txt").as_deref(),
             Some(r"C:\x\y.txt")
@@ -117,5 +198,11 @@ mod tests {
         assert_eq!(dos(r"\\DfsClient"), None);
         assert_eq!(dos(r"\??\C:\x"), None);
         assert_eq!(dos("relative.txt"), None);
+        assert_eq!(
+            dos("\\DEVICE\\HarddiskVolume2\\é😀\u{1}").as_deref(),
+            Some("C:\\é😀\u{1}")
+        );
+        assert_eq!(dos("\\Devicé\\x").as_deref(), Some("C:\\Devicé\\x"));
+        assert_eq!(dos("\\").as_deref(), Some("C:\\"));
     }
 }

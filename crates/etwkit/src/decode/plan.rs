@@ -9,6 +9,7 @@ use crate::schema::{
 };
 
 use super::bitmaps::{MapRef, DOTNET_FLAG_PROVIDERS};
+use super::compiled::{Compiled, Keys};
 use super::scalar::*;
 use super::visit::{NoVisit, PropertyVisitor};
 use super::{DecodeError, Properties, Value};
@@ -46,6 +47,8 @@ pub struct Plan {
     /// Unique to this plan in the process (never 0, never reused): with the provider, it says
     /// which names a record decoded with it shows (see `EventView::names_id`).
     pub(crate) id: u64,
+    /// The top level as a flat list of operations, when it can be (see [`Compiled`]).
+    pub(crate) compiled: Option<Compiled>,
 }
 
 /// The next [`Plan::id`].
@@ -85,6 +88,7 @@ impl Plan {
             }
         }
         Plan {
+            compiled: Compiled::new(&fields),
             fields,
             id: PLAN_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             names: PlanNames {
@@ -136,6 +140,14 @@ impl Plan {
 
     /// The process and thread ids the payload names (measuring walk, no values built).
     pub(crate) fn payload_ids(&self, payload: &[u8], pointer_size: u8) -> PayloadIds {
+        if let Some(c) = &self.compiled {
+            let mut cur = Cursor::new(payload, pointer_size, true);
+            if c.run(&self.fields, &mut cur, &mut NoVisit, None, true)
+                .is_ok()
+            {
+                return cur.captured();
+            }
+        }
         let mut cur = Cursor::new(payload, pointer_size, true);
         let _ = decode_level(&self.fields, &mut cur, &mut Dest::<NoVisit>::Measure);
         cur.captured()
@@ -148,7 +160,15 @@ impl Plan {
 pub(crate) struct PayloadIds {
     pub(crate) pid: Option<u64>,
     pub(crate) tid: Option<u64>,
-    pub(crate) path: Option<(usize, String)>,
+    pub(crate) path: Option<(usize, PathText)>,
+}
+
+/// A file path field's text: the UTF-16 bytes of the payload in this range (the compiled walk, no
+/// allocation), or decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PathText {
+    Utf16(std::ops::Range<usize>),
+    Text(String),
 }
 
 impl Cursor<'_> {
@@ -172,6 +192,36 @@ impl Plan {
         pointer_size: u8,
         v: &mut V,
     ) -> Result<(usize, PayloadIds), ()> {
+        self.visit_keyed(payload, pointer_size, v, None)
+    }
+
+    /// As [`Plan::visit`], with the key text of each field in `v`'s format (built by
+    /// [`Plan::keys`] for this plan) handed to [`PropertyVisitor::field_text`].
+    pub(crate) fn visit_keyed<V: PropertyVisitor>(
+        &self,
+        payload: &[u8],
+        pointer_size: u8,
+        v: &mut V,
+        keys: Option<&Keys>,
+    ) -> Result<(usize, PayloadIds), ()> {
+        let mut cur = Cursor::new(payload, pointer_size, true);
+        v.begin_struct();
+        match &self.compiled {
+            Some(c) => c.run(&self.fields, &mut cur, v, keys, false)?,
+            None => decode_level(&self.fields, &mut cur, &mut Dest::Visit(v)).map_err(|_| ())?,
+        }
+        v.end_struct();
+        Ok((cur.pos, cur.captured()))
+    }
+
+    /// The generic walk of [`Plan::visit`], even when the plan is compiled (tests compare both).
+    #[cfg(test)]
+    pub(crate) fn visit_generic<V: PropertyVisitor>(
+        &self,
+        payload: &[u8],
+        pointer_size: u8,
+        v: &mut V,
+    ) -> Result<(usize, PayloadIds), ()> {
         let mut cur = Cursor::new(payload, pointer_size, true);
         v.begin_struct();
         decode_level(&self.fields, &mut cur, &mut Dest::Visit(v)).map_err(|_| ())?;
@@ -179,9 +229,46 @@ impl Plan {
         Ok((cur.pos, cur.captured()))
     }
 
+    /// The generic measuring walk (tests compare it with the compiled one).
+    #[cfg(test)]
+    pub(crate) fn measure_generic(
+        &self,
+        payload: &[u8],
+        pointer_size: u8,
+    ) -> Option<(usize, bool)> {
+        let mut cur = Cursor::new(payload, pointer_size, false);
+        decode_level(&self.fields, &mut cur, &mut Dest::<NoVisit>::Measure).ok()?;
+        Some((cur.pos, cur.unterminated))
+    }
+
+    /// The compiled measuring walk: bytes taken and whether a string lacked its terminator;
+    /// `None` when the layout is not compiled or the walk fails.
+    pub(crate) fn measure_compiled(
+        &self,
+        payload: &[u8],
+        pointer_size: u8,
+    ) -> Option<(usize, bool)> {
+        let c = self.compiled.as_ref()?;
+        if let Some(n) = c.fixed_size(pointer_size) {
+            return (n <= payload.len()).then_some((n, false));
+        }
+        let mut cur = Cursor::new(payload, pointer_size, false);
+        c.measure(&self.fields, &mut cur).ok()?;
+        Some((cur.pos, cur.unterminated))
+    }
+
+    /// The key text of each field of a compiled plan as `field` renders it (a text visitor's
+    /// `field` callback writing to the buffer): what [`Plan::visit_keyed`] copies instead.
+    pub(crate) fn keys(&self, field: impl FnMut(&mut Vec<u8>, usize, &str)) -> Option<Keys> {
+        Some(self.compiled.as_ref()?.keys(&self.fields, field))
+    }
+
     /// As [`Plan::measure`], but `None` unless every terminated string has its terminator: a
     /// string running to the end of the payload would make any layout "fit".
     pub(crate) fn measure_strict(&self, payload: &[u8], pointer_size: u8) -> Option<usize> {
+        if let Some((n, unterminated)) = self.measure_compiled(payload, pointer_size) {
+            return (!unterminated).then_some(n);
+        }
         let mut cur = Cursor::new(payload, pointer_size, false);
         decode_level(&self.fields, &mut cur, &mut Dest::<NoVisit>::Measure).ok()?;
         (!cur.unterminated).then_some(cur.pos)
@@ -190,6 +277,9 @@ impl Plan {
     /// How many payload bytes the properties take, without building values (no allocation): what
     /// `etwkit stats` needs to count records whose layout leaves bytes unread or runs short.
     pub fn measure(&self, payload: &[u8], pointer_size: u8) -> Result<usize, DecodeError> {
+        if let Some((n, _)) = self.measure_compiled(payload, pointer_size) {
+            return Ok(n);
+        }
         let mut cur = Cursor::new(payload, pointer_size, false);
         match decode_level(&self.fields, &mut cur, &mut Dest::<NoVisit>::Measure) {
             Ok(()) => Ok(cur.pos),
@@ -337,7 +427,7 @@ pub(crate) struct Cursor<'a> {
     pub(crate) pid: Option<u64>,
     pub(crate) tid: Option<u64>,
     /// The first top-level file path field: its index and text.
-    pub(crate) path: Option<(usize, String)>,
+    pub(crate) path: Option<(usize, PathText)>,
     /// Whether to pick up `pid`, `tid` and `path` (not when only measuring).
     pub(crate) capture: bool,
 }
@@ -501,7 +591,7 @@ pub(crate) fn decode_level<V: PropertyVisitor>(
                         2 => cur.tid = nums[idx],
                         3 if cur.path.is_none() => {
                             if let Some(Value::String(p)) = &v {
-                                cur.path = Some((idx, p.clone()));
+                                cur.path = Some((idx, PathText::Text(p.clone())));
                             }
                         }
                         _ => {}

@@ -13,18 +13,47 @@ use super::plan::Cursor;
 use super::Value;
 
 pub(crate) fn utf16(b: &[u8]) -> String {
-    // ASCII (most names and paths) byte by byte; from the first other unit on, a real decoder.
-    let ascii = b
-        .chunks_exact(2)
-        .position(|c| c[1] != 0 || c[0] >= 0x80)
-        .unwrap_or(b.len() / 2);
     let mut s = String::with_capacity(b.len() / 2);
-    s.extend(b[..2 * ascii].chunks_exact(2).map(|c| c[0] as char));
-    let units = b[2 * ascii..]
+    utf16_into(b, &mut s);
+    s
+}
+
+/// Appends the lossy decoding of UTF-16LE `b` to `s`.
+pub(crate) fn utf16_into(b: &[u8], s: &mut String) {
+    s.reserve(b.len() / 2);
+    // ASCII (most names and paths) in blocks of 64 units, copied and checked in one pass; from
+    // the first block holding another unit on, a real decoder.
+    let mut rest = b;
+    while rest.len() >= 2 {
+        let n = (rest.len() / 2).min(64);
+        let mut buf = [0u8; 64];
+        let mut other = 0u64;
+        // Four units at a time (their low bytes packed), then the last few.
+        let whole = n / 4 * 4;
+        for (d, c) in buf[..whole].chunks_exact_mut(4).zip(rest.chunks_exact(8)) {
+            let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            other |= w & 0xff80_ff80_ff80_ff80;
+            let p =
+                (w & 0xff) | (w >> 8 & 0xff00) | (w >> 16 & 0xff_0000) | (w >> 24 & 0xff00_0000);
+            d.copy_from_slice(&(p as u32).to_le_bytes());
+        }
+        for (d, c) in buf[whole..n]
+            .iter_mut()
+            .zip(rest[2 * whole..].chunks_exact(2))
+        {
+            *d = c[0];
+            other |= (c[1] | (c[0] & 0x80)) as u64;
+        }
+        if other != 0 {
+            break;
+        }
+        s.push_str(std::str::from_utf8(&buf[..n]).unwrap_or_default());
+        rest = &rest[2 * n..];
+    }
+    let units = rest
         .chunks_exact(2)
         .map(|c| u16::from_le_bytes([c[0], c[1]]));
     s.extend(char::decode_utf16(units).map(|r| r.unwrap_or('\u{FFFD}')));
-    s
 }
 
 pub(crate) fn ansi(b: &[u8]) -> String {
@@ -374,5 +403,34 @@ pub(crate) fn build_value(
         it::WBEMSID if b.is_empty() => Value::Null,
         it::WBEMSID => Value::Sid(sid_string(b)),
         _ => Value::Null,
+    }
+}
+
+#[cfg(test)]
+mod utf16_tests {
+    #[test]
+    fn utf16_matches_lossy_decoding() {
+        let long: String = (0..200).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+        for text in [
+            String::new(),
+            "x".to_string(),
+            long.clone(),
+            format!("{}é{}", &long[..63], &long[..70]),
+            format!("{}😀", &long[..64]),
+            format!("{}\u{80}", &long[..128]),
+            format!("{}\u{7f}\u{0}", &long[..3]),
+        ] {
+            let mut units: Vec<u16> = text.encode_utf16().collect();
+            for extra in [vec![], vec![0xd800u16], vec![0xdc00, 0x41]] {
+                units.extend(&extra);
+                let mut bytes: Vec<u8> = units.iter().flat_map(|u| u.to_le_bytes()).collect();
+                let expect = String::from_utf16_lossy(&units);
+                assert_eq!(super::utf16(&bytes), expect);
+                bytes.push(0x42); // a trailing odd byte is not part of the text
+                let mut s = "pre".to_string();
+                super::utf16_into(&bytes, &mut s);
+                assert_eq!(s, format!("pre{expect}"));
+            }
+        }
     }
 }

@@ -11,7 +11,7 @@ use crate::schema::registry::FastMap;
 use crate::schema::{Registry, SchemaKey};
 
 use super::plan::Plan;
-use super::visit::TextFormat;
+use super::visit::{PropertyVisitor, TextFormat};
 use super::{is_eventsource_manifest, record_stack_into, DecodedEvent, Decoder, Ids};
 
 /// An event and what is known about it, ready to print (every sink takes one).
@@ -21,8 +21,9 @@ pub struct EventView<'a, 'r> {
     pub event_name: Option<&'a str>,
     pub task_name: Option<&'a str>,
     pub opcode_name: Option<&'a str>,
-    /// Already-rendered JSON object text of the decoded properties.
-    pub properties_json: Option<&'a str>,
+    /// Already-rendered JSON object text of the decoded properties (UTF-8: the renderers write
+    /// nothing else, so it is not checked again).
+    pub properties_json: Option<&'a [u8]>,
     /// Stack to show: the record's own stack item, or one attached by the decoder.
     pub stack: Option<&'a Stack>,
     /// Why the layout does not fit the payload (JSON `decode_issue`, present only when set).
@@ -70,7 +71,7 @@ impl<'a, 'r> EventView<'a, 'r> {
     /// gave none.
     pub(crate) fn with_properties_json(mut self, json: &'a [u8]) -> Self {
         if !json.is_empty() {
-            self.properties_json = std::str::from_utf8(json).ok();
+            self.properties_json = Some(json);
         }
         if self.provider_name.is_none() {
             self.provider_name = self.event.traits_provider_name();
@@ -111,6 +112,8 @@ struct Layout {
     plan: Arc<Plan>,
     /// The registry's name for the provider (records with a provider-traits item name their own).
     provider_name: Option<Arc<str>>,
+    /// The key text of the plan's fields in the text format this thread renders (and which).
+    keys: Option<(std::any::TypeId, super::compiled::Keys)>,
 }
 
 /// One thread's state for [`Decoder::view_etl`].
@@ -136,7 +139,7 @@ pub struct Local {
 }
 
 /// The layout of `rec`, looked up in the registry the first time its key is met.
-fn layout<'l>(
+fn layout<'l, T: TextFormat>(
     d: &Decoder,
     keyed: &'l mut FastMap<SchemaKey, Option<Layout>>,
     tl: &'l mut FastMap<Box<[u8]>, Option<Layout>>,
@@ -145,8 +148,11 @@ fn layout<'l>(
 ) -> Option<&'l Layout> {
     let lookup = || -> Option<Layout> {
         let schema = d.registry.try_lookup(rec).ok()??;
+        let plan = d.plan(&schema);
+        let keys = plan.keys(|out, i, name| T::visitor(out, &mut String::new()).field(i, name));
         Some(Layout {
-            plan: d.plan(&schema),
+            keys: keys.map(|k| (std::any::TypeId::of::<T>(), k)),
+            plan,
             provider_name: d.registry.name_of_provider(&rec.provider).map(Arc::from),
         })
     };
@@ -197,19 +203,25 @@ impl Decoder {
             || is_eventsource_manifest(rec)
             || (rec.header_type.is_classic() && rec.provider == crate::schema::tdh::METADATA_CLASS);
         if !special {
-            if let Some(l) = layout(self, keyed, tl, tl_key, rec) {
+            if let Some(l) = layout::<T>(self, keyed, tl, tl_key, rec) {
                 let plan: &'a Plan = &l.plan;
                 if !plan.fields.is_empty() {
-                    let walk = plan.visit(
+                    let keys = l
+                        .keys
+                        .as_ref()
+                        .filter(|(t, _)| *t == std::any::TypeId::of::<T>())
+                        .map(|(_, k)| k);
+                    let walk = plan.visit_keyed(
                         &rec.payload,
                         rec.pointer_size,
                         &mut T::visitor(props, scratch),
+                        keys,
                     );
                     match walk {
                         Ok((used, ids)) if used == rec.payload.len() => {
                             *has_stack =
                                 record_stack_into(rec, self.stacks.as_ref(), stack_hint, stack);
-                            *dos_path = self.dos_path(plan, &ids);
+                            self.dos_path_into(plan, &ids, &rec.payload, scratch, dos_path);
                             let n = &plan.names;
                             let mut v = EventView::bare(rec);
                             let traits = rec.traits_provider_name();
@@ -226,7 +238,7 @@ impl Decoder {
                             v.stack = has_stack.then_some(&*stack);
                             v.ids = self.attribute(rec, &ids);
                             v.dos_path = dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
-                            v.properties_json = std::str::from_utf8(props).ok();
+                            v.properties_json = Some(props.as_slice());
                             return v;
                         }
                         _ => props.clear(),

@@ -28,9 +28,30 @@ pub trait PropertyVisitor {
     fn plain_field(&mut self, index: usize, name: &str) {
         self.field(index, name)
     }
+    /// As [`PropertyVisitor::field`], with `text`: what this kind of visitor's `field` wrote for
+    /// this property when its layout was compiled (a text format copies it instead of rendering
+    /// the name again). Visitors that write no such text ignore it.
+    fn field_text(&mut self, index: usize, name: &str, text: &[u8]) {
+        self.field(index, name)
+    }
     fn begin_array(&mut self, count: u64) {}
     /// Element `i` of the open array starts.
     fn element(&mut self, i: u64) {}
+    /// All the elements of the open array at once: pointers, each `width` (4 or 8) bytes of
+    /// `bytes`, little-endian — the same as `element(i)` and `pointer(..)` for each.
+    fn pointer_elements(&mut self, bytes: &[u8], width: usize) {
+        for (i, c) in bytes.chunks_exact(width).enumerate() {
+            self.element(i as u64);
+            self.pointer(super::scalar::le(c));
+        }
+    }
+    /// As [`PropertyVisitor::pointer_elements`], for hex-typed integers (`hex(..)` each).
+    fn hex_elements(&mut self, bytes: &[u8], width: usize) {
+        for (i, c) in bytes.chunks_exact(width).enumerate() {
+            self.element(i as u64);
+            self.hex(super::scalar::le(c));
+        }
+    }
     fn end_array(&mut self) {}
     fn begin_struct(&mut self) {}
     fn end_struct(&mut self) {}
@@ -130,7 +151,7 @@ impl Properties {
 /// A text format of properties (the JSON the sinks write is one): how a sink plugs its
 /// visitor into the decoder's routes that render straight from the payload
 /// ([`super::Decoder::view_etl_with`], [`super::Decoder::decode_etl_text`]).
-pub trait TextFormat {
+pub trait TextFormat: 'static {
     type Visitor<'b>: PropertyVisitor;
     /// A visitor appending to `out`; `scratch` is reusable space for conversions.
     fn visitor<'b>(out: &'b mut Vec<u8>, scratch: &'b mut String) -> Self::Visitor<'b>;
@@ -328,8 +349,11 @@ macro_rules! tee {
 tee! {
     field(index: usize, name: &str);
     plain_field(index: usize, name: &str);
+    field_text(index: usize, name: &str, text: &[u8]);
     begin_array(count: u64);
     element(i: u64);
+    pointer_elements(bytes: &[u8], width: usize);
+    hex_elements(bytes: &[u8], width: usize);
     end_array();
     begin_struct();
     end_struct();

@@ -134,8 +134,8 @@ impl Render for CsvRender {
         l.push(b',');
         match v.properties_json {
             // An object with members always holds quotes.
-            Some(p) if p.len() > 2 => quoted(l, p.as_bytes()),
-            p => field(l, p.unwrap_or("")),
+            Some(p) if p.len() > 2 => quoted(l, p),
+            p => field(l, p.and_then(|p| std::str::from_utf8(p).ok()).unwrap_or("")),
         }
         l.push(b'\n');
     }

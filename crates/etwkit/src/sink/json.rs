@@ -231,7 +231,7 @@ impl JsonRender {
             None => l.extend_from_slice(b"null"),
         }
         l.extend_from_slice(b",\"properties\":");
-        l.extend_from_slice(v.properties_json.unwrap_or("null").as_bytes());
+        l.extend_from_slice(v.properties_json.unwrap_or(b"null"));
         opt_str(l, "decode_issue", v.decode_issue);
         if let Some(p) = v.layout_pointer_size {
             l.extend_from_slice(b",\"layout_pointer_size\":");
@@ -332,6 +332,16 @@ impl PropertyVisitor for JsonProps<'_> {
         self.out.push(b'"');
         self.out.extend_from_slice(name.as_bytes());
         self.out.extend_from_slice(b"\":");
+    }
+    fn pointer_elements(&mut self, bytes: &[u8], width: usize) {
+        push_hex_elements(self.out, bytes, width);
+    }
+    fn hex_elements(&mut self, bytes: &[u8], width: usize) {
+        push_hex_elements(self.out, bytes, width);
+    }
+    #[inline]
+    fn field_text(&mut self, _index: usize, _name: &str, text: &[u8]) {
+        self.out.extend_from_slice(text);
     }
     fn begin_array(&mut self, _count: u64) {
         self.out.push(b'[');
@@ -593,6 +603,56 @@ fn push_quoted_hex_wide(l: &mut Vec<u8>, v: u64) {
     l.truncate(n + 4 + digits);
 }
 
+/// Appends `"0x…"` for each `width`-byte (4 or 8) little-endian integer of `bytes`, separated by
+/// commas: an array's elements in one loop. 32-bit ones are put together in a local block (fixed
+/// offsets, one copy per block), the rest one by one.
+fn push_hex_elements(l: &mut Vec<u8>, bytes: &[u8], width: usize) {
+    if width == 4 {
+        const BLOCK: usize = 512;
+        let mut buf = [0u8; BLOCK];
+        let mut pos = 0;
+        for (i, c) in bytes.chunks_exact(4).enumerate() {
+            buf[pos] = b',';
+            pos += (i > 0) as usize;
+            let (text, n) = quoted_hex_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+            buf[pos..pos + 16].copy_from_slice(&text);
+            pos += n;
+            if pos > BLOCK - 32 {
+                l.extend_from_slice(&buf[..pos]);
+                pos = 0;
+            }
+        }
+        l.extend_from_slice(&buf[..pos]);
+        return;
+    }
+    l.reserve(bytes.len() / width.max(1) * (2 * width + 5) + 16);
+    for (i, c) in bytes.chunks_exact(width.max(1)).enumerate() {
+        if i > 0 {
+            l.push(b',');
+        }
+        let mut w = [0u8; 8];
+        let n = c.len().min(8);
+        w[..n].copy_from_slice(&c[..n]);
+        push_quoted_hex_u64(l, u64::from_le_bytes(w));
+    }
+}
+
+/// `"0x…"` of `v` (no leading zeros) in the first bytes of a 16-byte block, and how many.
+#[inline(always)]
+fn quoted_hex_u32(v: u32) -> ([u8; 16], usize) {
+    let digits = hex_digits(v as u64);
+    // The digits first (then '0's), the closing quote right after them.
+    let d = super::hex8(v << (4 * (8 - digits))).swap_bytes();
+    let d = if digits < 8 {
+        d & !(0xff << (8 * digits)) | 0x22 << (8 * digits)
+    } else {
+        d
+    };
+    let lo = 0x0078_3022 | d << 24;
+    let hi = d >> 40 | 0x22 << 24;
+    ((lo as u128 | (hi as u128) << 64).to_le_bytes(), 4 + digits)
+}
+
 fn num_or_null(l: &mut Vec<u8>, key: &[u8], v: u32) {
     l.extend_from_slice(key);
     if v == u32::MAX {
@@ -717,42 +777,71 @@ fn escape_body(l: &mut Vec<u8>, s: &str) {
 
 /// Appends UTF-16LE `units` (a whole number of 2-byte units; a trailing odd byte is ignored) as a
 /// JSON string: exactly `escape` of their lossy UTF-8 decoding (unpaired surrogates become
-/// U+FFFD). Printable ASCII, the common case, is copied without decoding.
+/// U+FFFD). Runs of printable ASCII, the common case, are copied four units at a time; other
+/// characters are escaped or encoded one by one, without building a string.
 pub fn escape_utf16(l: &mut Vec<u8>, units: &[u8]) {
     let n = units.len() / 2;
     l.reserve(n + 2);
     l.push(b'"');
+    let unit = |i: usize| u16::from_le_bytes([units[2 * i], units[2 * i + 1]]);
     let mut i = 0;
-    // Four units at a time while they are printable ASCII other than `"` and `\`.
-    while i + 4 <= n {
-        let w = u64::from_le_bytes(units[2 * i..2 * i + 8].try_into().expect("8 bytes"));
-        if w & 0xff00_ff00_ff00_ff00 != 0 {
-            break;
-        }
-        let c = (w & 0xff) | (w >> 8 & 0xff00) | (w >> 16 & 0xff_0000) | (w >> 24 & 0xff00_0000);
-        if needs_escape_or_non_ascii(c as u32) {
-            break;
-        }
-        l.extend_from_slice(&(c as u32).to_le_bytes());
-        i += 4;
-    }
     while i < n {
-        let (lo, hi) = (units[2 * i], units[2 * i + 1]);
-        if hi != 0 || NEEDS_ESCAPE[lo as usize] || lo >= 0x80 {
+        // Four units at a time while they are printable ASCII other than `"` and `\`.
+        while i + 4 <= n {
+            let w = u64::from_le_bytes(units[2 * i..2 * i + 8].try_into().expect("8 bytes"));
+            if w & 0xff00_ff00_ff00_ff00 != 0 {
+                break;
+            }
+            let c =
+                (w & 0xff) | (w >> 8 & 0xff00) | (w >> 16 & 0xff_0000) | (w >> 24 & 0xff00_0000);
+            if needs_escape_or_non_ascii(c as u32) {
+                break;
+            }
+            l.extend_from_slice(&(c as u32).to_le_bytes());
+            i += 4;
+        }
+        if i >= n {
             break;
         }
-        l.push(lo);
+        let u = unit(i);
         i += 1;
-    }
-    if i < n {
-        // The rest goes through a real decoder and the escaper.
-        let rest = units[2 * i..2 * n].chunks_exact(2);
-        let s: String = char::decode_utf16(rest.map(|c| u16::from_le_bytes([c[0], c[1]])))
-            .map(|r| r.unwrap_or('\u{FFFD}'))
-            .collect();
-        escape_body(l, &s);
+        if u < 0x80 {
+            push_escaped_ascii(l, u as u8);
+            continue;
+        }
+        let c = match u {
+            0xd800..=0xdbff if i < n && (0xdc00..=0xdfff).contains(&unit(i)) => {
+                let lo = unit(i);
+                i += 1;
+                char::from_u32(0x10000 + ((u as u32 - 0xd800) << 10) + (lo as u32 - 0xdc00))
+            }
+            _ => char::from_u32(u as u32),
+        }
+        .unwrap_or('\u{FFFD}');
+        l.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
     }
     l.push(b'"');
+}
+
+/// Appends an ASCII character as it reads inside a JSON string (the escapes of `escape_body`).
+#[inline]
+fn push_escaped_ascii(l: &mut Vec<u8>, c: u8) {
+    if !NEEDS_ESCAPE[c as usize] {
+        l.push(c);
+        return;
+    }
+    match c {
+        b'"' => l.extend_from_slice(b"\\\""),
+        b'\\' => l.extend_from_slice(b"\\\\"),
+        b'\n' => l.extend_from_slice(b"\\n"),
+        b'\r' => l.extend_from_slice(b"\\r"),
+        b'\t' => l.extend_from_slice(b"\\t"),
+        0x08 => l.extend_from_slice(b"\\b"),
+        0x0c => l.extend_from_slice(b"\\f"),
+        c => {
+            let _ = write!(l, "\\u{c:04x}");
+        }
+    }
 }
 
 impl<W: Write> Sink for JsonLines<W> {
@@ -788,6 +877,29 @@ mod tests {
             let mut l = b"x".to_vec();
             push_quoted_hex_u64(&mut l, v);
             assert_eq!(String::from_utf8(l).unwrap(), format!("x\"0x{v:x}\""));
+        }
+        // Arrays of 1..300 elements (more than one block), 4- and 8-byte wide.
+        let values: Vec<u64> = (0..300u64)
+            .map(|i| 0xfedc_ba98_7654_3210u64.rotate_left(i as u32 * 7) >> (i % 64))
+            .collect();
+        for width in [4usize, 8] {
+            for n in [0usize, 1, 2, 37, 300] {
+                let vals: Vec<u64> = values[..n]
+                    .iter()
+                    .map(|&v| if width == 4 { v as u32 as u64 } else { v })
+                    .collect();
+                let bytes: Vec<u8> = vals
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes()[..width].to_vec())
+                    .collect();
+                let mut l = b"x".to_vec();
+                push_hex_elements(&mut l, &bytes, width);
+                let expect: Vec<String> = vals.iter().map(|v| format!("\"0x{v:x}\"")).collect();
+                assert_eq!(
+                    String::from_utf8(l).unwrap(),
+                    format!("x{}", expect.join(","))
+                );
+            }
         }
         for v in (0..12_000u64).chain([99_999, 100_000, u32::MAX as u64, u64::MAX]) {
             let mut l = b"x".to_vec();
@@ -829,6 +941,8 @@ mod escape_tests {
             "abc\u{1}defgh",
             "abcd\\efghijklmnopqrstuvwxyz",
             "abcd\u{7f}\u{80}efgh",
+            r"\Device\HarddiskVolume2\Windows\System32\ntdll.dll",
+            "a\\b\"c\u{1}d\u{1f}e\u{8}f\u{c}g😀h\u{10ffff}\u{ffff}ü\\\\",
         ] {
             let mut l = Vec::new();
             super::escape(&mut l, s);
@@ -842,6 +956,32 @@ mod escape_tests {
             assert_eq!(
                 String::from_utf8(l).unwrap(),
                 serde_json::to_string(s).unwrap()
+            );
+        }
+        // Unpaired surrogates (lone, at the end, a high one before a high one, reversed pairs),
+        // a trailing odd byte: as the lossy decoding, escaped.
+        for units in [
+            vec![0xd800u16],
+            vec![b'a' as u16, 0xdc00, b'b' as u16],
+            vec![0xd83d, 0xd83d, 0xde00, b'\\' as u16],
+            vec![0xde00, 0xd83d],
+            vec![
+                b'x' as u16,
+                b'y' as u16,
+                b'z' as u16,
+                b'w' as u16,
+                0xd800,
+                0x20ac,
+            ],
+        ] {
+            let mut bytes: Vec<u8> = units.iter().flat_map(|u| u.to_le_bytes()).collect();
+            let text = String::from_utf16_lossy(&units);
+            bytes.push(0x41);
+            let mut l = Vec::new();
+            super::escape_utf16(&mut l, &bytes);
+            assert_eq!(
+                String::from_utf8(l).unwrap(),
+                serde_json::to_string(&text).unwrap()
             );
         }
     }

@@ -43,7 +43,7 @@ impl Render for TableRender {
             v.tid().to_string()
         };
         let details = match v.properties_json {
-            Some(p) => p.to_string(),
+            Some(p) => String::from_utf8_lossy(p).into_owned(),
             None => format!("{} payload {} bytes", e.header_type.name(), e.payload.len()),
         };
         let _ = writeln!(
