@@ -36,26 +36,37 @@ impl<W: Write> JsonLines<W> {
 }
 
 /// What makes the constant part of an event's line: its provider and descriptor (the names that go
-/// with them are compared on every hit).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct PrefixKey {
-    provider: crate::Guid,
-    id: u16,
-    version: u8,
-    channel: u8,
-    level: u8,
-    opcode: u8,
-    task: u16,
-    keywords: u64,
+/// with them are compared on every hit), packed into four words: the provider GUID, then id,
+/// version, channel, level, opcode and task, then keywords.
+type PrefixKey = [u64; 4];
+
+fn prefix_key(e: &EventRecord<'_>) -> PrefixKey {
+    let g = e.provider.to_le_bytes();
+    let d = &e.descriptor;
+    [
+        u64::from_le_bytes(g[..8].try_into().expect("8 bytes")),
+        u64::from_le_bytes(g[8..].try_into().expect("8 bytes")),
+        d.id as u64
+            | (d.version as u64) << 16
+            | (d.channel as u64) << 24
+            | (d.level as u64) << 32
+            | (d.opcode as u64) << 40
+            | (d.task as u64) << 48,
+        d.keywords,
+    ]
 }
 
 /// The rendered constant part of the lines of one kind of event.
 struct Prefix {
+    key: PrefixKey,
     names: [Option<Box<str>>; 4],
     /// `EventView::names_id` of the event it was rendered for.
     names_id: u64,
     text: Vec<u8>,
 }
+
+/// Slots of the direct-mapped table in front of the map of prefixes (a power of two).
+const SLOTS: usize = 256;
 
 /// At most this many kinds of events keep their rendered prefix (then the cache starts over).
 const PREFIXES: usize = 4096;
@@ -78,7 +89,12 @@ pub(crate) struct TextCache {
     ts: String,
     /// The `YYYY-MM-DDTHH:MM:SS` text of the last whole second rendered.
     sec_cache: (i64, [u8; 19]),
-    prefixes: crate::schema::registry::FastMap<PrefixKey, Prefix>,
+    /// Every kind's prefix, found by key through `index`.
+    prefixes: Vec<Prefix>,
+    index: crate::schema::registry::FastMap<PrefixKey, u32>,
+    /// By a hash of the key: the prefix (its index + 1; 0: none) last used for a key of that
+    /// hash. Most records hit here and need neither the map nor a comparison of names.
+    slots: Box<[u32; SLOTS]>,
 }
 
 impl Default for TextCache {
@@ -86,7 +102,9 @@ impl Default for TextCache {
         TextCache {
             ts: String::with_capacity(32),
             sec_cache: (i64::MIN, [0; 19]),
-            prefixes: Default::default(),
+            prefixes: Vec::new(),
+            index: Default::default(),
+            slots: Box::new([0; SLOTS]),
         }
     }
 }
@@ -103,7 +121,9 @@ impl TextCache {
             b.copy_from_slice(&self.ts.as_bytes()[..19]);
             self.sec_cache = (sec, b);
         }
-        l.extend_from_slice(&self.sec_cache.1);
+        // The whole text in one array, written with one fixed-size copy.
+        let mut t = [0u8; 28];
+        t[..19].copy_from_slice(&self.sec_cache.1);
         // The 7 digits of the fraction: one, then three pairs.
         let pair = |n: u32| DIGIT_PAIRS[n as usize];
         let (a, b, c, d) = (
@@ -112,7 +132,7 @@ impl TextCache {
             pair(frac / 100 % 100),
             pair(frac % 100),
         );
-        l.extend_from_slice(&[
+        t[19..].copy_from_slice(&[
             b'.',
             b'0' + a as u8,
             b[0],
@@ -123,6 +143,7 @@ impl TextCache {
             d[1],
             b'Z',
         ]);
+        l.extend_from_slice(&t);
     }
 
     /// Appends the constant part of `v`'s line, as `render` writes it: rendered once per kind of
@@ -133,40 +154,61 @@ impl TextCache {
         v: &EventView<'_, '_>,
         render: fn(&mut Vec<u8>, &EventView<'_, '_>),
     ) {
-        let e = v.event;
-        let d = &e.descriptor;
-        let key = PrefixKey {
-            provider: e.provider,
-            id: d.id,
-            version: d.version,
-            channel: d.channel,
-            level: d.level,
-            opcode: d.opcode,
-            task: d.task,
-            keywords: d.keywords,
-        };
+        let key = prefix_key(v.event);
+        let h = (key[0] ^ key[1].rotate_left(21) ^ key[2].rotate_left(42) ^ key[3])
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let slot = (h >> 56) as usize % SLOTS;
+        // The names of a plan-decoded record are known by their id: no comparison needed.
+        if v.names_id != 0 {
+            if let Some(p) = self.slots[slot]
+                .checked_sub(1)
+                .and_then(|i| self.prefixes.get(i as usize))
+            {
+                if p.key == key && p.names_id == v.names_id {
+                    l.extend_from_slice(&p.text);
+                    return;
+                }
+            }
+        }
         let names = [v.provider_name, v.event_name, v.task_name, v.opcode_name];
-        if let Some(p) = self.prefixes.get(&key) {
+        let found = self.index.get(&key).copied();
+        if let Some(i) = found {
+            let p = &self.prefixes[i as usize];
             if (v.names_id != 0 && p.names_id == v.names_id)
                 || p.names.iter().zip(names).all(|(a, b)| a.as_deref() == b)
             {
                 l.extend_from_slice(&p.text);
+                self.slots[slot] = i + 1;
                 return;
             }
         }
         let start = l.len();
         render(l, v);
-        if self.prefixes.len() >= PREFIXES {
-            self.prefixes.clear();
-        }
-        self.prefixes.insert(
+        let p = Prefix {
             key,
-            Prefix {
-                names: names.map(|n| n.map(Box::from)),
-                names_id: v.names_id,
-                text: l[start..].to_vec(),
-            },
-        );
+            names: names.map(|n| n.map(Box::from)),
+            names_id: v.names_id,
+            text: l[start..].to_vec(),
+        };
+        let i = match found {
+            // Another set of names for the same key: the newest replaces the entry.
+            Some(i) => {
+                self.prefixes[i as usize] = p;
+                i
+            }
+            None => {
+                if self.prefixes.len() >= PREFIXES {
+                    self.prefixes.clear();
+                    self.index.clear();
+                    self.slots.fill(0);
+                }
+                let i = self.prefixes.len() as u32;
+                self.prefixes.push(p);
+                self.index.insert(key, i);
+                i
+            }
+        };
+        self.slots[slot] = i + 1;
     }
 }
 
@@ -187,6 +229,12 @@ impl JsonRender {
     /// Appends one event as a JSON object (no newline).
     pub fn render_into(&mut self, v: &EventView<'_, '_>, l: &mut Vec<u8>) {
         let e = v.event;
+        // Room for the whole line at once (the prefix and the fixed fields are a few hundred bytes).
+        l.reserve(
+            512 + 2 * e.payload.len()
+                + v.properties_json.map_or(0, str::len)
+                + v.stack.map_or(0, |s| 21 * s.addresses.len()),
+        );
         l.extend_from_slice(b"{\"timestamp\":\"");
         self.c.push_timestamp(l, e.timestamp);
         self.c.push_prefix(l, v, json_prefix);
