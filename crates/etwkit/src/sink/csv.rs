@@ -108,28 +108,35 @@ fn id(out: &mut Vec<u8>, v: u32) {
     }
 }
 
+/// The part of a CSV row from the process id to the activity id, with the comma after it (see
+/// `TextCache::push_ids`).
+fn csv_ids(l: &mut Vec<u8>, v: &EventView<'_, '_>) {
+    let e = v.event;
+    id(l, v.pid());
+    l.push(b',');
+    id(l, v.tid());
+    l.push(b',');
+    num(l, e.cpu);
+    l.push(b',');
+    l.extend_from_slice(e.header_type.name().as_bytes());
+    l.push(b',');
+    num(l, e.pointer_size);
+    l.push(b',');
+    if e.activity_id.is_zero() {
+        l.extend_from_slice(b"00000000-0000-0000-0000-000000000000");
+    } else {
+        push_guid(l, &e.activity_id);
+    }
+    l.push(b',');
+}
+
 impl Render for CsvRender {
     fn render(&mut self, v: &EventView<'_, '_>, l: &mut Vec<u8>) {
         let e = v.event;
         self.c.push_timestamp(l, e.timestamp);
         l.push(b',');
         self.c.push_prefix(l, v, csv_prefix);
-        id(l, v.pid());
-        l.push(b',');
-        id(l, v.tid());
-        l.push(b',');
-        num(l, e.cpu);
-        l.push(b',');
-        l.extend_from_slice(e.header_type.name().as_bytes());
-        l.push(b',');
-        num(l, e.pointer_size);
-        l.push(b',');
-        if e.activity_id.is_zero() {
-            l.extend_from_slice(b"00000000-0000-0000-0000-000000000000");
-        } else {
-            push_guid(l, &e.activity_id);
-        }
-        l.push(b',');
+        self.c.push_ids(l, v, csv_ids);
         num(l, e.payload.len() as u64);
         l.push(b',');
         match v.properties_json {

@@ -95,6 +95,10 @@ pub(crate) struct TextCache {
     /// By a hash of the key: the prefix (its index + 1; 0: none) last used for a key of that
     /// hash. Most records hit here and need neither the map nor a comparison of names.
     slots: Box<[u32; SLOTS]>,
+    /// The key of the last record's ids (pid, tid, cpu, header type, pointer size; see
+    /// [`TextCache::push_ids`]) and their text: consecutive records mostly share them (a buffer
+    /// holds one CPU's records, often a burst of one thread's).
+    ids: (u64, u64, Vec<u8>),
 }
 
 impl Default for TextCache {
@@ -105,6 +109,7 @@ impl Default for TextCache {
             prefixes: Vec::new(),
             index: Default::default(),
             slots: Box::new([0; SLOTS]),
+            ids: (u64::MAX, u64::MAX, Vec::new()),
         }
     }
 }
@@ -210,6 +215,33 @@ impl TextCache {
         };
         self.slots[slot] = i + 1;
     }
+
+    /// Appends the text of `v`'s process, thread, CPU, header type and pointer size, and of a zero
+    /// activity id, as `render` writes them (it reads nothing else of `v`): rendered again only
+    /// when they change from the last record's. A record with an activity id is rendered
+    /// directly.
+    pub(crate) fn push_ids(
+        &mut self,
+        l: &mut Vec<u8>,
+        v: &EventView<'_, '_>,
+        render: fn(&mut Vec<u8>, &EventView<'_, '_>),
+    ) {
+        let e = v.event;
+        if !e.activity_id.is_zero() {
+            render(l, v);
+            return;
+        }
+        let key = (
+            v.pid() as u64 | (v.tid() as u64) << 32,
+            e.cpu as u64 | (e.header_type as u64) << 32 | (e.pointer_size as u64) << 40,
+        );
+        if (self.ids.0, self.ids.1) != key {
+            self.ids.2.clear();
+            render(&mut self.ids.2, v);
+            (self.ids.0, self.ids.1) = key;
+        }
+        l.extend_from_slice(&self.ids.2);
+    }
 }
 
 /// Renders events as JSON lines.
@@ -238,22 +270,7 @@ impl JsonRender {
         l.extend_from_slice(b"{\"timestamp\":\"");
         self.c.push_timestamp(l, e.timestamp);
         self.c.push_prefix(l, v, json_prefix);
-        let mut n = itoa::Buffer::new();
-        num_or_null(l, b",\"pid\":", v.pid());
-        num_or_null(l, b",\"tid\":", v.tid());
-        l.extend_from_slice(b",\"cpu\":");
-        push_dec(l, e.cpu as u64);
-        l.extend_from_slice(b",\"header_type\":\"");
-        l.extend_from_slice(e.header_type.name().as_bytes());
-        l.extend_from_slice(b"\",\"pointer_size\":");
-        push_dec(l, e.pointer_size as u64);
-        l.extend_from_slice(b",\"activity_id\":\"");
-        if e.activity_id.is_zero() {
-            l.extend_from_slice(ZERO_GUID);
-        } else {
-            push_guid(l, &e.activity_id);
-        }
-        l.extend_from_slice(b"\",\"payload\":\"");
+        self.c.push_ids(l, v, json_ids);
         push_hex(l, &e.payload);
         l.extend_from_slice(b"\",\"stack\":");
         let own;
@@ -280,14 +297,25 @@ impl JsonRender {
         }
         l.extend_from_slice(b",\"properties\":");
         l.extend_from_slice(v.properties_json.unwrap_or("null").as_bytes());
-        opt_str(l, "decode_issue", v.decode_issue);
+        if v.decode_issue.is_some() {
+            opt_str(l, "decode_issue", v.decode_issue);
+        }
         if let Some(p) = v.layout_pointer_size {
             l.extend_from_slice(b",\"layout_pointer_size\":");
-            l.extend_from_slice(n.format(p).as_bytes());
+            push_dec(l, p as u64);
         }
         if let Some(ids) = v.ids {
-            opt_str(l, "pid_source", ids.pid_source.map(|s| s.name()));
-            opt_str(l, "tid_source", ids.tid_source.map(|s| s.name()));
+            // The sources' names are plain words: no escaping.
+            for (key, source) in [
+                (&b",\"pid_source\":\""[..], ids.pid_source),
+                (&b",\"tid_source\":\""[..], ids.tid_source),
+            ] {
+                if let Some(source) = source {
+                    l.extend_from_slice(key);
+                    l.extend_from_slice(source.name().as_bytes());
+                    l.push(b'"');
+                }
+            }
         }
         if let Some((name, path)) = v.dos_path {
             l.extend_from_slice(b",\"dos_paths\":{");
@@ -298,6 +326,27 @@ impl JsonRender {
         }
         l.push(b'}');
     }
+}
+
+/// The part of a JSON line from the process id to the opening quote of the payload (see
+/// [`TextCache::push_ids`]).
+fn json_ids(l: &mut Vec<u8>, v: &EventView<'_, '_>) {
+    let e = v.event;
+    num_or_null(l, b",\"pid\":", v.pid());
+    num_or_null(l, b",\"tid\":", v.tid());
+    l.extend_from_slice(b",\"cpu\":");
+    push_dec(l, e.cpu as u64);
+    l.extend_from_slice(b",\"header_type\":\"");
+    l.extend_from_slice(e.header_type.name().as_bytes());
+    l.extend_from_slice(b"\",\"pointer_size\":");
+    push_dec(l, e.pointer_size as u64);
+    l.extend_from_slice(b",\"activity_id\":\"");
+    if e.activity_id.is_zero() {
+        l.extend_from_slice(ZERO_GUID);
+    } else {
+        push_guid(l, &e.activity_id);
+    }
+    l.extend_from_slice(b"\",\"payload\":\"");
 }
 
 /// The part of a JSON line that is the same for every event of a kind: from the provider to the
