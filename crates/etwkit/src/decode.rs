@@ -275,8 +275,12 @@ impl Decoder {
                 p.other.push(r.event.to_owned_record());
             }
         });
-        let index = stacks::StackIndex::from_collected(picked.iter().map(|p| &p.stacks));
-        for e in picked.iter().flat_map(|p| &p.other) {
+        let mut others = Vec::with_capacity(picked.len());
+        let index = stacks::StackIndex::from_collected(picked.into_iter().map(|p| {
+            others.push(p.other);
+            p.stacks
+        }));
+        for e in others.iter().flatten() {
             if !threads.observe(e) && !volumes.observe(e) {
                 learner.observe(e);
             }
