@@ -387,7 +387,13 @@ impl StackIndex {
             .enumerate()
             .flat_map(|(i, c)| {
                 c.parts.iter().enumerate().map(move |(k, p)| {
-                    (p.event_timestamp, p.thread, p.raw_timestamp, i as u32, k as u32)
+                    (
+                        p.event_timestamp,
+                        p.thread,
+                        p.raw_timestamp,
+                        i as u32,
+                        k as u32,
+                    )
                 })
             })
             .collect();
