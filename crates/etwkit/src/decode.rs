@@ -270,24 +270,14 @@ impl Decoder {
             stacks: stacks::Collected,
             other: Vec<EventRecord<'static>>,
         }
-        thread_local! {
-            /// The provider of the last EVENT_HEADER record this thread's pre-scan met.
-            static LAST_PROVIDER: std::cell::Cell<crate::Guid> =
-                const { std::cell::Cell::new(crate::Guid::ZERO) };
-        }
         // The built-in manifests of the providers met are parsed now, on the scan's threads.
-        let warm = |header_type: HeaderType, provider: crate::Guid| {
-            if header_type.is_event_header() && LAST_PROVIDER.get() != provider {
-                LAST_PROVIDER.set(provider);
-                crate::schema::builtin::manifests::warm(&provider);
-            }
-        };
+        use crate::schema::builtin::manifests::warm_record;
         let wanted = |h: &crate::etl::record::Head| {
-            warm(h.header_type, h.provider);
+            warm_record(h.header_type, &h.provider);
             prescan_wants_head(h)
         };
         let (picked, _) = file.par_map_buffers_where(wanted, |p: &mut Picked, r| {
-            warm(r.event.header_type, r.event.provider);
+            warm_record(r.event.header_type, &r.event.provider);
             if !p.stacks.observe(&r.event) && prescan_wants(&r.event) {
                 p.other.push(r.event.to_owned_record());
             }

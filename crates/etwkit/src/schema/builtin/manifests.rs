@@ -65,6 +65,18 @@ pub fn warm(provider: &Guid) {
     }
 }
 
+/// [`warm`] for the provider of a record a scan meets: cheap enough to call for every record (each
+/// thread remembers the last EVENT_HEADER provider it warmed, and only a change looks further).
+pub fn warm_record(header_type: crate::event::HeaderType, provider: &Guid) {
+    thread_local! {
+        static LAST: std::cell::Cell<Guid> = const { std::cell::Cell::new(Guid::ZERO) };
+    }
+    if header_type.is_event_header() && LAST.get() != *provider {
+        LAST.set(*provider);
+        warm(provider);
+    }
+}
+
 /// The built-in manifest layout for a manifest key (parsing that provider's manifest on first use).
 pub fn lookup(key: &SchemaKey) -> Option<Arc<EventSchema>> {
     let SchemaKey::Manifest { provider, .. } = key else {
