@@ -438,6 +438,12 @@ impl Decoder {
     /// What `etwkit stats` needs of a record, without building its values (no allocation on the
     /// common path): whether a layout applies, and whether it fits the payload.
     pub fn check(&self, rec: &EventRecord<'_>) -> Check {
+        self.check_with(rec, &mut CheckCache::default())
+    }
+
+    /// [`Decoder::check`], with the layouts found kept in `cache` for the next records (a pass
+    /// over many records keeps one per thread or stretch of records).
+    pub fn check_with(&self, rec: &EventRecord<'_>, cache: &mut CheckCache) -> Check {
         let decoded = |d: bool| Check {
             decoded: d,
             ..Default::default()
@@ -454,10 +460,19 @@ impl Decoder {
         if rec.header_type.is_classic() && rec.provider == crate::schema::tdh::METADATA_CLASS {
             return decoded(self.decode(rec).is_decoded());
         }
-        let Ok(Some(schema)) = self.registry.try_lookup(rec) else {
+        let lookup = || {
+            let schema = self.registry.try_lookup(rec).ok().flatten()?;
+            Some(self.plan(&schema))
+        };
+        // A TraceLogging layout is named by the record's own metadata; any other by its key.
+        let traced = rec.header_type.is_event_header() && rec.tracelogging_items().0.is_some();
+        let plan = match Registry::key_for(rec) {
+            Some(key) if !traced => cache.plans.entry(key).or_insert_with(lookup).clone(),
+            _ => lookup(),
+        };
+        let Some(plan) = plan else {
             return decoded(false);
         };
-        let plan = self.plan(&schema);
         let len = rec.payload.len();
         match plan.measure(&rec.payload, rec.pointer_size) {
             Ok(used) if used == len => decoded(true),
@@ -473,6 +488,13 @@ impl Decoder {
             },
         }
     }
+}
+
+/// The layouts [`Decoder::check_with`] found, by key (kept for one pass: the registry does not
+/// change during it).
+#[derive(Default)]
+pub struct CheckCache {
+    plans: crate::schema::registry::FastMap<crate::schema::SchemaKey, Option<Arc<Plan>>>,
 }
 
 /// What [`Decoder::check`] found.
