@@ -467,7 +467,17 @@ impl Decoder {
         // A TraceLogging layout is named by the record's own metadata; any other by its key.
         let traced = rec.header_type.is_event_header() && rec.tracelogging_items().0.is_some();
         let plan = match Registry::key_for(rec) {
-            Some(key) if !traced => cache.plans.entry(key).or_insert_with(lookup).clone(),
+            Some(key) if !traced => {
+                let slot = &mut cache.slots[CheckCache::slot(&key)];
+                match slot {
+                    Some((k, plan)) if *k == key => plan.clone(),
+                    _ => {
+                        let plan = lookup();
+                        *slot = Some((key, plan.clone()));
+                        plan
+                    }
+                }
+            }
             _ => lookup(),
         };
         let Some(plan) = plan else {
@@ -491,10 +501,43 @@ impl Decoder {
 }
 
 /// The layouts [`Decoder::check_with`] found, by key (kept for one pass: the registry does not
-/// change during it).
-#[derive(Default)]
+/// change during it): a direct-mapped table, one key per slot, the last found for that slot.
 pub struct CheckCache {
-    plans: crate::schema::registry::FastMap<crate::schema::SchemaKey, Option<Arc<Plan>>>,
+    slots: Vec<Option<(crate::schema::SchemaKey, Option<Arc<Plan>>)>>,
+}
+
+impl Default for CheckCache {
+    fn default() -> Self {
+        CheckCache {
+            slots: vec![None; CHECK_SLOTS],
+        }
+    }
+}
+
+/// Slots of a [`CheckCache`] (a power of two).
+const CHECK_SLOTS: usize = 256;
+
+impl CheckCache {
+    fn slot(key: &crate::schema::SchemaKey) -> usize {
+        use crate::schema::SchemaKey;
+        let (g, n, version, kind) = match *key {
+            SchemaKey::Manifest {
+                provider,
+                id,
+                version,
+            } => (provider, id, version, 0u64),
+            SchemaKey::Mof {
+                class,
+                opcode,
+                version,
+            } => (class, opcode as u16, version, 1),
+        };
+        let b = g.to_le_bytes();
+        let lo = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        let hi = u64::from_le_bytes(b[8..].try_into().expect("8 bytes"));
+        let x = lo ^ hi.rotate_left(29) ^ (n as u64) << 40 ^ (version as u64) << 56 ^ kind;
+        (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % CHECK_SLOTS
+    }
 }
 
 /// What [`Decoder::check`] found.
