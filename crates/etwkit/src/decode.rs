@@ -282,26 +282,33 @@ impl Decoder {
                 p.other.push(r.event.to_owned_record());
             }
         });
+        let mut stretches = Vec::with_capacity(picked.len());
         let mut others = Vec::with_capacity(picked.len());
-        let index = stacks::StackIndex::from_collected(picked.into_iter().map(|p| {
+        for p in picked {
+            stretches.push(p.stacks);
             others.push(p.other);
-            p.stacks
-        }));
-        for e in others.iter().flatten() {
-            if !threads.observe(e) && !volumes.observe(e) {
-                learner.observe(e);
-            }
         }
-        let summary = learner.finish(&mut registry);
+        // The stack table and the rest (thread table, volumes, embedded layouts) at once.
+        let (index, summary) = rayon::join(
+            || stacks::StackIndex::from_collected(stretches),
+            || {
+                for e in others.iter().flatten() {
+                    if !threads.observe(e) && !volumes.observe(e) {
+                        learner.observe(e);
+                    }
+                }
+                threads.finish();
+                volumes.finish();
+                learner.finish(&mut registry)
+            },
+        );
         let mut d = Decoder::new(registry);
         if index.stackwalk_events() > 0 {
             d.stacks = Some(index);
         }
-        threads.finish();
         if !threads.is_empty() {
             d.threads = Some(threads);
         }
-        volumes.finish();
         if !volumes.is_empty() {
             d.volumes = Some(volumes);
         }
