@@ -264,7 +264,7 @@ impl JsonRender {
         // Room for the whole line at once (the prefix and the fixed fields are a few hundred bytes).
         l.reserve(
             512 + 2 * e.payload.len()
-                + v.properties_json.map_or(0, str::len)
+                + v.properties_json.map_or(0, |p| p.len())
                 + v.stack.map_or(0, |s| 21 * s.addresses.len()),
         );
         l.extend_from_slice(b"{\"timestamp\":\"");
@@ -297,9 +297,7 @@ impl JsonRender {
         }
         l.extend_from_slice(b",\"properties\":");
         l.extend_from_slice(v.properties_json.unwrap_or("null").as_bytes());
-        if v.decode_issue.is_some() {
-            opt_str(l, "decode_issue", v.decode_issue);
-        }
+        opt_str(l, "decode_issue", v.decode_issue);
         if let Some(p) = v.layout_pointer_size {
             l.extend_from_slice(b",\"layout_pointer_size\":");
             push_dec(l, p as u64);
@@ -720,6 +718,7 @@ pub(crate) fn push_dec(l: &mut Vec<u8>, v: u64) {
     }
 }
 
+#[inline]
 fn opt_str(l: &mut Vec<u8>, key: &str, v: Option<&str>) {
     if let Some(s) = v {
         l.extend_from_slice(b",\"");
