@@ -23,10 +23,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let decoder = if a.raw {
         None
     } else {
-        // Counting needs the file's embedded layouts only (no stacks, threads or volumes): one
-        // serial metadata pass costs less CPU than the decoder's full pre-scan.
+        // Counting needs the file's embedded layouts only (no stacks, threads or volumes): a
+        // metadata pass costs less CPU than the decoder's full pre-scan.
         let mut reg = crate::dump::registry(&a.manifest)?;
-        reg.learn_from_file(&f);
+        reg.learn_from_file_to_decode(&f);
         Some(etwkit::decode::Decoder::new(reg))
     };
     let s = match &decoder {

@@ -271,27 +271,45 @@ impl Decoder {
             stacks: stacks::Collected,
             other: Vec<EventRecord<'static>>,
         }
-        let (picked, _) = file.par_map_buffers_where(prescan_wants_head, |p: &mut Picked, r| {
+        // The built-in manifests of the providers met are parsed now, on the scan's threads.
+        use crate::schema::builtin::manifests::warm_record;
+        let wanted = |h: &crate::etl::record::Head| {
+            warm_record(h.header_type, &h.provider);
+            prescan_wants_head(h)
+        };
+        let (picked, _) = file.par_map_buffers_where(wanted, |p: &mut Picked, r| {
+            warm_record(r.event.header_type, &r.event.provider);
             if !p.stacks.observe(&r.event) && prescan_wants(&r.event) {
                 p.other.push(r.event.to_owned_record());
             }
         });
-        let index = stacks::StackIndex::from_collected(picked.iter().map(|p| &p.stacks));
-        for e in picked.iter().flat_map(|p| &p.other) {
-            if !threads.observe(e) && !volumes.observe(e) {
-                learner.observe(e);
-            }
+        let mut stretches = Vec::with_capacity(picked.len());
+        let mut others = Vec::with_capacity(picked.len());
+        for p in picked {
+            stretches.push(p.stacks);
+            others.push(p.other);
         }
-        let summary = learner.finish(&mut registry);
+        // The stack table and the rest (thread table, volumes, embedded layouts) at once.
+        let (index, summary) = rayon::join(
+            || stacks::StackIndex::from_collected(stretches),
+            || {
+                for e in others.iter().flatten() {
+                    if !threads.observe(e) && !volumes.observe(e) {
+                        learner.observe(e);
+                    }
+                }
+                threads.finish();
+                volumes.finish();
+                learner.finish(&mut registry)
+            },
+        );
         let mut d = Decoder::new(registry);
         if index.stackwalk_events() > 0 {
             d.stacks = Some(index);
         }
-        threads.finish();
         if !threads.is_empty() {
             d.threads = Some(threads);
         }
-        volumes.finish();
         if !volumes.is_empty() {
             d.volumes = Some(volumes);
         }
@@ -428,6 +446,12 @@ impl Decoder {
     /// What `etwkit stats` needs of a record, without building its values (no allocation on the
     /// common path): whether a layout applies, and whether it fits the payload.
     pub fn check(&self, rec: &EventRecord<'_>) -> Check {
+        self.check_with(rec, &mut CheckCache::default())
+    }
+
+    /// [`Decoder::check`], with the layouts found kept in `cache` for the next records (a pass
+    /// over many records keeps one per thread or stretch of records).
+    pub fn check_with(&self, rec: &EventRecord<'_>, cache: &mut CheckCache) -> Check {
         let decoded = |d: bool| Check {
             decoded: d,
             ..Default::default()
@@ -444,10 +468,29 @@ impl Decoder {
         if rec.header_type.is_classic() && rec.provider == crate::schema::tdh::METADATA_CLASS {
             return decoded(self.decode(rec).is_decoded());
         }
-        let Ok(Some(schema)) = self.registry.try_lookup(rec) else {
+        let lookup = || {
+            let schema = self.registry.try_lookup(rec).ok().flatten()?;
+            Some(self.plan(&schema))
+        };
+        // A TraceLogging layout is named by the record's own metadata; any other by its key.
+        let traced = rec.header_type.is_event_header() && rec.tracelogging_items().0.is_some();
+        let plan = match Registry::key_for(rec) {
+            Some(key) if !traced => {
+                let slot = &mut cache.slots[CheckCache::slot(&key)];
+                match slot {
+                    Some((k, plan)) if *k == key => plan.clone(),
+                    _ => {
+                        let plan = lookup();
+                        *slot = Some((key, plan.clone()));
+                        plan
+                    }
+                }
+            }
+            _ => lookup(),
+        };
+        let Some(plan) = plan else {
             return decoded(false);
         };
-        let plan = self.plan(&schema);
         let len = rec.payload.len();
         match plan.measure(&rec.payload, rec.pointer_size) {
             Ok(used) if used == len => decoded(true),
@@ -462,6 +505,46 @@ impl Decoder {
                 pointer_size_fallback: false,
             },
         }
+    }
+}
+
+/// The layouts [`Decoder::check_with`] found, by key (kept for one pass: the registry does not
+/// change during it): a direct-mapped table, one key per slot, the last found for that slot.
+pub struct CheckCache {
+    slots: Vec<Option<(crate::schema::SchemaKey, Option<Arc<Plan>>)>>,
+}
+
+impl Default for CheckCache {
+    fn default() -> Self {
+        CheckCache {
+            slots: vec![None; CHECK_SLOTS],
+        }
+    }
+}
+
+/// Slots of a [`CheckCache`] (a power of two).
+const CHECK_SLOTS: usize = 256;
+
+impl CheckCache {
+    fn slot(key: &crate::schema::SchemaKey) -> usize {
+        use crate::schema::SchemaKey;
+        let (g, n, version, kind) = match *key {
+            SchemaKey::Manifest {
+                provider,
+                id,
+                version,
+            } => (provider, id, version, 0u64),
+            SchemaKey::Mof {
+                class,
+                opcode,
+                version,
+            } => (class, opcode as u16, version, 1),
+        };
+        let b = g.to_le_bytes();
+        let lo = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        let hi = u64::from_le_bytes(b[8..].try_into().expect("8 bytes"));
+        let x = lo ^ hi.rotate_left(29) ^ (n as u64) << 40 ^ (version as u64) << 56 ^ kind;
+        (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % CHECK_SLOTS
     }
 }
 

@@ -173,7 +173,7 @@ fn index_built_from_collected_buffers_equals_the_observed_index_on_every_sample(
             collected.last_mut().unwrap().observe(&r.event);
             ControlFlow::Continue(())
         });
-        let built = StackIndex::from_collected(&collected);
+        let built = StackIndex::from_collected(collected);
         assert_eq!(
             (built.stackwalk_events(), built.keys_defined()),
             (observed.stackwalk_events(), observed.keys_defined()),

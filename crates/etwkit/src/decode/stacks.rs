@@ -190,8 +190,26 @@ struct Table {
     /// The event timestamp of each entry, ascending.
     ts: Vec<i64>,
     entries: Vec<TableEntry>,
-    /// Every entry's frames, one after the other.
-    frames: Vec<u64>,
+    /// The pieces of every entry's frames, one entry's after the other: (source, from, to), the
+    /// source an index into `stretches` or [`KEY_FRAMES`].
+    pieces: Vec<(u32, u32, u32)>,
+    /// The frames of each stretch, as collected (kept, not copied into one array).
+    stretches: Vec<Vec<u64>>,
+    /// The frames of parts that name a stack key, resolved.
+    key_frames: Vec<u64>,
+    /// One bit per hash of every timestamp in `ts` ([`table_bit`]): most records have no stack,
+    /// and this table (32 KiB) says so without searching `ts`.
+    seen: Vec<u64>,
+}
+
+/// The source of [`Table::pieces`] that is [`Table::key_frames`].
+const KEY_FRAMES: u32 = u32::MAX;
+
+/// Size of [`Table::seen`]: 2^18 bits.
+const TABLE_SEEN_WORDS: usize = 1 << 12;
+
+fn table_bit(t: i64) -> usize {
+    ((t as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 46) as usize
 }
 
 impl Table {
@@ -224,7 +242,8 @@ impl Table {
 struct TableEntry {
     process: u32,
     thread: u32,
-    frames: (u32, u32),
+    /// Its range of [`Table::pieces`].
+    pieces: (u32, u32),
 }
 
 /// A stack part as [`Collected`] keeps it: frames in its arena, or a key.
@@ -345,9 +364,11 @@ impl StackIndex {
     }
 
     /// The index of a file's StackWalk events, collected stretch by stretch (in file order): the
-    /// same stacks as observing every record in file order, assembled once into one table.
-    pub fn from_collected<'c>(stretches: impl IntoIterator<Item = &'c Collected>) -> StackIndex {
-        let stretches: Vec<&Collected> = stretches.into_iter().collect();
+    /// same stacks as observing every record in file order, assembled once into one table (the
+    /// stretches' frames are kept where they were collected, not copied).
+    pub fn from_collected(stretches: impl IntoIterator<Item = Collected>) -> StackIndex {
+        use rayon::slice::ParallelSliceMut;
+        let stretches: Vec<Collected> = stretches.into_iter().collect();
         let mut index = StackIndex::new();
         for c in &stretches {
             for (t, k, frames) in &c.key_defs {
@@ -359,36 +380,47 @@ impl StackIndex {
                     .push((*t, frames.clone()));
             }
         }
-        // Parts by event, thread and raw time; ties stay in file order (the sort is stable), as
-        // `observe` keeps them.
-        // (stretch, position in it, part): file order is the order of the first two.
-        let mut all: Vec<(usize, usize, &CollectedPart)> = stretches
+        // Parts by event, thread and raw time; ties in file order (stretch, then position in it),
+        // as `observe` keeps them. The key is whole in each item: the sort reads nothing else.
+        let mut all: Vec<(i64, u32, i64, u32, u32)> = stretches
             .iter()
             .enumerate()
-            .flat_map(|(i, c)| c.parts.iter().enumerate().map(move |(k, p)| (i, k, p)))
+            .flat_map(|(i, c)| {
+                c.parts.iter().enumerate().map(move |(k, p)| {
+                    (
+                        p.event_timestamp,
+                        p.thread,
+                        p.raw_timestamp,
+                        i as u32,
+                        k as u32,
+                    )
+                })
+            })
             .collect();
         index.stacks = all.len();
         if all.is_empty() {
             return index;
         }
-        all.sort_by_key(|(_, _, p)| (p.event_timestamp, p.thread, p.raw_timestamp));
+        all.par_sort_unstable();
         let t = &mut index.table;
-        t.frames
-            .reserve(stretches.iter().map(|c| c.frames.len()).sum());
+        t.ts.reserve(all.len());
+        t.entries.reserve(all.len());
+        t.pieces.reserve(all.len());
+        t.seen = vec![0; TABLE_SEEN_WORDS];
         let mut i = 0;
         while i < all.len() {
-            let (ts, thread) = (all[i].2.event_timestamp, all[i].2.thread);
+            let (ts, thread) = (all[i].0, all[i].1);
             let mut j = i;
-            let from = t.frames.len() as u32;
-            while j < all.len() && (all[j].2.event_timestamp, all[j].2.thread) == (ts, thread) {
-                let (c, _, p) = all[j];
-                match p.part {
-                    PartRef::Frames(a, b) => t
-                        .frames
-                        .extend_from_slice(&stretches[c].frames[a as usize..b as usize]),
-                    PartRef::Key(k) => {
-                        if let Some(f) = index.keys.resolve(k, ts) {
-                            t.frames.extend_from_slice(f);
+            let from = t.pieces.len() as u32;
+            while j < all.len() && (all[j].0, all[j].1) == (ts, thread) {
+                let (c, k) = (all[j].3 as usize, all[j].4 as usize);
+                match stretches[c].parts[k].part {
+                    PartRef::Frames(a, b) => t.pieces.push((c as u32, a, b)),
+                    PartRef::Key(key) => {
+                        if let Some(f) = index.keys.resolve(key, ts) {
+                            let a = t.key_frames.len() as u32;
+                            t.key_frames.extend_from_slice(f);
+                            t.pieces.push((KEY_FRAMES, a, t.key_frames.len() as u32));
                         }
                     }
                 }
@@ -397,16 +429,19 @@ impl StackIndex {
             // The process of the part met first in the file, as `observe` keeps it.
             let first = all[i..j]
                 .iter()
-                .min_by_key(|(c, k, _)| (*c, *k))
-                .map_or(0, |(_, _, p)| p.process);
+                .min_by_key(|p| (p.3, p.4))
+                .map_or(0, |p| stretches[p.3 as usize].parts[p.4 as usize].process);
             t.ts.push(ts);
+            let b = table_bit(ts);
+            t.seen[b / 64] |= 1 << (b % 64);
             t.entries.push(TableEntry {
                 process: first,
                 thread,
-                frames: (from, t.frames.len() as u32),
+                pieces: (from, t.pieces.len() as u32),
             });
             i = j;
         }
+        t.stretches = stretches.into_iter().map(|c| c.frames).collect();
         index
     }
 
@@ -420,7 +455,8 @@ impl StackIndex {
             return false;
         }
         let t = &self.table;
-        if !t.ts.is_empty() {
+        let b = table_bit(rec.raw_timestamp);
+        if t.seen.get(b / 64).is_some_and(|w| w & (1 << (b % 64)) != 0) {
             let v = &t.entries[t.find(rec.raw_timestamp, hint)];
             if !v.is_empty() {
                 let e = if rec.tid == u32::MAX {
@@ -434,7 +470,13 @@ impl StackIndex {
                         None => return false,
                     }
                 };
-                out.extend_from_slice(&t.frames[e.frames.0 as usize..e.frames.1 as usize]);
+                for &(src, a, b) in &t.pieces[e.pieces.0 as usize..e.pieces.1 as usize] {
+                    let frames = match src {
+                        KEY_FRAMES => &t.key_frames,
+                        c => &t.stretches[c as usize],
+                    };
+                    out.extend_from_slice(&frames[a as usize..b as usize]);
+                }
                 return true;
             }
         }

@@ -54,12 +54,13 @@ pub fn file_stats(file: &crate::etl::EtlFile, decoder: &Decoder) -> crate::etl::
         issues: u64,
         fallbacks: u64,
         undecoded: std::collections::BTreeMap<Guid, u64>,
+        cache: super::CheckCache,
     }
     let (mut s, a) = crate::etl::stats::file_stats_and(
         file,
         Acc::default,
         |a: &mut Acc, r| {
-            let c = decoder.check(&r.event);
+            let c = decoder.check_with(&r.event, &mut a.cache);
             if c.decoded {
                 a.decoded += 1;
             } else {

@@ -853,12 +853,13 @@ impl EtlFile {
     }
 
     /// [`EtlFile::walk_buffer`], passing over the records whose head `wanted` refuses.
-    fn walk_buffer_where<'d>(
+    /// (Generic in `wanted`: it is asked about every record, and inlined costs little.)
+    fn walk_buffer_where<'d, W: Fn(&record::Head) -> bool>(
         &self,
         b: &BufferInfo,
         data: &'d [u8],
         summary: &mut ReadSummary,
-        wanted: &dyn Fn(&record::Head) -> bool,
+        wanted: &W,
         f: &mut dyn FnMut(&Record<'d>),
     ) {
         let ctx = self.context(b);

@@ -74,6 +74,7 @@ fn guid_at(b: &[u8], o: usize) -> Guid {
 }
 
 /// The header type at `pos` and the record's total size, without building the record.
+#[inline(always)]
 pub fn peek(buf: &[u8], pos: usize) -> Result<Option<(HeaderType, usize)>, RecordError> {
     if pos + 8 > buf.len() {
         return Ok(None);
@@ -133,7 +134,7 @@ pub struct Head {
 /// The [`Head`] of the record at `pos`, whose type and size [`peek`] gave, when building the whole
 /// record cannot fail: kernel and classic records, and EVENT_HEADER records without extended
 /// data. `None` for the others (parse those).
-#[inline]
+#[inline(always)]
 pub fn head(buf: &[u8], pos: usize, ht: HeaderType, size: usize) -> Option<Head> {
     let r = &buf[pos..pos + size];
     let ts = |o: usize| i64_at(r, o);

@@ -11,14 +11,13 @@
 //! metadata embedded in the file (EventInfo or EventSource manifest), over built-in tables.
 
 use std::collections::HashMap;
-use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
 use super::{
     manifest, tdh, tracelogging, EventSchema, SchemaError, SchemaKey, SchemaSource, ValueMap,
 };
-use crate::etl::{EtlFile, Order};
+use crate::etl::EtlFile;
 use crate::event::{EventRecord, HeaderType};
 use crate::guid::Guid;
 
@@ -386,11 +385,40 @@ impl Registry {
     /// Pre-scan: collects the file's embedded TRACE_EVENT_INFO / EVENT_MAP_INFO records and EventSource
     /// manifests before decoding (metadata follows the first instance it describes in file order).
     pub fn learn_from_file(&mut self, file: &EtlFile) -> LearnSummary {
+        self.learn_from_file_with(file, false)
+    }
+
+    /// As [`Registry::learn_from_file`], for a registry about to decode the file: the built-in
+    /// manifests of the providers the scan meets are parsed during it, on its threads (see
+    /// [`super::builtin::manifests::warm`]).
+    pub fn learn_from_file_to_decode(&mut self, file: &EtlFile) -> LearnSummary {
+        self.learn_from_file_with(file, true)
+    }
+
+    /// The metadata records are few: picked out on every core (the others passed over by their
+    /// heads, unbuilt), then learnt in file order.
+    fn learn_from_file_with(&mut self, file: &EtlFile, warm: bool) -> LearnSummary {
+        use super::builtin::manifests::warm_record;
+        let metadata_head = |h: &crate::etl::record::Head| {
+            if warm {
+                warm_record(h.header_type, &h.provider);
+            }
+            (h.header_type.is_classic() && h.provider == tdh::METADATA_CLASS)
+                || (h.header_type.is_event_header() && h.id == 0xFFFE && h.opcode == 254)
+        };
+        let (picked, _) =
+            file.par_map_buffers_where(metadata_head, |v: &mut Vec<EventRecord<'static>>, r| {
+                if warm {
+                    warm_record(r.event.header_type, &r.event.provider);
+                }
+                if Learner::is_metadata(&r.event) {
+                    v.push(r.event.to_owned_record());
+                }
+            });
         let mut l = Learner::default();
-        file.for_each(Order::File, |r| {
-            l.observe(&r.event);
-            ControlFlow::Continue(())
-        });
+        for e in picked.iter().flatten() {
+            l.observe(e);
+        }
         l.finish(self)
     }
 

@@ -24,36 +24,41 @@ fn field(out: &mut Vec<u8>, s: &str) {
 }
 
 /// Appends `b` quoted, its quotes doubled. Eight bytes at a time into room made ahead: each word
-/// is written whole, then once more from just after each quote it holds, one byte further on
-/// (fixed-size writes only: a JSON column has a quote every few bytes, and copying the runs
-/// between them would cost a call each).
+/// is written whole, then once more from each quote it holds, one byte further on (so the quote is
+/// written twice and what follows it moves up; fixed-size writes only: a JSON column has a quote
+/// every few bytes, and copying the runs between them would cost a call each). Each word's writes
+/// go to a fixed-size window of the output, so they need no bounds checks of their own.
 fn quoted(out: &mut Vec<u8>, b: &[u8]) {
     const LO: u64 = 0x0101_0101_0101_0101;
     const HI: u64 = 0x8080_8080_8080_8080;
     const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
     let start = out.len();
-    // Every byte a quote at worst, the two quotes around, and room for a word written past the end.
-    out.resize(start + 2 * b.len() + 2 + 16, 0);
+    // Every byte a quote at worst, the two quotes around, and room for a word's window.
+    out.resize(start + 2 * b.len() + 2 + 32, 0);
     let dst = &mut out[start..];
     dst[0] = b'"';
     let mut w = 1;
     let mut words = b.chunks_exact(8);
     for chunk in &mut words {
         let x = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
-        dst[w..w + 8].copy_from_slice(&x.to_le_bytes());
+        // This word's output: its 8 bytes and one more per quote, plus room for the last write.
+        let win: &mut [u8; 25] = (&mut dst[w..w + 25]).try_into().expect("25 bytes");
+        win[..8].copy_from_slice(&x.to_le_bytes());
         // The high bit of each byte that is a quote (exact: no borrow between bytes).
         let q = x ^ (LO * b'"' as u64);
         let mut quotes = !(((q & LOW7) + LOW7) | q) & HI;
+        let mut k = 0;
         while quotes != 0 {
             let i = (quotes.trailing_zeros() / 8) as usize;
-            // The quote at `w + i` is doubled; the bytes after it move one on.
-            dst[w + i + 1] = b'"';
-            let rest = x >> 8 >> (8 * i);
-            dst[w + i + 2..w + i + 10].copy_from_slice(&rest.to_le_bytes());
-            w += 1;
+            // The quote at `i + k` is doubled: the word from the quote on goes one further. (k
+            // quotes come before it, so k <= i <= 7: the mask changes nothing, and shows the
+            // compiler the write stays in `win`.)
+            let at = (i + k) & 15;
+            win[at + 1..at + 9].copy_from_slice(&(x >> (8 * i)).to_le_bytes());
+            k += 1;
             quotes &= quotes - 1;
         }
-        w += 8;
+        w += 8 + k;
     }
     for &c in words.remainder() {
         dst[w] = c;
@@ -108,28 +113,35 @@ fn id(out: &mut Vec<u8>, v: u32) {
     }
 }
 
+/// The part of a CSV row from the process id to the activity id, with the comma after it (see
+/// `TextCache::push_ids`).
+fn csv_ids(l: &mut Vec<u8>, v: &EventView<'_, '_>) {
+    let e = v.event;
+    id(l, v.pid());
+    l.push(b',');
+    id(l, v.tid());
+    l.push(b',');
+    num(l, e.cpu);
+    l.push(b',');
+    l.extend_from_slice(e.header_type.name().as_bytes());
+    l.push(b',');
+    num(l, e.pointer_size);
+    l.push(b',');
+    if e.activity_id.is_zero() {
+        l.extend_from_slice(b"00000000-0000-0000-0000-000000000000");
+    } else {
+        push_guid(l, &e.activity_id);
+    }
+    l.push(b',');
+}
+
 impl Render for CsvRender {
     fn render(&mut self, v: &EventView<'_, '_>, l: &mut Vec<u8>) {
         let e = v.event;
         self.c.push_timestamp(l, e.timestamp);
         l.push(b',');
         self.c.push_prefix(l, v, csv_prefix);
-        id(l, v.pid());
-        l.push(b',');
-        id(l, v.tid());
-        l.push(b',');
-        num(l, e.cpu);
-        l.push(b',');
-        l.extend_from_slice(e.header_type.name().as_bytes());
-        l.push(b',');
-        num(l, e.pointer_size);
-        l.push(b',');
-        if e.activity_id.is_zero() {
-            l.extend_from_slice(b"00000000-0000-0000-0000-000000000000");
-        } else {
-            push_guid(l, &e.activity_id);
-        }
-        l.push(b',');
+        self.c.push_ids(l, v, csv_ids);
         num(l, e.payload.len() as u64);
         l.push(b',');
         match v.properties_json {

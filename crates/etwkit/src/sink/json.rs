@@ -36,26 +36,37 @@ impl<W: Write> JsonLines<W> {
 }
 
 /// What makes the constant part of an event's line: its provider and descriptor (the names that go
-/// with them are compared on every hit).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct PrefixKey {
-    provider: crate::Guid,
-    id: u16,
-    version: u8,
-    channel: u8,
-    level: u8,
-    opcode: u8,
-    task: u16,
-    keywords: u64,
+/// with them are compared on every hit), packed into four words: the provider GUID, then id,
+/// version, channel, level, opcode and task, then keywords.
+type PrefixKey = [u64; 4];
+
+fn prefix_key(e: &EventRecord<'_>) -> PrefixKey {
+    let g = e.provider.to_le_bytes();
+    let d = &e.descriptor;
+    [
+        u64::from_le_bytes(g[..8].try_into().expect("8 bytes")),
+        u64::from_le_bytes(g[8..].try_into().expect("8 bytes")),
+        d.id as u64
+            | (d.version as u64) << 16
+            | (d.channel as u64) << 24
+            | (d.level as u64) << 32
+            | (d.opcode as u64) << 40
+            | (d.task as u64) << 48,
+        d.keywords,
+    ]
 }
 
 /// The rendered constant part of the lines of one kind of event.
 struct Prefix {
+    key: PrefixKey,
     names: [Option<Box<str>>; 4],
     /// `EventView::names_id` of the event it was rendered for.
     names_id: u64,
     text: Vec<u8>,
 }
+
+/// Slots of the direct-mapped table in front of the map of prefixes (a power of two).
+const SLOTS: usize = 256;
 
 /// At most this many kinds of events keep their rendered prefix (then the cache starts over).
 const PREFIXES: usize = 4096;
@@ -78,7 +89,16 @@ pub(crate) struct TextCache {
     ts: String,
     /// The `YYYY-MM-DDTHH:MM:SS` text of the last whole second rendered.
     sec_cache: (i64, [u8; 19]),
-    prefixes: crate::schema::registry::FastMap<PrefixKey, Prefix>,
+    /// Every kind's prefix, found by key through `index`.
+    prefixes: Vec<Prefix>,
+    index: crate::schema::registry::FastMap<PrefixKey, u32>,
+    /// By a hash of the key: the prefix (its index + 1; 0: none) last used for a key of that
+    /// hash. Most records hit here and need neither the map nor a comparison of names.
+    slots: Box<[u32; SLOTS]>,
+    /// The key of the last record's ids (pid, tid, cpu, header type, pointer size; see
+    /// [`TextCache::push_ids`]) and their text: consecutive records mostly share them (a buffer
+    /// holds one CPU's records, often a burst of one thread's).
+    ids: (u64, u64, Vec<u8>),
 }
 
 impl Default for TextCache {
@@ -86,7 +106,10 @@ impl Default for TextCache {
         TextCache {
             ts: String::with_capacity(32),
             sec_cache: (i64::MIN, [0; 19]),
-            prefixes: Default::default(),
+            prefixes: Vec::new(),
+            index: Default::default(),
+            slots: Box::new([0; SLOTS]),
+            ids: (u64::MAX, u64::MAX, Vec::new()),
         }
     }
 }
@@ -103,7 +126,9 @@ impl TextCache {
             b.copy_from_slice(&self.ts.as_bytes()[..19]);
             self.sec_cache = (sec, b);
         }
-        l.extend_from_slice(&self.sec_cache.1);
+        // The whole text in one array, written with one fixed-size copy.
+        let mut t = [0u8; 28];
+        t[..19].copy_from_slice(&self.sec_cache.1);
         // The 7 digits of the fraction: one, then three pairs.
         let pair = |n: u32| DIGIT_PAIRS[n as usize];
         let (a, b, c, d) = (
@@ -112,7 +137,7 @@ impl TextCache {
             pair(frac / 100 % 100),
             pair(frac % 100),
         );
-        l.extend_from_slice(&[
+        t[19..].copy_from_slice(&[
             b'.',
             b'0' + a as u8,
             b[0],
@@ -123,6 +148,7 @@ impl TextCache {
             d[1],
             b'Z',
         ]);
+        l.extend_from_slice(&t);
     }
 
     /// Appends the constant part of `v`'s line, as `render` writes it: rendered once per kind of
@@ -133,40 +159,88 @@ impl TextCache {
         v: &EventView<'_, '_>,
         render: fn(&mut Vec<u8>, &EventView<'_, '_>),
     ) {
-        let e = v.event;
-        let d = &e.descriptor;
-        let key = PrefixKey {
-            provider: e.provider,
-            id: d.id,
-            version: d.version,
-            channel: d.channel,
-            level: d.level,
-            opcode: d.opcode,
-            task: d.task,
-            keywords: d.keywords,
-        };
+        let key = prefix_key(v.event);
+        let h = (key[0] ^ key[1].rotate_left(21) ^ key[2].rotate_left(42) ^ key[3])
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let slot = (h >> 56) as usize % SLOTS;
+        // The names of a plan-decoded record are known by their id: no comparison needed.
+        if v.names_id != 0 {
+            if let Some(p) = self.slots[slot]
+                .checked_sub(1)
+                .and_then(|i| self.prefixes.get(i as usize))
+            {
+                if p.key == key && p.names_id == v.names_id {
+                    l.extend_from_slice(&p.text);
+                    return;
+                }
+            }
+        }
         let names = [v.provider_name, v.event_name, v.task_name, v.opcode_name];
-        if let Some(p) = self.prefixes.get(&key) {
+        let found = self.index.get(&key).copied();
+        if let Some(i) = found {
+            let p = &self.prefixes[i as usize];
             if (v.names_id != 0 && p.names_id == v.names_id)
                 || p.names.iter().zip(names).all(|(a, b)| a.as_deref() == b)
             {
                 l.extend_from_slice(&p.text);
+                self.slots[slot] = i + 1;
                 return;
             }
         }
         let start = l.len();
         render(l, v);
-        if self.prefixes.len() >= PREFIXES {
-            self.prefixes.clear();
-        }
-        self.prefixes.insert(
+        let p = Prefix {
             key,
-            Prefix {
-                names: names.map(|n| n.map(Box::from)),
-                names_id: v.names_id,
-                text: l[start..].to_vec(),
-            },
+            names: names.map(|n| n.map(Box::from)),
+            names_id: v.names_id,
+            text: l[start..].to_vec(),
+        };
+        let i = match found {
+            // Another set of names for the same key: the newest replaces the entry.
+            Some(i) => {
+                self.prefixes[i as usize] = p;
+                i
+            }
+            None => {
+                if self.prefixes.len() >= PREFIXES {
+                    self.prefixes.clear();
+                    self.index.clear();
+                    self.slots.fill(0);
+                }
+                let i = self.prefixes.len() as u32;
+                self.prefixes.push(p);
+                self.index.insert(key, i);
+                i
+            }
+        };
+        self.slots[slot] = i + 1;
+    }
+
+    /// Appends the text of `v`'s process, thread, CPU, header type and pointer size, and of a zero
+    /// activity id, as `render` writes them (it reads nothing else of `v`): rendered again only
+    /// when they change from the last record's. A record with an activity id is rendered
+    /// directly.
+    pub(crate) fn push_ids(
+        &mut self,
+        l: &mut Vec<u8>,
+        v: &EventView<'_, '_>,
+        render: fn(&mut Vec<u8>, &EventView<'_, '_>),
+    ) {
+        let e = v.event;
+        if !e.activity_id.is_zero() {
+            render(l, v);
+            return;
+        }
+        let key = (
+            v.pid() as u64 | (v.tid() as u64) << 32,
+            e.cpu as u64 | (e.header_type as u64) << 32 | (e.pointer_size as u64) << 40,
         );
+        if (self.ids.0, self.ids.1) != key {
+            self.ids.2.clear();
+            render(&mut self.ids.2, v);
+            (self.ids.0, self.ids.1) = key;
+        }
+        l.extend_from_slice(&self.ids.2);
     }
 }
 
@@ -187,25 +261,16 @@ impl JsonRender {
     /// Appends one event as a JSON object (no newline).
     pub fn render_into(&mut self, v: &EventView<'_, '_>, l: &mut Vec<u8>) {
         let e = v.event;
+        // Room for the whole line at once (the prefix and the fixed fields are a few hundred bytes).
+        l.reserve(
+            512 + 2 * e.payload.len()
+                + v.properties_json.map_or(0, |p| p.len())
+                + v.stack.map_or(0, |s| 21 * s.addresses.len()),
+        );
         l.extend_from_slice(b"{\"timestamp\":\"");
         self.c.push_timestamp(l, e.timestamp);
         self.c.push_prefix(l, v, json_prefix);
-        let mut n = itoa::Buffer::new();
-        num_or_null(l, b",\"pid\":", v.pid());
-        num_or_null(l, b",\"tid\":", v.tid());
-        l.extend_from_slice(b",\"cpu\":");
-        push_dec(l, e.cpu as u64);
-        l.extend_from_slice(b",\"header_type\":\"");
-        l.extend_from_slice(e.header_type.name().as_bytes());
-        l.extend_from_slice(b"\",\"pointer_size\":");
-        push_dec(l, e.pointer_size as u64);
-        l.extend_from_slice(b",\"activity_id\":\"");
-        if e.activity_id.is_zero() {
-            l.extend_from_slice(ZERO_GUID);
-        } else {
-            push_guid(l, &e.activity_id);
-        }
-        l.extend_from_slice(b"\",\"payload\":\"");
+        self.c.push_ids(l, v, json_ids);
         push_hex(l, &e.payload);
         l.extend_from_slice(b"\",\"stack\":");
         let own;
@@ -235,11 +300,20 @@ impl JsonRender {
         opt_str(l, "decode_issue", v.decode_issue);
         if let Some(p) = v.layout_pointer_size {
             l.extend_from_slice(b",\"layout_pointer_size\":");
-            l.extend_from_slice(n.format(p).as_bytes());
+            push_dec(l, p as u64);
         }
         if let Some(ids) = v.ids {
-            opt_str(l, "pid_source", ids.pid_source.map(|s| s.name()));
-            opt_str(l, "tid_source", ids.tid_source.map(|s| s.name()));
+            // The sources' names are plain words: no escaping.
+            for (key, source) in [
+                (&b",\"pid_source\":\""[..], ids.pid_source),
+                (&b",\"tid_source\":\""[..], ids.tid_source),
+            ] {
+                if let Some(source) = source {
+                    l.extend_from_slice(key);
+                    l.extend_from_slice(source.name().as_bytes());
+                    l.push(b'"');
+                }
+            }
         }
         if let Some((name, path)) = v.dos_path {
             l.extend_from_slice(b",\"dos_paths\":{");
@@ -250,6 +324,27 @@ impl JsonRender {
         }
         l.push(b'}');
     }
+}
+
+/// The part of a JSON line from the process id to the opening quote of the payload (see
+/// [`TextCache::push_ids`]).
+fn json_ids(l: &mut Vec<u8>, v: &EventView<'_, '_>) {
+    let e = v.event;
+    num_or_null(l, b",\"pid\":", v.pid());
+    num_or_null(l, b",\"tid\":", v.tid());
+    l.extend_from_slice(b",\"cpu\":");
+    push_dec(l, e.cpu as u64);
+    l.extend_from_slice(b",\"header_type\":\"");
+    l.extend_from_slice(e.header_type.name().as_bytes());
+    l.extend_from_slice(b"\",\"pointer_size\":");
+    push_dec(l, e.pointer_size as u64);
+    l.extend_from_slice(b",\"activity_id\":\"");
+    if e.activity_id.is_zero() {
+        l.extend_from_slice(ZERO_GUID);
+    } else {
+        push_guid(l, &e.activity_id);
+    }
+    l.extend_from_slice(b"\",\"payload\":\"");
 }
 
 /// The part of a JSON line that is the same for every event of a kind: from the provider to the
@@ -683,6 +778,7 @@ pub(crate) fn push_dec(l: &mut Vec<u8>, v: u64) {
     }
 }
 
+#[inline]
 fn opt_str(l: &mut Vec<u8>, key: &str, v: Option<&str>) {
     if let Some(s) = v {
         l.extend_from_slice(b",\"");

@@ -8,6 +8,7 @@
 //! first time a record of that provider is looked up, once per process: a live Linux session or a
 //! kernel trace never pays for them (all fourteen take ~25 ms of one core in a release build).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::guid::Guid;
@@ -47,6 +48,33 @@ fn table(i: usize) -> &'static Table {
                 .collect()
         })
     })
+}
+
+/// Whether a thread has started parsing each manifest through [`warm`].
+static WARMING: [AtomicBool; N] = [const { AtomicBool::new(false) }; N];
+
+/// Parses the built-in manifest of `provider` now, if there is one and no other thread has
+/// started on it (this one then returns at once rather than wait): a file's pre-scan, which meets
+/// every record's provider, has the manifests its decoding will look up parsed while it runs,
+/// beside the rest of the scan, instead of on a rendering thread that waits for them.
+pub fn warm(provider: &Guid) {
+    if let Some(i) = sources().iter().position(|m| m.2 == *provider) {
+        if !WARMING[i].swap(true, Ordering::Relaxed) {
+            let _ = table(i);
+        }
+    }
+}
+
+/// [`warm`] for the provider of a record a scan meets: cheap enough to call for every record (each
+/// thread remembers the last EVENT_HEADER provider it warmed, and only a change looks further).
+pub fn warm_record(header_type: crate::event::HeaderType, provider: &Guid) {
+    thread_local! {
+        static LAST: std::cell::Cell<Guid> = const { std::cell::Cell::new(Guid::ZERO) };
+    }
+    if header_type.is_event_header() && LAST.get() != *provider {
+        LAST.set(*provider);
+        warm(provider);
+    }
 }
 
 /// The built-in manifest layout for a manifest key (parsing that provider's manifest on first use).
