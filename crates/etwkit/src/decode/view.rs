@@ -144,6 +144,9 @@ pub struct Local {
     held: DecodedEvent,
 }
 
+/// A text format's identity and its [`key_text`].
+type KeyFormat = (std::any::TypeId, fn(&mut Vec<u8>, usize, &str));
+
 /// The key text of a property as the text format `T` writes it.
 fn key_text<T: TextFormat>(out: &mut Vec<u8>, i: usize, name: &str) {
     T::visitor(out, &mut String::new()).field(i, name)
@@ -158,7 +161,7 @@ fn layout<'l>(
     tl: &'l mut FastMap<Box<[u8]>, Option<Layout>>,
     tl_key: &mut Vec<u8>,
     rec: &crate::EventRecord<'_>,
-    (format, key_text): (std::any::TypeId, fn(&mut Vec<u8>, usize, &str)),
+    (format, key_text): KeyFormat,
 ) -> Option<&'l Layout> {
     let lookup = || -> Option<Layout> {
         let schema = d.registry.try_lookup(rec).ok()??;
@@ -217,10 +220,7 @@ impl Decoder {
             || is_eventsource_manifest(rec)
             || (rec.header_type.is_classic() && rec.provider == crate::schema::tdh::METADATA_CLASS);
         if !special {
-            let format = (
-                std::any::TypeId::of::<T>(),
-                key_text::<T> as fn(&mut Vec<u8>, usize, &str),
-            );
+            let format: KeyFormat = (std::any::TypeId::of::<T>(), key_text::<T>);
             if let Some(l) = layout(self, keyed, tl, tl_key, rec, format) {
                 let plan: &'a Plan = &l.plan;
                 if !plan.fields.is_empty() {
