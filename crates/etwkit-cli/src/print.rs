@@ -83,7 +83,10 @@ pub fn render_record(
     out: &mut Vec<u8>,
 ) {
     match decoder {
-        Some(d) => renderer.render(&d.view_etl(&mut scratch.local, r), out),
+        Some(d) => {
+            let v = renderer.view_etl(d, &mut scratch.local, r);
+            renderer.render(&v, out)
+        }
         None => renderer.render(&EventView::decoded(&r.event, None, &mut scratch.props), out),
     }
 }

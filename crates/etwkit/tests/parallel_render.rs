@@ -46,8 +46,8 @@ fn parallel(
     let emitted;
     {
         let mut lines = Lines::new(format, Box::new(&mut out));
-        // The workers take dump's path (`Decoder::view_etl`: per-thread layouts, JSON written
-        // straight from the payload); the reference is the value path, one record at a time.
+        // The workers take dump's path (`Render::view_etl`: per-thread layouts, the properties'
+        // text written straight from the payload); the reference is the value path, one record at a time.
         let s = f.par_render(
             order,
             threads,
@@ -56,7 +56,9 @@ fn parallel(
                 if !keep(filtered, rec) {
                     return false;
                 }
-                r.render(&d.view_etl(local, rec), buf);
+                // The renderer's own view (CSV: the properties written with quotes doubled).
+                let v = r.view_etl(d, local, rec);
+                r.render(&v, buf);
                 true
             },
             &mut |_| {},

@@ -39,6 +39,11 @@ pub struct EventView<'a, 'r> {
     /// Nonzero when the four names are those of the plan with this id for the record's provider
     /// (the renderers' caches then need not compare them); 0: unknown.
     pub(crate) names_id: u64,
+    /// Whether `properties_json` was written by the CSV visitor ([`crate::sink::csv::Csv`]): the
+    /// JSON text with every `"` already doubled, ready to go between the quotes of a CSV field.
+    /// Set only by [`Decoder::view_etl_csv`](crate::sink::csv); every other route leaves plain
+    /// JSON.
+    pub(crate) properties_csv: bool,
 }
 
 impl<'a, 'r> EventView<'a, 'r> {
@@ -103,6 +108,7 @@ impl<'a, 'r> EventView<'a, 'r> {
             ids: None,
             dos_path: None,
             names_id: 0,
+            properties_csv: false,
         }
     }
 }
@@ -138,20 +144,31 @@ pub struct Local {
     held: DecodedEvent,
 }
 
-/// The layout of `rec`, looked up in the registry the first time its key is met.
-fn layout<'l, T: TextFormat>(
+/// A text format's identity and its [`key_text`].
+type KeyFormat = (std::any::TypeId, fn(&mut Vec<u8>, usize, &str));
+
+/// The key text of a property as the text format `T` writes it.
+fn key_text<T: TextFormat>(out: &mut Vec<u8>, i: usize, name: &str) {
+    T::visitor(out, &mut String::new()).field(i, name)
+}
+
+/// The layout of `rec`, looked up in the registry the first time its key is met; its keys as
+/// `key_text` of the format `format` writes them. (Not generic over the format: one copy
+/// serves them all.)
+fn layout<'l>(
     d: &Decoder,
     keyed: &'l mut FastMap<SchemaKey, Option<Layout>>,
     tl: &'l mut FastMap<Box<[u8]>, Option<Layout>>,
     tl_key: &mut Vec<u8>,
     rec: &crate::EventRecord<'_>,
+    (format, key_text): KeyFormat,
 ) -> Option<&'l Layout> {
     let lookup = || -> Option<Layout> {
         let schema = d.registry.try_lookup(rec).ok()??;
         let plan = d.plan(&schema);
-        let keys = plan.keys(|out, i, name| T::visitor(out, &mut String::new()).field(i, name));
+        let keys = plan.keys(key_text);
         Some(Layout {
-            keys: keys.map(|k| (std::any::TypeId::of::<T>(), k)),
+            keys: keys.map(|k| (format, k)),
             plan,
             provider_name: d.registry.name_of_provider(&rec.provider).map(Arc::from),
         })
@@ -203,7 +220,8 @@ impl Decoder {
             || is_eventsource_manifest(rec)
             || (rec.header_type.is_classic() && rec.provider == crate::schema::tdh::METADATA_CLASS);
         if !special {
-            if let Some(l) = layout::<T>(self, keyed, tl, tl_key, rec) {
+            let format: KeyFormat = (std::any::TypeId::of::<T>(), key_text::<T>);
+            if let Some(l) = layout(self, keyed, tl, tl_key, rec, format) {
                 let plan: &'a Plan = &l.plan;
                 if !plan.fields.is_empty() {
                     let keys = l

@@ -1,8 +1,9 @@
 //! CSV with a fixed header row; properties as one JSON column. Written by hand, like the JSON
 //! lines: a `dump --format csv` should cost what a JSON dump costs.
 
-use super::json::{push_guid, push_hex_u64, TextCache};
+use super::json::{push_guid, push_hex_u64, push_quoted_hex_u64, JsonProps, TextCache};
 use super::{EventView, Render};
+use crate::decode::{Decoder, Local, PropertyVisitor};
 
 pub const COLUMNS: &str = "timestamp,provider,provider_name,event_name,task_name,opcode_name,id,version,level,opcode,task,keywords,channel,pid,tid,cpu,header_type,pointer_size,activity_id,payload_len,properties";
 
@@ -145,11 +146,253 @@ impl Render for CsvRender {
         num(l, e.payload.len() as u64);
         l.push(b',');
         match v.properties_json {
-            // An object with members always holds quotes.
+            // An object with members always holds quotes: quoted, its quotes doubled (already,
+            // when the CSV visitor wrote it).
+            Some(p) if p.len() > 2 && v.properties_csv => {
+                l.reserve(p.len() + 3);
+                l.push(b'"');
+                l.extend_from_slice(p);
+                l.push(b'"');
+            }
             Some(p) if p.len() > 2 => quoted(l, p),
             p => field(l, p.and_then(|p| std::str::from_utf8(p).ok()).unwrap_or("")),
         }
         l.push(b'\n');
+    }
+
+    fn view_etl<'a, 'r>(
+        &self,
+        d: &'a Decoder,
+        local: &'a mut Local,
+        r: &'a crate::etl::Record<'r>,
+    ) -> EventView<'a, 'r> {
+        d.view_etl_csv(local, r)
+    }
+}
+
+impl Decoder {
+    /// As [`Decoder::view_etl`], with the properties' JSON text written by [`Csv`]: every `"`
+    /// already doubled, so the CSV renderer puts it between quotes as it is (the view says so).
+    /// `local` keeps the key text of each layout for the last format it rendered: one
+    /// [`Local`] per format keeps them all.
+    pub fn view_etl_csv<'a, 'r>(
+        &'a self,
+        local: &'a mut Local,
+        r: &'a crate::etl::Record<'r>,
+    ) -> EventView<'a, 'r> {
+        let mut v = self.view_etl_with::<Csv>(local, r);
+        v.properties_csv = true;
+        v
+    }
+}
+
+/// The properties' JSON text as a CSV field holds it ([`crate::decode::TextFormat`]): exactly
+/// the text [`super::json::Json`] writes, every `"` in it doubled. Keys, hex numbers and the
+/// other quoted values without quotes inside (the bulk) are written doubled at once; only
+/// strings are looked at again, and changed only when they hold an (escaped) quote.
+pub struct Csv;
+
+impl crate::decode::TextFormat for Csv {
+    type Visitor<'b> = CsvProps<'b>;
+    fn visitor<'b>(out: &'b mut Vec<u8>, scratch: &'b mut String) -> CsvProps<'b> {
+        CsvProps { out, scratch }
+    }
+}
+
+/// The [`PropertyVisitor`] of [`Csv`]: the JSON visitor's text, quotes doubled.
+pub struct CsvProps<'b> {
+    out: &'b mut Vec<u8>,
+    scratch: &'b mut String,
+}
+
+impl CsvProps<'_> {
+    /// The JSON visitor, appending to the same text.
+    #[inline(always)]
+    fn json(&mut self) -> JsonProps<'_> {
+        JsonProps::new(self.out, self.scratch)
+    }
+
+    /// A value JSON writes as `"…"` with no quote inside: `""…""`.
+    #[inline(always)]
+    fn wrapped(&mut self, f: impl FnOnce(&mut JsonProps<'_>)) {
+        self.out.push(b'"');
+        f(&mut self.json());
+        self.out.push(b'"');
+    }
+
+    /// A JSON string, which may hold escaped quotes: `""…""`, each `\"` inside as `\""`.
+    #[inline(always)]
+    fn string(&mut self, f: impl FnOnce(&mut JsonProps<'_>)) {
+        let start = self.out.len();
+        self.out.push(b'"');
+        f(&mut self.json());
+        let end = self.out.len();
+        // `"` `"text"`: the text between the JSON string's quotes.
+        if memchr::memchr(b'"', &self.out[start + 2..end - 1]).is_none() {
+            self.out.push(b'"');
+        } else {
+            double_from(self.out, start + 2);
+        }
+    }
+}
+
+/// Doubles every `"` of `out[from..]`, in place.
+fn double_from(out: &mut Vec<u8>, from: usize) {
+    let n = memchr::memchr_iter(b'"', &out[from..]).count();
+    if n == 0 {
+        return;
+    }
+    let old = out.len();
+    out.resize(old + n, 0);
+    // From the end back: each byte moves up by the quotes before it.
+    let mut w = old + n;
+    for i in (from..old).rev() {
+        let c = out[i];
+        w -= 1;
+        out[w] = c;
+        if c == b'"' {
+            w -= 1;
+            out[w] = b'"';
+        }
+    }
+}
+
+impl PropertyVisitor for CsvProps<'_> {
+    fn field(&mut self, index: usize, name: &str) {
+        let start = self.out.len();
+        self.json().field(index, name);
+        double_from(self.out, start);
+    }
+    #[inline]
+    fn plain_field(&mut self, index: usize, name: &str) {
+        self.out.reserve(name.len() + 7);
+        if index > 0 {
+            self.out.push(b',');
+        }
+        self.out.extend_from_slice(b"\"\"");
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b"\"\":");
+    }
+    #[inline]
+    fn field_text(&mut self, _index: usize, _name: &str, text: &[u8]) {
+        self.out.extend_from_slice(text);
+    }
+    fn pointer_elements(&mut self, bytes: &[u8], width: usize) {
+        self.hex_elements(bytes, width)
+    }
+    fn hex_elements(&mut self, bytes: &[u8], width: usize) {
+        let width = width.max(1);
+        self.out.reserve(bytes.len() / width * (2 * width + 7) + 32);
+        for (i, c) in bytes.chunks_exact(width).enumerate() {
+            if i > 0 {
+                self.out.push(b',');
+            }
+            self.out.push(b'"');
+            let v = match *c {
+                [a, b, c, d] => u32::from_le_bytes([a, b, c, d]) as u64,
+                _ => {
+                    let mut w = [0u8; 8];
+                    let n = c.len().min(8);
+                    w[..n].copy_from_slice(&c[..n]);
+                    u64::from_le_bytes(w)
+                }
+            };
+            push_quoted_hex_u64(self.out, v);
+            self.out.push(b'"');
+        }
+    }
+    fn begin_array(&mut self, count: u64) {
+        self.json().begin_array(count)
+    }
+    #[inline]
+    fn element(&mut self, i: u64) {
+        self.json().element(i)
+    }
+    fn end_array(&mut self) {
+        self.json().end_array()
+    }
+    fn begin_struct(&mut self) {
+        self.json().begin_struct()
+    }
+    fn end_struct(&mut self) {
+        self.json().end_struct()
+    }
+    fn null(&mut self) {
+        self.json().null()
+    }
+    fn bool(&mut self, v: bool) {
+        self.json().bool(v)
+    }
+    #[inline]
+    fn unsigned(&mut self, v: u64) {
+        self.json().unsigned(v)
+    }
+    #[inline]
+    fn signed(&mut self, v: i64) {
+        self.json().signed(v)
+    }
+    fn f32(&mut self, v: f32) {
+        self.json().f32(v)
+    }
+    fn f64(&mut self, v: f64) {
+        self.json().f64(v)
+    }
+    #[inline]
+    fn hex(&mut self, v: u64) {
+        self.out.push(b'"');
+        push_quoted_hex_u64(self.out, v);
+        self.out.push(b'"');
+    }
+    #[inline]
+    fn pointer(&mut self, v: u64) {
+        self.hex(v)
+    }
+    #[inline]
+    fn str(&mut self, v: &str) {
+        self.string(|j| j.str(v))
+    }
+    fn latin1(&mut self, v: &[u8]) {
+        self.string(|j| j.latin1(v))
+    }
+    #[inline]
+    fn utf16(&mut self, units: &[u8]) {
+        self.string(|j| j.utf16(units))
+    }
+    fn binary(&mut self, v: &[u8]) {
+        self.wrapped(|j| j.binary(v))
+    }
+    fn guid(&mut self, v: &crate::Guid) {
+        self.wrapped(|j| j.guid(v))
+    }
+    fn sid(&mut self, v: &str) {
+        self.string(|j| j.sid(v))
+    }
+    fn filetime(&mut self, v: i64) {
+        self.wrapped(|j| j.filetime(v))
+    }
+    fn systemtime(&mut self, v: &[u16; 8]) {
+        self.wrapped(|j| j.systemtime(v))
+    }
+    fn mapped(&mut self, value: u64, name: &str) {
+        self.string(|j| j.mapped(value, name))
+    }
+    fn ip(&mut self, v: std::net::IpAddr) {
+        self.wrapped(|j| j.ip(v))
+    }
+    fn port(&mut self, v: u16) {
+        self.json().port(v)
+    }
+    fn socket_address(&mut self, v: std::net::SocketAddr) {
+        self.wrapped(|j| j.socket_address(v))
+    }
+    fn win32_error(&mut self, v: u32) {
+        self.json().win32_error(v)
+    }
+    fn ntstatus(&mut self, v: u32) {
+        self.wrapped(|j| j.ntstatus(v))
+    }
+    fn hresult(&mut self, v: u32) {
+        self.wrapped(|j| j.hresult(v))
     }
 }
 

@@ -33,6 +33,17 @@ pub trait Sink {
 /// several renderers (one per thread) and concatenated equal the lines of one renderer.
 pub trait Render: Send {
     fn render(&mut self, v: &EventView<'_, '_>, out: &mut Vec<u8>);
+
+    /// The view of an ETL record this renderer prints best: the properties' text in the form
+    /// it wants (JSON by default; CSV takes it with its quotes already doubled).
+    fn view_etl<'a, 'r>(
+        &self,
+        d: &'a crate::decode::Decoder,
+        local: &'a mut crate::decode::Local,
+        r: &'a crate::etl::Record<'r>,
+    ) -> EventView<'a, 'r> {
+        d.view_etl(local, r)
+    }
 }
 
 /// Output formats by name.
