@@ -604,25 +604,34 @@ fn push_quoted_hex_wide(l: &mut Vec<u8>, v: u64) {
 }
 
 /// Appends `"0x…"` for each `width`-byte (4 or 8) little-endian integer of `bytes`, separated by
-/// commas: an array's elements in one loop. 32-bit ones are put together in a local block (fixed
-/// offsets, one copy per block), the rest one by one.
+/// commas: an array's elements in one loop. 32-bit ones are written straight into room made once
+/// for the whole array (each element a 16-byte store of `"0x` and 8 digits, then its closing
+/// quote and a comma at its length; the last comma cut off), the rest one by one.
 fn push_hex_elements(l: &mut Vec<u8>, bytes: &[u8], width: usize) {
     if width == 4 {
-        const BLOCK: usize = 512;
-        let mut buf = [0u8; BLOCK];
-        let mut pos = 0;
-        for (i, c) in bytes.chunks_exact(4).enumerate() {
-            buf[pos] = b',';
-            pos += (i > 0) as usize;
-            let (text, n) = quoted_hex_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
-            buf[pos..pos + 16].copy_from_slice(&text);
-            pos += n;
-            if pos > BLOCK - 32 {
-                l.extend_from_slice(&buf[..pos]);
-                pos = 0;
-            }
+        let n = bytes.len() / 4;
+        if n == 0 {
+            return;
         }
-        l.extend_from_slice(&buf[..pos]);
+        let start = l.len();
+        // An element with its comma takes at most 13 bytes; its store reaches 16 bytes.
+        l.resize(start + n * 13 + 3, 0);
+        let out = &mut l[start..];
+        let mut pos = 0usize;
+        for c in bytes.chunks_exact(4) {
+            let v = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            // 1 to 8 digits: `v | 1` has at most 31 leading zeros.
+            let digits = 8 - ((v | 1).leading_zeros() as usize >> 2);
+            let d = super::hex8(v << (4 * (8 - digits))).swap_bytes();
+            let w: &mut [u8; 16] = (&mut out[pos..pos + 16]).try_into().expect("16 bytes");
+            w[..8].copy_from_slice(&(0x0078_3022 | d << 24).to_le_bytes());
+            w[8..].copy_from_slice(&(d >> 40).to_le_bytes());
+            let q = (3 + digits) & 15;
+            w[q] = b'"';
+            w[(q + 1) & 15] = b',';
+            pos += 5 + digits;
+        }
+        l.truncate(start + pos - 1);
         return;
     }
     l.reserve(bytes.len() / width.max(1) * (2 * width + 5) + 16);
@@ -635,22 +644,6 @@ fn push_hex_elements(l: &mut Vec<u8>, bytes: &[u8], width: usize) {
         w[..n].copy_from_slice(&c[..n]);
         push_quoted_hex_u64(l, u64::from_le_bytes(w));
     }
-}
-
-/// `"0x…"` of `v` (no leading zeros) in the first bytes of a 16-byte block, and how many.
-#[inline(always)]
-fn quoted_hex_u32(v: u32) -> ([u8; 16], usize) {
-    let digits = hex_digits(v as u64);
-    // The digits first (then '0's), the closing quote right after them.
-    let d = super::hex8(v << (4 * (8 - digits))).swap_bytes();
-    let d = if digits < 8 {
-        d & !(0xff << (8 * digits)) | 0x22 << (8 * digits)
-    } else {
-        d
-    };
-    let lo = 0x0078_3022 | d << 24;
-    let hi = d >> 40 | 0x22 << 24;
-    ((lo as u128 | (hi as u128) << 64).to_le_bytes(), 4 + digits)
 }
 
 fn num_or_null(l: &mut Vec<u8>, key: &[u8], v: u32) {
@@ -901,6 +894,31 @@ mod tests {
                 );
             }
         }
+        // 32-bit elements of every digit count at every position, arrays of 1 to 40.
+        let every_digits: Vec<u32> = (0..40u32)
+            .map(|i| match i % 9 {
+                0 => 0,
+                k => (0x8765_4321u32 >> (4 * (8 - k))) | 1 << (4 * k - 1 - (i % 4)),
+            })
+            .collect();
+        for n in 1..=every_digits.len() {
+            for rot in [0usize, 3, 7] {
+                let vals: Vec<u32> = (0..n)
+                    .map(|i| every_digits[(i + rot) % every_digits.len()])
+                    .collect();
+                let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let mut l = b"[".to_vec();
+                push_hex_elements(&mut l, &bytes, 4);
+                let expect: Vec<String> = vals.iter().map(|v| format!("\"0x{v:x}\"")).collect();
+                assert_eq!(
+                    String::from_utf8(l).unwrap(),
+                    format!("[{}", expect.join(","))
+                );
+            }
+        }
+        let digit_counts: std::collections::BTreeSet<usize> =
+            every_digits.iter().map(|v| format!("{v:x}").len()).collect();
+        assert_eq!(digit_counts.len(), 8, "{digit_counts:?}");
         for v in (0..12_000u64).chain([99_999, 100_000, u32::MAX as u64, u64::MAX]) {
             let mut l = b"x".to_vec();
             push_dec(&mut l, v);
