@@ -15,7 +15,7 @@ use crate::schema::{Count, Length};
 use super::bitmaps::MapRef;
 use super::plan::{one, visit_scalar, Cursor, Dest, Fast, PlanField};
 use super::scalar::{cstr16, le};
-use super::visit::{NoVisit, PropertyVisitor};
+use super::visit::{NoVisit, PropertyVisitor, KEY_BLOCK};
 
 /// Most fields a count or length may refer to in a compiled layout.
 const SLOTS: usize = 8;
@@ -287,6 +287,8 @@ impl Compiled {
             field(&mut k.text, op.idx as usize, &f.name);
             k.ends.push(k.text.len() as u32);
         }
+        // Every key's block lies within the text.
+        k.text.extend_from_slice(&[0; KEY_BLOCK]);
         k
     }
 
@@ -377,7 +379,10 @@ impl Compiled {
                 match keys {
                     Some(k) => {
                         let end = k.ends[n] as usize;
-                        v.field_text(idx, &op.name, &k.text[key_start..end]);
+                        let block = k.text[key_start..key_start + KEY_BLOCK]
+                            .try_into()
+                            .expect("keys padded by a block");
+                        v.field_text(idx, &op.name, &k.text[key_start..end], block);
                         key_start = end;
                     }
                     None if fields[idx].plain_name => v.plain_field(idx, &op.name),
@@ -579,8 +584,10 @@ mod tests {
         fn field(&mut self, i: usize, name: &str) {
             let _ = write!(self.0, "F{i}:{name};");
         }
-        fn field_text(&mut self, _i: usize, _name: &str, text: &[u8]) {
-            // The key text: what `field` wrote when the keys were built.
+        fn field_text(&mut self, _i: usize, _name: &str, text: &[u8], block: &[u8; 32]) {
+            // The key text: what `field` wrote when the keys were built; the block starts so.
+            let n = text.len().min(block.len());
+            assert_eq!(&block[..n], &text[..n]);
             self.0.push_str(std::str::from_utf8(text).unwrap());
             self.1 += 1;
         }

@@ -340,8 +340,15 @@ impl PropertyVisitor for JsonProps<'_> {
         push_hex_elements(self.out, bytes, width);
     }
     #[inline]
-    fn field_text(&mut self, _index: usize, _name: &str, text: &[u8]) {
-        self.out.extend_from_slice(text);
+    fn field_text(&mut self, _index: usize, _name: &str, text: &[u8], block: &[u8; 32]) {
+        if text.len() <= block.len() {
+            // A fixed-size copy cut to length: no `memcpy` call for a short key.
+            let n = self.out.len();
+            self.out.extend_from_slice(block);
+            self.out.truncate(n + text.len());
+        } else {
+            self.out.extend_from_slice(text);
+        }
     }
     fn begin_array(&mut self, _count: u64) {
         self.out.push(b'[');
@@ -671,6 +678,23 @@ pub(crate) fn push_dec(l: &mut Vec<u8>, v: u64) {
         let n = l.len();
         l.extend_from_slice(&(w >> (8 * skip)).to_le_bytes());
         l.truncate(n + 4 - skip);
+    } else if v < 100_000_000 {
+        // 5 to 8 digits at once (SWAR): the two 4-digit halves in 32-bit lanes, split into
+        // 2-digit 16-bit lanes, then into digit bytes, most significant first; the leading zero
+        // digits (the low zero bytes) shifted out.
+        let v = v as u32;
+        let x = (v / 10_000) as u64 | ((v % 10_000) as u64) << 32;
+        // x / 100 in each lane (exact below 43_699), x % 100 beside it.
+        let q = (x * 0x147b >> 19) & 0x0000_007f_0000_007f;
+        let x = q | (x - q * 100) << 16;
+        // x / 10 in each 16-bit lane (exact below 179), x % 10 beside it.
+        let q = (x * 0x67 >> 10) & 0x000f_000f_000f_000f;
+        let x = q | (x - q * 10) << 8;
+        let zeros = (x.trailing_zeros() / 8) as usize;
+        let text = (x | 0x3030_3030_3030_3030) >> (8 * zeros);
+        let n = l.len();
+        l.extend_from_slice(&text.to_le_bytes());
+        l.truncate(n + 8 - zeros);
     } else {
         l.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
     }
@@ -916,10 +940,21 @@ mod tests {
                 );
             }
         }
-        let digit_counts: std::collections::BTreeSet<usize> =
-            every_digits.iter().map(|v| format!("{v:x}").len()).collect();
+        let digit_counts: std::collections::BTreeSet<usize> = every_digits
+            .iter()
+            .map(|v| format!("{v:x}").len())
+            .collect();
         assert_eq!(digit_counts.len(), 8, "{digit_counts:?}");
-        for v in (0..12_000u64).chain([99_999, 100_000, u32::MAX as u64, u64::MAX]) {
+        // Every digit count: around each power of ten, and a stride through the 5-8 digit range.
+        let around_powers = (0..19u32).flat_map(|k| {
+            let p = 10u64.pow(k);
+            [p - 1, p, p + 1, p * 2 - 1, p * 10 - 1]
+        });
+        for v in (0..12_000u64)
+            .chain(around_powers)
+            .chain((10_000..100_000_000u64).step_by(997))
+            .chain([99_999, 100_000, u32::MAX as u64, u64::MAX])
+        {
             let mut l = b"x".to_vec();
             push_dec(&mut l, v);
             assert_eq!(String::from_utf8(l).unwrap(), format!("x{v}"));
