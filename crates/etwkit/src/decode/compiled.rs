@@ -53,7 +53,14 @@ enum Kind {
 /// dispatch per field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Code {
-    /// Unsigned, signed or hex-typed integers of this many bytes (0: the pointer size).
+    /// Unsigned, signed or hex-typed integers of this many bytes (0: the pointer size); the usual
+    /// widths spelled out.
+    Dec1,
+    Dec2,
+    Dec4,
+    Dec8,
+    Hex4,
+    Hex8,
     Dec(u8),
     SDec(u8),
     Hex(u8),
@@ -210,6 +217,12 @@ impl Compiled {
                 name: f.name.clone(),
                 kind,
                 code: match kind {
+                    Kind::Scalar(Fast::Dec(1)) => Code::Dec1,
+                    Kind::Scalar(Fast::Dec(2)) => Code::Dec2,
+                    Kind::Scalar(Fast::Dec(4)) => Code::Dec4,
+                    Kind::Scalar(Fast::Dec(8)) => Code::Dec8,
+                    Kind::Scalar(Fast::Hex(4)) => Code::Hex4,
+                    Kind::Scalar(Fast::Hex(8)) => Code::Hex8,
                     Kind::Scalar(Fast::Dec(w)) => Code::Dec(w),
                     Kind::Scalar(Fast::SDec(w)) => Code::SDec(w),
                     Kind::Scalar(Fast::Hex(w)) => Code::Hex(w),
@@ -409,7 +422,25 @@ impl Compiled {
                 }
                 Ok((x, w))
             };
+            // The usual widths read with a fixed size (one dispatch per field).
+            macro_rules! fixed {
+                ($n:literal) => {{
+                    let x = take::<$n>(cur).ok_or(())?;
+                    if op.extra {
+                        keep(op, cur, &mut vals, x);
+                    }
+                    x
+                }};
+            }
             match op.code {
+                Code::Dec4 => v.unsigned(fixed!(4)),
+                Code::Dec8 => v.unsigned(fixed!(8)),
+                Code::Dec2 => v.unsigned(fixed!(2)),
+                Code::Dec1 => v.unsigned(fixed!(1)),
+                Code::Hex4 => v.hex(fixed!(4)),
+                Code::Hex8 => v.hex(fixed!(8)),
+                Code::Ptr if cur.ptr == 4 => v.pointer(fixed!(4)),
+                Code::Ptr if cur.ptr == 8 => v.pointer(fixed!(8)),
                 Code::Dec(w) => v.unsigned(int(cur, w)?.0),
                 Code::Hex(w) => v.hex(int(cur, w)?.0),
                 Code::Ptr => v.pointer(int(cur, 0)?.0),
@@ -515,6 +546,32 @@ impl Compiled {
             }
         }
         Ok(())
+    }
+}
+
+/// The little-endian integer of the `N` bytes at the cursor, moving past them (`None` past the
+/// end): one bounds check and a fixed-size read.
+#[inline(always)]
+fn take<const N: usize>(cur: &mut Cursor<'_>) -> Option<u64> {
+    let b = cur.d.get(cur.pos..)?.first_chunk::<N>()?;
+    cur.pos += N;
+    let mut w = [0u8; 8];
+    w[..N].copy_from_slice(b);
+    Some(u64::from_le_bytes(w))
+}
+
+/// Keeps an integer field's value for the fields that refer to it and as the payload's ids.
+#[inline]
+fn keep(op: &Op, cur: &mut Cursor<'_>, vals: &mut [u64; SLOTS], x: u64) {
+    if op.slot != NO_SLOT {
+        vals[op.slot as usize] = x;
+    }
+    if cur.capture {
+        match op.ids {
+            1 => cur.pid = Some(x),
+            2 => cur.tid = Some(x),
+            _ => {}
+        }
     }
 }
 

@@ -1011,6 +1011,32 @@ mod escape_tests {
                 serde_json::to_string(s).unwrap()
             );
         }
+        // Every length to 40 with an escaped, a non-ASCII or a surrogate-pair character at every
+        // position (the 4-unit steps and their tails).
+        for special in [
+            "\"", "\\", "\n", "\u{1}", "\u{1f}", "\u{7f}", "ü", "€", "😀",
+        ] {
+            for len in 0..40 {
+                for at in 0..=len {
+                    let s: String = (0..len)
+                        .map(|k| {
+                            if k == at {
+                                special
+                            } else {
+                                ["a", "Z", "~", " "][k % 4]
+                            }
+                        })
+                        .collect();
+                    let units: Vec<u8> = s.encode_utf16().flat_map(u16::to_le_bytes).collect();
+                    let mut l = b"x".to_vec();
+                    super::escape_utf16(&mut l, &units);
+                    assert_eq!(
+                        String::from_utf8(l).unwrap(),
+                        format!("x{}", serde_json::to_string(&s).unwrap())
+                    );
+                }
+            }
+        }
         // Unpaired surrogates (lone, at the end, a high one before a high one, reversed pairs),
         // a trailing odd byte: as the lossy decoding, escaped.
         for units in [
