@@ -685,10 +685,10 @@ pub(crate) fn push_dec(l: &mut Vec<u8>, v: u64) {
         let v = v as u32;
         let x = (v / 10_000) as u64 | ((v % 10_000) as u64) << 32;
         // x / 100 in each lane (exact below 43_699), x % 100 beside it.
-        let q = (x * 0x147b >> 19) & 0x0000_007f_0000_007f;
+        let q = ((x * 0x147b) >> 19) & 0x0000_007f_0000_007f;
         let x = q | (x - q * 100) << 16;
         // x / 10 in each 16-bit lane (exact below 179), x % 10 beside it.
-        let q = (x * 0x67 >> 10) & 0x000f_000f_000f_000f;
+        let q = ((x * 0x67) >> 10) & 0x000f_000f_000f_000f;
         let x = q | (x - q * 10) << 8;
         let zeros = (x.trailing_zeros() / 8) as usize;
         let text = (x | 0x3030_3030_3030_3030) >> (8 * zeros);
