@@ -294,15 +294,21 @@ impl Compiled {
         fields: &[PlanField],
         mut field: impl FnMut(&mut Vec<u8>, usize, &str),
     ) -> Keys {
-        let mut k = Keys::default();
-        for op in &self.ops {
+        let keys = self.ops.iter().map(|op| {
             let f = &fields[op.idx as usize];
-            field(&mut k.text, op.idx as usize, &f.name);
-            k.ends.push(k.text.len() as u32);
+            let mut text = Vec::new();
+            field(&mut text, op.idx as usize, &f.name);
+            let mut block = [0u8; KEY_BLOCK];
+            let n = text.len().min(KEY_BLOCK);
+            block[..n].copy_from_slice(&text[..n]);
+            Key {
+                block,
+                text: text.into_boxed_slice(),
+            }
+        });
+        Keys {
+            keys: keys.collect(),
         }
-        // Every key's block lies within the text.
-        k.text.extend_from_slice(&[0; KEY_BLOCK]);
-        k
     }
 
     /// The measuring walk: moves `cur` past the fields (setting `cur.unterminated` as the generic
@@ -385,18 +391,13 @@ impl Compiled {
         measure: bool,
     ) -> Result<(), ()> {
         let mut vals = [0u64; SLOTS];
-        let mut key_start = 0usize;
         for (n, op) in self.ops.iter().enumerate() {
             let idx = op.idx as usize;
             if !measure {
                 match keys {
                     Some(k) => {
-                        let end = k.ends[n] as usize;
-                        let block = k.text[key_start..key_start + KEY_BLOCK]
-                            .try_into()
-                            .expect("keys padded by a block");
-                        v.field_text(idx, &op.name, &k.text[key_start..end], block);
-                        key_start = end;
+                        let key = &k.keys[n];
+                        v.field_text(idx, &op.name, &key.text, &key.block);
                     }
                     None if fields[idx].plain_name => v.plain_field(idx, &op.name),
                     None => v.field(idx, &op.name),
@@ -613,12 +614,17 @@ fn elements<V: PropertyVisitor>(fast: Fast, bytes: &[u8], w: usize, v: &mut V) {
     }
 }
 
-/// The key text of a compiled layout's fields in one text format: op `i`'s key is
-/// `text[ends[i-1]..ends[i]]`.
+/// The key text of a compiled layout's fields in one text format, op `i`'s at `keys[i]`.
 #[derive(Debug, Default)]
 pub(crate) struct Keys {
-    text: Vec<u8>,
-    ends: Vec<u32>,
+    keys: Vec<Key>,
+}
+
+/// One field's key text, and its first [`KEY_BLOCK`] bytes (zero-padded) for a fixed-size copy.
+#[derive(Debug)]
+struct Key {
+    block: [u8; KEY_BLOCK],
+    text: Box<[u8]>,
 }
 
 #[cfg(test)]
