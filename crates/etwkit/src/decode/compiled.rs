@@ -15,7 +15,7 @@ use crate::schema::{Count, Length};
 use super::bitmaps::MapRef;
 use super::plan::{one, visit_scalar, Cursor, Dest, Fast, PlanField};
 use super::scalar::{cstr16, le};
-use super::visit::{NoVisit, PropertyVisitor};
+use super::visit::{NoVisit, PropertyVisitor, KEY_BLOCK};
 
 /// Most fields a count or length may refer to in a compiled layout.
 const SLOTS: usize = 8;
@@ -53,7 +53,14 @@ enum Kind {
 /// dispatch per field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Code {
-    /// Unsigned, signed or hex-typed integers of this many bytes (0: the pointer size).
+    /// Unsigned, signed or hex-typed integers of this many bytes (0: the pointer size); the usual
+    /// widths spelled out.
+    Dec1,
+    Dec2,
+    Dec4,
+    Dec8,
+    Hex4,
+    Hex8,
     Dec(u8),
     SDec(u8),
     Hex(u8),
@@ -210,6 +217,12 @@ impl Compiled {
                 name: f.name.clone(),
                 kind,
                 code: match kind {
+                    Kind::Scalar(Fast::Dec(1)) => Code::Dec1,
+                    Kind::Scalar(Fast::Dec(2)) => Code::Dec2,
+                    Kind::Scalar(Fast::Dec(4)) => Code::Dec4,
+                    Kind::Scalar(Fast::Dec(8)) => Code::Dec8,
+                    Kind::Scalar(Fast::Hex(4)) => Code::Hex4,
+                    Kind::Scalar(Fast::Hex(8)) => Code::Hex8,
                     Kind::Scalar(Fast::Dec(w)) => Code::Dec(w),
                     Kind::Scalar(Fast::SDec(w)) => Code::SDec(w),
                     Kind::Scalar(Fast::Hex(w)) => Code::Hex(w),
@@ -281,13 +294,21 @@ impl Compiled {
         fields: &[PlanField],
         mut field: impl FnMut(&mut Vec<u8>, usize, &str),
     ) -> Keys {
-        let mut k = Keys::default();
-        for op in &self.ops {
+        let keys = self.ops.iter().map(|op| {
             let f = &fields[op.idx as usize];
-            field(&mut k.text, op.idx as usize, &f.name);
-            k.ends.push(k.text.len() as u32);
+            let mut text = Vec::new();
+            field(&mut text, op.idx as usize, &f.name);
+            let mut block = [0u8; KEY_BLOCK];
+            let n = text.len().min(KEY_BLOCK);
+            block[..n].copy_from_slice(&text[..n]);
+            Key {
+                block,
+                text: text.into_boxed_slice(),
+            }
+        });
+        Keys {
+            keys: keys.collect(),
         }
-        k
     }
 
     /// The measuring walk: moves `cur` past the fields (setting `cur.unterminated` as the generic
@@ -370,15 +391,13 @@ impl Compiled {
         measure: bool,
     ) -> Result<(), ()> {
         let mut vals = [0u64; SLOTS];
-        let mut key_start = 0usize;
         for (n, op) in self.ops.iter().enumerate() {
             let idx = op.idx as usize;
             if !measure {
                 match keys {
                     Some(k) => {
-                        let end = k.ends[n] as usize;
-                        v.field_text(idx, &op.name, &k.text[key_start..end]);
-                        key_start = end;
+                        let key = &k.keys[n];
+                        v.field_text(idx, &op.name, &key.text, &key.block);
                     }
                     None if fields[idx].plain_name => v.plain_field(idx, &op.name),
                     None => v.field(idx, &op.name),
@@ -404,7 +423,25 @@ impl Compiled {
                 }
                 Ok((x, w))
             };
+            // The usual widths read with a fixed size (one dispatch per field).
+            macro_rules! fixed {
+                ($n:literal) => {{
+                    let x = take::<$n>(cur).ok_or(())?;
+                    if op.extra {
+                        keep(op, cur, &mut vals, x);
+                    }
+                    x
+                }};
+            }
             match op.code {
+                Code::Dec4 => v.unsigned(fixed!(4)),
+                Code::Dec8 => v.unsigned(fixed!(8)),
+                Code::Dec2 => v.unsigned(fixed!(2)),
+                Code::Dec1 => v.unsigned(fixed!(1)),
+                Code::Hex4 => v.hex(fixed!(4)),
+                Code::Hex8 => v.hex(fixed!(8)),
+                Code::Ptr if cur.ptr == 4 => v.pointer(fixed!(4)),
+                Code::Ptr if cur.ptr == 8 => v.pointer(fixed!(8)),
                 Code::Dec(w) => v.unsigned(int(cur, w)?.0),
                 Code::Hex(w) => v.hex(int(cur, w)?.0),
                 Code::Ptr => v.pointer(int(cur, 0)?.0),
@@ -513,6 +550,32 @@ impl Compiled {
     }
 }
 
+/// The little-endian integer of the `N` bytes at the cursor, moving past them (`None` past the
+/// end): one bounds check and a fixed-size read.
+#[inline(always)]
+fn take<const N: usize>(cur: &mut Cursor<'_>) -> Option<u64> {
+    let b = cur.d.get(cur.pos..)?.first_chunk::<N>()?;
+    cur.pos += N;
+    let mut w = [0u8; 8];
+    w[..N].copy_from_slice(b);
+    Some(u64::from_le_bytes(w))
+}
+
+/// Keeps an integer field's value for the fields that refer to it and as the payload's ids.
+#[inline]
+fn keep(op: &Op, cur: &mut Cursor<'_>, vals: &mut [u64; SLOTS], x: u64) {
+    if op.slot != NO_SLOT {
+        vals[op.slot as usize] = x;
+    }
+    if cur.capture {
+        match op.ids {
+            1 => cur.pid = Some(x),
+            2 => cur.tid = Some(x),
+            _ => {}
+        }
+    }
+}
+
 /// A [`Kind::Scalar`] of a kind the compiler never makes.
 #[cold]
 fn unreachable_kind() -> Result<u8, ()> {
@@ -551,12 +614,17 @@ fn elements<V: PropertyVisitor>(fast: Fast, bytes: &[u8], w: usize, v: &mut V) {
     }
 }
 
-/// The key text of a compiled layout's fields in one text format: op `i`'s key is
-/// `text[ends[i-1]..ends[i]]`.
+/// The key text of a compiled layout's fields in one text format, op `i`'s at `keys[i]`.
 #[derive(Debug, Default)]
 pub(crate) struct Keys {
-    text: Vec<u8>,
-    ends: Vec<u32>,
+    keys: Vec<Key>,
+}
+
+/// One field's key text, and its first [`KEY_BLOCK`] bytes (zero-padded) for a fixed-size copy.
+#[derive(Debug)]
+struct Key {
+    block: [u8; KEY_BLOCK],
+    text: Box<[u8]>,
 }
 
 #[cfg(test)]
@@ -579,8 +647,10 @@ mod tests {
         fn field(&mut self, i: usize, name: &str) {
             let _ = write!(self.0, "F{i}:{name};");
         }
-        fn field_text(&mut self, _i: usize, _name: &str, text: &[u8]) {
-            // The key text: what `field` wrote when the keys were built.
+        fn field_text(&mut self, _i: usize, _name: &str, text: &[u8], block: &[u8; 32]) {
+            // The key text: what `field` wrote when the keys were built; the block starts so.
+            let n = text.len().min(block.len());
+            assert_eq!(&block[..n], &text[..n]);
             self.0.push_str(std::str::from_utf8(text).unwrap());
             self.1 += 1;
         }

@@ -11,6 +11,9 @@ use crate::guid::Guid;
 
 use super::{Properties, Value};
 
+/// Bytes of the fixed-size key block handed to [`PropertyVisitor::field_text`].
+pub const KEY_BLOCK: usize = 32;
+
 /// Receives a payload's properties in layout order. Every method does nothing by default, so a
 /// visitor implements only what it keeps.
 ///
@@ -30,8 +33,10 @@ pub trait PropertyVisitor {
     }
     /// As [`PropertyVisitor::field`], with `text`: what this kind of visitor's `field` wrote for
     /// this property when its layout was compiled (a text format copies it instead of rendering
-    /// the name again). Visitors that write no such text ignore it.
-    fn field_text(&mut self, index: usize, name: &str, text: &[u8]) {
+    /// the name again). `block` starts with `text` (when it is at most [`KEY_BLOCK`] bytes; the
+    /// rest is whatever follows): a fixed-size copy of it, cut to `text`'s length, needs no
+    /// `memcpy` call. Visitors that write no such text ignore them.
+    fn field_text(&mut self, index: usize, name: &str, text: &[u8], block: &[u8; KEY_BLOCK]) {
         self.field(index, name)
     }
     fn begin_array(&mut self, count: u64) {}
@@ -349,7 +354,7 @@ macro_rules! tee {
 tee! {
     field(index: usize, name: &str);
     plain_field(index: usize, name: &str);
-    field_text(index: usize, name: &str, text: &[u8]);
+    field_text(index: usize, name: &str, text: &[u8], block: &[u8; KEY_BLOCK]);
     begin_array(count: u64);
     element(i: u64);
     pointer_elements(bytes: &[u8], width: usize);

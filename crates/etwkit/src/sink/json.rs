@@ -435,8 +435,15 @@ impl PropertyVisitor for JsonProps<'_> {
         push_hex_elements(self.out, bytes, width);
     }
     #[inline]
-    fn field_text(&mut self, _index: usize, _name: &str, text: &[u8]) {
-        self.out.extend_from_slice(text);
+    fn field_text(&mut self, _index: usize, _name: &str, text: &[u8], block: &[u8; 32]) {
+        if text.len() <= block.len() {
+            // A fixed-size copy cut to length: no `memcpy` call for a short key.
+            let n = self.out.len();
+            self.out.extend_from_slice(block);
+            self.out.truncate(n + text.len());
+        } else {
+            self.out.extend_from_slice(text);
+        }
     }
     fn begin_array(&mut self, _count: u64) {
         self.out.push(b'[');
@@ -699,25 +706,34 @@ fn push_quoted_hex_wide(l: &mut Vec<u8>, v: u64) {
 }
 
 /// Appends `"0x…"` for each `width`-byte (4 or 8) little-endian integer of `bytes`, separated by
-/// commas: an array's elements in one loop. 32-bit ones are put together in a local block (fixed
-/// offsets, one copy per block), the rest one by one.
+/// commas: an array's elements in one loop. 32-bit ones are written straight into room made once
+/// for the whole array (each element a 16-byte store of `"0x` and 8 digits, then its closing
+/// quote and a comma at its length; the last comma cut off), the rest one by one.
 fn push_hex_elements(l: &mut Vec<u8>, bytes: &[u8], width: usize) {
     if width == 4 {
-        const BLOCK: usize = 512;
-        let mut buf = [0u8; BLOCK];
-        let mut pos = 0;
-        for (i, c) in bytes.chunks_exact(4).enumerate() {
-            buf[pos] = b',';
-            pos += (i > 0) as usize;
-            let (text, n) = quoted_hex_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
-            buf[pos..pos + 16].copy_from_slice(&text);
-            pos += n;
-            if pos > BLOCK - 32 {
-                l.extend_from_slice(&buf[..pos]);
-                pos = 0;
-            }
+        let n = bytes.len() / 4;
+        if n == 0 {
+            return;
         }
-        l.extend_from_slice(&buf[..pos]);
+        let start = l.len();
+        // An element with its comma takes at most 13 bytes; its store reaches 16 bytes.
+        l.resize(start + n * 13 + 3, 0);
+        let out = &mut l[start..];
+        let mut pos = 0usize;
+        for c in bytes.chunks_exact(4) {
+            let v = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            // 1 to 8 digits: `v | 1` has at most 31 leading zeros.
+            let digits = 8 - ((v | 1).leading_zeros() as usize >> 2);
+            let d = super::hex8(v << (4 * (8 - digits))).swap_bytes();
+            let w: &mut [u8; 16] = (&mut out[pos..pos + 16]).try_into().expect("16 bytes");
+            w[..8].copy_from_slice(&(0x0078_3022 | d << 24).to_le_bytes());
+            w[8..].copy_from_slice(&(d >> 40).to_le_bytes());
+            let q = (3 + digits) & 15;
+            w[q] = b'"';
+            w[(q + 1) & 15] = b',';
+            pos += 5 + digits;
+        }
+        l.truncate(start + pos - 1);
         return;
     }
     l.reserve(bytes.len() / width.max(1) * (2 * width + 5) + 16);
@@ -730,22 +746,6 @@ fn push_hex_elements(l: &mut Vec<u8>, bytes: &[u8], width: usize) {
         w[..n].copy_from_slice(&c[..n]);
         push_quoted_hex_u64(l, u64::from_le_bytes(w));
     }
-}
-
-/// `"0x…"` of `v` (no leading zeros) in the first bytes of a 16-byte block, and how many.
-#[inline(always)]
-fn quoted_hex_u32(v: u32) -> ([u8; 16], usize) {
-    let digits = hex_digits(v as u64);
-    // The digits first (then '0's), the closing quote right after them.
-    let d = super::hex8(v << (4 * (8 - digits))).swap_bytes();
-    let d = if digits < 8 {
-        d & !(0xff << (8 * digits)) | 0x22 << (8 * digits)
-    } else {
-        d
-    };
-    let lo = 0x0078_3022 | d << 24;
-    let hi = d >> 40 | 0x22 << 24;
-    ((lo as u128 | (hi as u128) << 64).to_le_bytes(), 4 + digits)
 }
 
 fn num_or_null(l: &mut Vec<u8>, key: &[u8], v: u32) {
@@ -773,6 +773,23 @@ pub(crate) fn push_dec(l: &mut Vec<u8>, v: u64) {
         let n = l.len();
         l.extend_from_slice(&(w >> (8 * skip)).to_le_bytes());
         l.truncate(n + 4 - skip);
+    } else if v < 100_000_000 {
+        // 5 to 8 digits at once (SWAR): the two 4-digit halves in 32-bit lanes, split into
+        // 2-digit 16-bit lanes, then into digit bytes, most significant first; the leading zero
+        // digits (the low zero bytes) shifted out.
+        let v = v as u32;
+        let x = (v / 10_000) as u64 | ((v % 10_000) as u64) << 32;
+        // x / 100 in each lane (exact below 43_699), x % 100 beside it.
+        let q = ((x * 0x147b) >> 19) & 0x0000_007f_0000_007f;
+        let x = q | (x - q * 100) << 16;
+        // x / 10 in each 16-bit lane (exact below 179), x % 10 beside it.
+        let q = ((x * 0x67) >> 10) & 0x000f_000f_000f_000f;
+        let x = q | (x - q * 10) << 8;
+        let zeros = (x.trailing_zeros() / 8) as usize;
+        let text = (x | 0x3030_3030_3030_3030) >> (8 * zeros);
+        let n = l.len();
+        l.extend_from_slice(&text.to_le_bytes());
+        l.truncate(n + 8 - zeros);
     } else {
         l.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
     }
@@ -997,7 +1014,43 @@ mod tests {
                 );
             }
         }
-        for v in (0..12_000u64).chain([99_999, 100_000, u32::MAX as u64, u64::MAX]) {
+        // 32-bit elements of every digit count at every position, arrays of 1 to 40.
+        let every_digits: Vec<u32> = (0..40u32)
+            .map(|i| match i % 9 {
+                0 => 0,
+                k => (0x8765_4321u32 >> (4 * (8 - k))) | 1 << (4 * k - 1 - (i % 4)),
+            })
+            .collect();
+        for n in 1..=every_digits.len() {
+            for rot in [0usize, 3, 7] {
+                let vals: Vec<u32> = (0..n)
+                    .map(|i| every_digits[(i + rot) % every_digits.len()])
+                    .collect();
+                let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let mut l = b"[".to_vec();
+                push_hex_elements(&mut l, &bytes, 4);
+                let expect: Vec<String> = vals.iter().map(|v| format!("\"0x{v:x}\"")).collect();
+                assert_eq!(
+                    String::from_utf8(l).unwrap(),
+                    format!("[{}", expect.join(","))
+                );
+            }
+        }
+        let digit_counts: std::collections::BTreeSet<usize> = every_digits
+            .iter()
+            .map(|v| format!("{v:x}").len())
+            .collect();
+        assert_eq!(digit_counts.len(), 8, "{digit_counts:?}");
+        // Every digit count: around each power of ten, and a stride through the 5-8 digit range.
+        let around_powers = (0..19u32).flat_map(|k| {
+            let p = 10u64.pow(k);
+            [p - 1, p, p + 1, p * 2 - 1, p * 10 - 1]
+        });
+        for v in (0..12_000u64)
+            .chain(around_powers)
+            .chain((10_000..100_000_000u64).step_by(997))
+            .chain([99_999, 100_000, u32::MAX as u64, u64::MAX])
+        {
             let mut l = b"x".to_vec();
             push_dec(&mut l, v);
             assert_eq!(String::from_utf8(l).unwrap(), format!("x{v}"));
@@ -1053,6 +1106,32 @@ mod escape_tests {
                 String::from_utf8(l).unwrap(),
                 serde_json::to_string(s).unwrap()
             );
+        }
+        // Every length to 40 with an escaped, a non-ASCII or a surrogate-pair character at every
+        // position (the 4-unit steps and their tails).
+        for special in [
+            "\"", "\\", "\n", "\u{1}", "\u{1f}", "\u{7f}", "ü", "€", "😀",
+        ] {
+            for len in 0..40 {
+                for at in 0..=len {
+                    let s: String = (0..len)
+                        .map(|k| {
+                            if k == at {
+                                special
+                            } else {
+                                ["a", "Z", "~", " "][k % 4]
+                            }
+                        })
+                        .collect();
+                    let units: Vec<u8> = s.encode_utf16().flat_map(u16::to_le_bytes).collect();
+                    let mut l = b"x".to_vec();
+                    super::escape_utf16(&mut l, &units);
+                    assert_eq!(
+                        String::from_utf8(l).unwrap(),
+                        format!("x{}", serde_json::to_string(&s).unwrap())
+                    );
+                }
+            }
         }
         // Unpaired surrogates (lone, at the end, a high one before a high one, reversed pairs),
         // a trailing odd byte: as the lossy decoding, escaped.
