@@ -274,8 +274,15 @@ impl PropertyVisitor for CsvProps<'_> {
         self.out.extend_from_slice(b"\"\":");
     }
     #[inline]
-    fn field_text(&mut self, _index: usize, _name: &str, text: &[u8]) {
-        self.out.extend_from_slice(text);
+    fn field_text(&mut self, _index: usize, _name: &str, text: &[u8], block: &[u8; 32]) {
+        if text.len() <= block.len() {
+            // A fixed-size copy cut to length, as JSON's (no `memcpy` call for a short key).
+            let n = self.out.len();
+            self.out.extend_from_slice(block);
+            self.out.truncate(n + text.len());
+        } else {
+            self.out.extend_from_slice(text);
+        }
     }
     fn pointer_elements(&mut self, bytes: &[u8], width: usize) {
         self.hex_elements(bytes, width)
