@@ -77,7 +77,7 @@ pub use plan::{decode_properties, Plan};
 pub use stats::{file_stats, DecodeStats};
 pub use value::{DecodeError, Properties, Value};
 pub use view::{EventView, Local};
-pub use visit::{PropertiesBuilder, PropertyVisitor, Tee, TextFormat};
+pub use visit::{PropertiesBuilder, PropertyVisitor, Tee, TextFormat, KEY_BLOCK};
 
 use std::sync::{Arc, RwLock};
 
