@@ -410,16 +410,7 @@ impl Compiled {
                 cur.pos += w;
                 let x = le(b);
                 if op.extra {
-                    if op.slot != NO_SLOT {
-                        vals[op.slot as usize] = x;
-                    }
-                    if cur.capture {
-                        match op.ids {
-                            1 => cur.pid = Some(x),
-                            2 => cur.tid = Some(x),
-                            _ => {}
-                        }
-                    }
+                    keep(op, cur, &mut vals, x);
                 }
                 Ok((x, w))
             };

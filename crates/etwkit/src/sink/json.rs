@@ -871,18 +871,7 @@ fn escape_body(l: &mut Vec<u8>, s: &str) {
     while let Some(off) = find_escape(&b[start..]) {
         let i = start + off;
         l.extend_from_slice(&b[start..i]);
-        match b[i] {
-            b'"' => l.extend_from_slice(b"\\\""),
-            b'\\' => l.extend_from_slice(b"\\\\"),
-            b'\n' => l.extend_from_slice(b"\\n"),
-            b'\r' => l.extend_from_slice(b"\\r"),
-            b'\t' => l.extend_from_slice(b"\\t"),
-            0x08 => l.extend_from_slice(b"\\b"),
-            0x0c => l.extend_from_slice(b"\\f"),
-            c => {
-                let _ = write!(l, "\\u{c:04x}");
-            }
-        }
+        push_escape(l, b[i]);
         start = i + 1;
     }
     l.extend_from_slice(&b[start..]);
@@ -943,6 +932,12 @@ fn push_escaped_ascii(l: &mut Vec<u8>, c: u8) {
         l.push(c);
         return;
     }
+    push_escape(l, c);
+}
+
+/// Appends the JSON escape of a byte that needs one (see `NEEDS_ESCAPE`).
+#[inline]
+fn push_escape(l: &mut Vec<u8>, c: u8) {
     match c {
         b'"' => l.extend_from_slice(b"\\\""),
         b'\\' => l.extend_from_slice(b"\\\\"),
