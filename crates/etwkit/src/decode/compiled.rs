@@ -335,19 +335,7 @@ impl Compiled {
                     cstr16(cur);
                 }
                 Step::Array(w, count) => {
-                    let remaining = cur.d.len().saturating_sub(cur.pos);
-                    let n = match count {
-                        ArrCount::Fixed(n) => n,
-                        ArrCount::Slot(s) => vals[s as usize],
-                        ArrCount::ToEnd => {
-                            let w = w.ok_or(())?;
-                            let w = if w == 0 { cur.ptr as usize } else { w as usize };
-                            (remaining / w) as u64
-                        }
-                    };
-                    if n > remaining as u64 && n > 1024 {
-                        return Err(());
-                    }
+                    let (n, remaining) = array_count(count, w, cur, &vals)?;
                     match w {
                         None => {
                             for _ in 0..n {
@@ -482,19 +470,7 @@ impl Compiled {
                     }
                 }
                 Kind::Array(fast, count) => {
-                    let remaining = cur.d.len().saturating_sub(cur.pos);
-                    let n = match count {
-                        ArrCount::Fixed(n) => n,
-                        ArrCount::Slot(s) => vals[s as usize],
-                        ArrCount::ToEnd => {
-                            let w = width(fast).ok_or(())?;
-                            let w = if w == 0 { cur.ptr as usize } else { w as usize };
-                            (remaining / w) as u64
-                        }
-                    };
-                    if n > remaining as u64 && n > 1024 {
-                        return Err(());
-                    }
+                    let (n, _) = array_count(count, width(fast), cur, vals)?;
                     if !measure {
                         v.begin_array(n);
                     }
@@ -550,6 +526,32 @@ fn take<const N: usize>(cur: &mut Cursor<'_>) -> Option<u64> {
     let mut w = [0u8; 8];
     w[..N].copy_from_slice(b);
     Some(u64::from_le_bytes(w))
+}
+
+/// An array step's element count and the payload bytes left at the cursor. `Err` for a count
+/// refused as the generic walk refuses it (more elements than bytes left, beyond 1024), or an
+/// array to the end of the payload of elements without a fixed width (`width` `None`).
+#[inline(always)]
+fn array_count(
+    count: ArrCount,
+    width: Option<u8>,
+    cur: &Cursor<'_>,
+    vals: &[u64; SLOTS],
+) -> Result<(u64, usize), ()> {
+    let remaining = cur.d.len().saturating_sub(cur.pos);
+    let n = match count {
+        ArrCount::Fixed(n) => n,
+        ArrCount::Slot(s) => vals[s as usize],
+        ArrCount::ToEnd => {
+            let w = width.ok_or(())?;
+            let w = if w == 0 { cur.ptr as usize } else { w as usize };
+            (remaining / w) as u64
+        }
+    };
+    if n > remaining as u64 && n > 1024 {
+        return Err(());
+    }
+    Ok((n, remaining))
 }
 
 /// Keeps an integer field's value for the fields that refer to it and as the payload's ids.
