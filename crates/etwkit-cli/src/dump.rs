@@ -75,7 +75,14 @@ pub enum OrderArg {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let f = EtlFile::open(&a.file)?;
+    // The built-in layouts are made on another core while the file's buffer chain is walked.
+    let (f, builtins) = std::thread::scope(|s| {
+        let reg = (!a.raw).then(|| s.spawn(|| registry(&a.manifest)));
+        let f = EtlFile::open(&a.file);
+        let reg = reg.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        (f, reg)
+    });
+    let f = f?;
     // Decoding also learns the file's embedded provider names, which --provider NAME may use.
     let (decoder, registry) = if a.raw {
         let names = if a.filter.provider.is_empty() {
@@ -85,7 +92,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         };
         (None, names)
     } else {
-        let d = etwkit::decode::Decoder::for_file(registry(&a.manifest)?, &f).0;
+        let builtins = builtins.expect("made unless --raw")?;
+        let d = etwkit::decode::Decoder::for_file(builtins, &f).0;
         (Some(d), etwkit::schema::Registry::new())
     };
     let decoder_owned = decoder;

@@ -307,7 +307,19 @@ impl Collected {
         };
         let part = if op == OPCODE_STACK {
             let from = self.frames.len() as u32;
-            self.frames.extend(ptrs(&p[16..], w));
+            // One loop per width (the frames of a trace are many).
+            let body = &p[16..];
+            if w == 8 {
+                self.frames.extend(
+                    body.chunks_exact(8)
+                        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
+                );
+            } else {
+                self.frames.extend(
+                    body.chunks_exact(4)
+                        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")) as u64),
+                );
+            }
             PartRef::Frames(from, self.frames.len() as u32)
         } else {
             match p.get(16..16 + w).and_then(|k| ptrs(k, w).next()) {
@@ -401,7 +413,9 @@ impl StackIndex {
         if all.is_empty() {
             return index;
         }
-        all.par_sort_unstable();
+        // A stable merge sort (the key is whole, so any sort gives this order): each stretch's
+        // parts are mostly in order already, and runs cost it little.
+        all.par_sort();
         let t = &mut index.table;
         t.ts.reserve(all.len());
         t.entries.reserve(all.len());

@@ -124,8 +124,14 @@ impl EtlFile {
             r.size = b.header.buffer_size as u64;
             r.end_offset = b.file_offset + b.header.buffer_size as u64;
             if let Some(data) = self.read_buffer(b, space, &mut r.summary) {
-                // Rendered text is a few times the binary (hex payloads, names).
-                r.bytes.reserve(data.len() * 8);
+                // Rendered text is a few times the binary (hex payloads, names). The vector is
+                // empty here: when it is too small, a fresh one replaces it, as `reserve` would
+                // copy (and fault in) the whole old capacity. The size is the buffer's, not its
+                // used part, so that the pooled vectors reach their size once.
+                let want = (b.header.buffer_size as usize).max(data.len()) * 8;
+                if r.bytes.capacity() < want {
+                    r.bytes = Vec::with_capacity(want);
+                }
                 let Rendered {
                     bytes,
                     recs,
@@ -153,13 +159,20 @@ impl EtlFile {
                 let tx = tx.clone();
                 let (seq, next_job, admitted, sleepers, cv, stop) =
                     (&seq, &next_job, &admitted, &sleepers, &cv, &stop);
-                let (init, render_job) = (&init, &render_job);
+                let (init, render_job, pool) = (&init, &render_job, &pool);
                 scope.spawn(move || {
                     let mut state = init();
                     let mut space = BufferSpace::default();
                     loop {
                         let j = next_job.fetch_add(1, Ordering::SeqCst);
                         if j >= seq.len() {
+                            // Every job is taken: the pooled space is not needed again. Freed
+                            // here, on a core about to go idle, rather than by the merge or at
+                            // the process's exit.
+                            let spare = std::mem::take(
+                                &mut *pool.lock().unwrap_or_else(|e| e.into_inner()),
+                            );
+                            drop(spare);
                             break;
                         }
                         {

@@ -717,21 +717,40 @@ fn push_hex_elements(l: &mut Vec<u8>, bytes: &[u8], width: usize) {
         }
         let start = l.len();
         // An element with its comma takes at most 13 bytes; its store reaches 16 bytes.
-        l.resize(start + n * 13 + 3, 0);
+        l.resize(start + n * 13 + 16, 0);
         let out = &mut l[start..];
         let mut pos = 0usize;
-        for c in bytes.chunks_exact(4) {
+        // `"0x`, 8 digits (`d`, first digit in its lowest byte), `",`: 13 bytes of a 16-byte store.
+        let full = |w: &mut [u8; 16], d: u64| {
+            let lo = 0x0078_3022 | d << 24;
+            let hi = d >> 40 | 0x2c22 << 24;
+            *w = (lo as u128 | (hi as u128) << 64).to_le_bytes();
+        };
+        let mut quads = bytes.chunks_exact(16);
+        for q in &mut quads {
+            let v: [u32; 4] = std::array::from_fn(|k| {
+                u32::from_le_bytes(q[4 * k..4 * k + 4].try_into().expect("4 bytes"))
+            });
+            // The fourth element's store ends 55 bytes on.
+            let w: &mut [u8; 56] = (&mut out[pos..pos + 56]).try_into().expect("56 bytes");
+            if v.iter().all(|&x| x >= 0x1000_0000) {
+                // Four elements of 8 digits (most stack frames): each at a fixed stride.
+                for k in 0..4 {
+                    let d = super::hex8_le_bytes(q[4 * k..4 * k + 4].try_into().expect("4"));
+                    full((&mut w[13 * k..13 * k + 16]).try_into().expect("16"), d);
+                }
+                pos += 52;
+            } else {
+                let mut at = 0;
+                for x in v {
+                    at += hex_element(&mut w[at..], x);
+                }
+                pos += at;
+            }
+        }
+        for c in quads.remainder().chunks_exact(4) {
             let v = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            // 1 to 8 digits: `v | 1` has at most 31 leading zeros.
-            let digits = 8 - ((v | 1).leading_zeros() as usize >> 2);
-            let d = super::hex8(v << (4 * (8 - digits))).swap_bytes();
-            let w: &mut [u8; 16] = (&mut out[pos..pos + 16]).try_into().expect("16 bytes");
-            w[..8].copy_from_slice(&(0x0078_3022 | d << 24).to_le_bytes());
-            w[8..].copy_from_slice(&(d >> 40).to_le_bytes());
-            let q = (3 + digits) & 15;
-            w[q] = b'"';
-            w[(q + 1) & 15] = b',';
-            pos += 5 + digits;
+            pos += hex_element(&mut out[pos..], v);
         }
         l.truncate(start + pos - 1);
         return;
@@ -746,6 +765,22 @@ fn push_hex_elements(l: &mut Vec<u8>, bytes: &[u8], width: usize) {
         w[..n].copy_from_slice(&c[..n]);
         push_quoted_hex_u64(l, u64::from_le_bytes(w));
     }
+}
+
+/// Writes `"0x…",` for `v` (1 to 8 digits) at the start of `out` (16 bytes stored, at least 16
+/// there) and returns its length.
+#[inline(always)]
+fn hex_element(out: &mut [u8], v: u32) -> usize {
+    // 1 to 8 digits: `v | 1` has at most 31 leading zeros.
+    let digits = 8 - ((v | 1).leading_zeros() as usize >> 2);
+    let d = super::hex8(v << (4 * (8 - digits))).swap_bytes();
+    let w: &mut [u8; 16] = (&mut out[..16]).try_into().expect("16 bytes");
+    w[..8].copy_from_slice(&(0x0078_3022 | d << 24).to_le_bytes());
+    w[8..].copy_from_slice(&(d >> 40).to_le_bytes());
+    let q = (3 + digits) & 15;
+    w[q] = b'"';
+    w[(q + 1) & 15] = b',';
+    5 + digits
 }
 
 fn num_or_null(l: &mut Vec<u8>, key: &[u8], v: u32) {
@@ -1020,6 +1055,26 @@ mod tests {
             for rot in [0usize, 3, 7] {
                 let vals: Vec<u32> = (0..n)
                     .map(|i| every_digits[(i + rot) % every_digits.len()])
+                    .collect();
+                let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let mut l = b"[".to_vec();
+                push_hex_elements(&mut l, &bytes, 4);
+                let expect: Vec<String> = vals.iter().map(|v| format!("\"0x{v:x}\"")).collect();
+                assert_eq!(
+                    String::from_utf8(l).unwrap(),
+                    format!("[{}", expect.join(","))
+                );
+            }
+        }
+        // Runs of 8-digit elements (whole quads take the fixed-stride path), with one shorter
+        // element at each position or none.
+        for n in 1..=13usize {
+            for short in (0..n).map(Some).chain([None]) {
+                let vals: Vec<u32> = (0..n as u32)
+                    .map(|i| match short {
+                        Some(s) if s as u32 == i => 0x00ab_cdef >> (i % 5),
+                        _ => 0x9f0e_d1c2u32.rotate_left(4 * i) | 0x1000_0000,
+                    })
                     .collect();
                 let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
                 let mut l = b"[".to_vec();

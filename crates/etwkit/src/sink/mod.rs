@@ -180,6 +180,15 @@ pub(crate) fn hex8(x: u32) -> u64 {
     x + 0x3030_3030_3030_3030 + letters * (b'a' - b'0' - 10) as u64
 }
 
+/// The 8 hex digits of the little-endian `u32` in `b`, most significant first in memory order
+/// (as `hex8(v).swap_bytes()`): four lookups of a digit pair, which is about half the
+/// instructions of [`hex8`]'s arithmetic when the bytes are at hand.
+#[inline(always)]
+pub(crate) fn hex8_le_bytes(b: [u8; 4]) -> u64 {
+    let p = |x: u8| u16::from_le_bytes(HEX_PAIRS[x as usize]) as u64;
+    p(b[3]) | p(b[2]) << 16 | p(b[1]) << 32 | p(b[0]) << 48
+}
+
 /// The 16 lowercase hex digits of `v`, most significant first in memory order (the first digit
 /// is the lowest byte): kept in a register until written.
 #[inline]
