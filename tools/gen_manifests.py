@@ -6,7 +6,9 @@ prints it). The facts in them (provider name and GUID, event id / version / leve
 keywords, template field names, in/out types, length/count references, value and bit maps, task /
 opcode / keyword names) are what a decoder needs. This script reads a dump of those manifests and
 re-serialises the facts of a curated provider list in etwkit's own compact XML subset, which
-`schema::manifest::parse_manifest` reads at run time (`schema::builtin::manifests`).
+`schema::manifest::parse_manifest` reads (`schema::builtin::manifests`). Its result is kept,
+parsed ahead of time, in manifests/compiled.bin: after running this script, regenerate that with
+`ETWKIT_WRITE_COMPILED_MANIFESTS=1 cargo test -p etwkit --lib compiled_manifests`.
 
 Input: a directory of `{GUID}.xml` manifest dumps (one provider each). Without an argument the
 script fetches the PyPI package dissect-etl (which carries such dumps) into target/ with

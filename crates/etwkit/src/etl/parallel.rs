@@ -159,20 +159,13 @@ impl EtlFile {
                 let tx = tx.clone();
                 let (seq, next_job, admitted, sleepers, cv, stop) =
                     (&seq, &next_job, &admitted, &sleepers, &cv, &stop);
-                let (init, render_job, pool) = (&init, &render_job, &pool);
+                let (init, render_job) = (&init, &render_job);
                 scope.spawn(move || {
                     let mut state = init();
                     let mut space = BufferSpace::default();
                     loop {
                         let j = next_job.fetch_add(1, Ordering::SeqCst);
                         if j >= seq.len() {
-                            // Every job is taken: the pooled space is not needed again. Freed
-                            // here, on a core about to go idle, rather than by the merge or at
-                            // the process's exit.
-                            let spare = std::mem::take(
-                                &mut *pool.lock().unwrap_or_else(|e| e.into_inner()),
-                            );
-                            drop(spare);
                             break;
                         }
                         {

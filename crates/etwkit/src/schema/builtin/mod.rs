@@ -22,6 +22,7 @@ use super::{
 };
 use crate::guid::Guid;
 
+pub(crate) mod compact;
 pub mod heap;
 pub mod heap_events;
 pub mod kernel_mof;
