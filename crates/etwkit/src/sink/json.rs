@@ -853,10 +853,11 @@ static NEEDS_ESCAPE: [bool; 256] = {
     t
 };
 
-/// Whether any of the 4 bytes of `w` needs escaping in JSON or is not ASCII (SWAR, as
-/// [`find_escape`]).
+/// Which of the 4 bytes of `w` need escaping in JSON or are not ASCII (SWAR, as [`find_escape`]):
+/// the lowest set bit is the high bit of the first such byte in memory order (bits above it may be
+/// set falsely, by the borrow out of that byte); 0 when there is none.
 #[inline]
-fn needs_escape_or_non_ascii(w: u32) -> bool {
+fn escape_or_non_ascii_mask(w: u32) -> u32 {
     const LO: u32 = 0x0101_0101;
     const HI: u32 = 0x8080_8080;
     let below_space = w.wrapping_sub(LO * 0x20) & !w;
@@ -864,11 +865,11 @@ fn needs_escape_or_non_ascii(w: u32) -> bool {
     let quote = q.wrapping_sub(LO) & !q;
     let bs = w ^ (LO * b'\\' as u32);
     let backslash = bs.wrapping_sub(LO) & !bs;
-    (below_space | quote | backslash | w) & HI != 0
+    (below_space | quote | backslash | w) & HI
 }
 
 /// Index of the first byte that needs escaping: 8 bytes per step (SWAR: a byte below 0x20, or equal
-/// to `"` or `\\`, sets its high bit in the mask), then byte by byte in the word that has one.
+/// to `"` or `\\`, sets its high bit in the mask), the last few byte by byte.
 #[inline]
 fn find_escape(b: &[u8]) -> Option<usize> {
     const LO: u64 = 0x0101_0101_0101_0101;
@@ -881,8 +882,10 @@ fn find_escape(b: &[u8]) -> Option<usize> {
         let quote = q.wrapping_sub(LO) & !q;
         let bs = w ^ (LO * b'\\' as u64);
         let backslash = bs.wrapping_sub(LO) & !bs;
-        if (below_space | quote | backslash) & HI != 0 {
-            break;
+        let m = (below_space | quote | backslash) & HI;
+        if m != 0 {
+            // The lowest set bit is exact (a false one can only follow a true one).
+            return Some(i + m.trailing_zeros() as usize / 8);
         }
         i += 8;
     }
@@ -931,7 +934,13 @@ pub fn escape_utf16(l: &mut Vec<u8>, units: &[u8]) {
             }
             let c =
                 (w & 0xff) | (w >> 8 & 0xff00) | (w >> 16 & 0xff_0000) | (w >> 24 & 0xff00_0000);
-            if needs_escape_or_non_ascii(c as u32) {
+            let m = escape_or_non_ascii_mask(c as u32);
+            if m != 0 {
+                // The units before the first one to escape (a path's `\`, say) go as they are;
+                // that one is written below.
+                let k = m.trailing_zeros() as usize / 8;
+                l.extend_from_slice(&(c as u32).to_le_bytes()[..k]);
+                i += k;
                 break;
             }
             l.extend_from_slice(&(c as u32).to_le_bytes());
@@ -1179,6 +1188,15 @@ mod escape_tests {
                     assert_eq!(
                         String::from_utf8(l).unwrap(),
                         format!("x{}", serde_json::to_string(&s).unwrap())
+                    );
+                    // The UTF-8 path, the special twice (in one 8-byte word when close: the
+                    // word's mask then has bits above the first).
+                    let two = format!("{s}{special}{s}");
+                    let mut l = b"x".to_vec();
+                    super::escape(&mut l, &two);
+                    assert_eq!(
+                        String::from_utf8(l).unwrap(),
+                        format!("x{}", serde_json::to_string(&two).unwrap())
                     );
                 }
             }
