@@ -184,3 +184,51 @@ fn random_bit_flips_never_panic() {
         }
     }
 }
+
+#[test]
+fn a_cut_buffer_claiming_gigabytes_renders_what_is_there() {
+    let Some(p) = common::sample(
+        "tx_KernelNetwork.etl",
+        "a_cut_buffer_claiming_gigabytes_renders_what_is_there",
+    ) else {
+        return;
+    };
+    let full = std::fs::read(&p).unwrap();
+    let f = EtlFile::open(&p).unwrap();
+    let last = f.buffers().last().unwrap().clone();
+    // The last buffer cut in the middle of its data, its header saying it is ~4 GB long (still a
+    // plausible header: its data fits that size).
+    let cut_at = last.file_offset as usize + last.header.valid_length() as usize / 2;
+    let mut bytes = full[..cut_at].to_vec();
+    let at = last.file_offset as usize;
+    bytes[at..at + 4].copy_from_slice(&0xffff_fff0u32.to_le_bytes());
+    let cut = EtlFile::from_vec(bytes).unwrap();
+    assert_eq!(cut.buffers().len(), f.buffers().len());
+    // Every record rendered on two threads, as a parallel dump does (one byte per record).
+    let mut rendered = 0usize;
+    let s = cut.par_render(
+        Order::Time,
+        2,
+        || (),
+        |_, _, out| {
+            out.push(b'.');
+            true
+        },
+        &mut |_| {},
+        &mut |b| {
+            rendered += b.len();
+            ControlFlow::Continue(())
+        },
+    );
+    assert_eq!(rendered as u64, s.emitted);
+    assert_eq!(s.read.records, file_stats(&cut).records);
+    assert!(s.read.records > 0);
+    assert!(
+        s.read
+            .issues
+            .iter()
+            .any(|i| i.reason.contains("file ends inside this buffer")),
+        "{:?}",
+        s.read.issues
+    );
+}

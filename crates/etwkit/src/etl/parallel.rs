@@ -127,8 +127,9 @@ impl EtlFile {
                 // Rendered text is a few times the binary (hex payloads, names). The vector is
                 // empty here: when it is too small, a fresh one replaces it, as `reserve` would
                 // copy (and fault in) the whole old capacity. The size is the buffer's, not its
-                // used part, so that the pooled vectors reach their size once.
-                let want = (b.header.buffer_size as usize).max(data.len()) * 8;
+                // used part, so that the pooled vectors reach their size once (a header's size
+                // is trusted up to 4 MiB: a damaged one must not ask for gigabytes).
+                let want = (b.header.buffer_size as usize).min(4 << 20).max(data.len()) * 8;
                 if r.bytes.capacity() < want {
                     r.bytes = Vec::with_capacity(want);
                 }
