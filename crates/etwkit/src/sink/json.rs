@@ -708,7 +708,8 @@ fn push_quoted_hex_wide(l: &mut Vec<u8>, v: u64) {
 /// Appends `"0x…"` for each `width`-byte (4 or 8) little-endian integer of `bytes`, separated by
 /// commas: an array's elements in one loop. 32-bit ones are written straight into room made once
 /// for the whole array (each element a 16-byte store of `"0x` and 8 digits, then its closing
-/// quote and a comma at its length; the last comma cut off), the rest one by one.
+/// quote and a comma at its length; the last comma cut off), four at a time at a fixed 13-byte
+/// stride when all four have 8 digits (as most stack frames do); the rest one by one.
 fn push_hex_elements(l: &mut Vec<u8>, bytes: &[u8], width: usize) {
     if width == 4 {
         let n = bytes.len() / 4;
