@@ -1054,6 +1054,17 @@ mod tests {
                 );
             }
         }
+        // 32-bit elements as `format!` writes them, after text already in the line.
+        fn hex_elements_32_match_format(vals: &[u32]) {
+            let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let mut l = b"[".to_vec();
+            push_hex_elements(&mut l, &bytes, 4);
+            let expect: Vec<String> = vals.iter().map(|v| format!("\"0x{v:x}\"")).collect();
+            assert_eq!(
+                String::from_utf8(l).unwrap(),
+                format!("[{}", expect.join(","))
+            );
+        }
         // 32-bit elements of every digit count at every position, arrays of 1 to 40.
         let every_digits: Vec<u32> = (0..40u32)
             .map(|i| match i % 9 {
@@ -1066,14 +1077,7 @@ mod tests {
                 let vals: Vec<u32> = (0..n)
                     .map(|i| every_digits[(i + rot) % every_digits.len()])
                     .collect();
-                let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
-                let mut l = b"[".to_vec();
-                push_hex_elements(&mut l, &bytes, 4);
-                let expect: Vec<String> = vals.iter().map(|v| format!("\"0x{v:x}\"")).collect();
-                assert_eq!(
-                    String::from_utf8(l).unwrap(),
-                    format!("[{}", expect.join(","))
-                );
+                hex_elements_32_match_format(&vals);
             }
         }
         // Runs of 8-digit elements (whole quads take the fixed-stride path), with one shorter
@@ -1086,14 +1090,7 @@ mod tests {
                         _ => 0x9f0e_d1c2u32.rotate_left(4 * i) | 0x1000_0000,
                     })
                     .collect();
-                let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
-                let mut l = b"[".to_vec();
-                push_hex_elements(&mut l, &bytes, 4);
-                let expect: Vec<String> = vals.iter().map(|v| format!("\"0x{v:x}\"")).collect();
-                assert_eq!(
-                    String::from_utf8(l).unwrap(),
-                    format!("[{}", expect.join(","))
-                );
+                hex_elements_32_match_format(&vals);
             }
         }
         let digit_counts: std::collections::BTreeSet<usize> = every_digits
