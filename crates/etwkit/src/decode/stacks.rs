@@ -61,6 +61,22 @@ fn ptrs(p: &[u8], w: usize) -> impl Iterator<Item = u64> + '_ {
     })
 }
 
+/// Appends the `w`-byte (4 or 8) pointers of `p` to `out`: [`ptrs`] with one loop per width, for
+/// frame arrays (a trace's frames are many).
+fn extend_ptrs(out: &mut Vec<u64>, p: &[u8], w: usize) {
+    if w == 8 {
+        out.extend(
+            p.chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
+        );
+    } else {
+        out.extend(
+            p.chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")) as u64),
+        );
+    }
+}
+
 fn is_stackwalk(rec: &EventRecord<'_>) -> bool {
     rec.header_type.is_kernel() && rec.provider == STACKWALK_GUID
 }
@@ -83,7 +99,9 @@ pub fn parse_stackwalk(rec: &EventRecord<'_>) -> Option<StackWalk> {
     let process = u32::from_le_bytes(p.get(8..12)?.try_into().ok()?);
     let thread = u32::from_le_bytes(p.get(12..16)?.try_into().ok()?);
     let part = if op == OPCODE_STACK {
-        StackPart::Frames(ptrs(&p[16..], w).collect())
+        let mut frames = Vec::with_capacity(p.len().saturating_sub(16) / w);
+        extend_ptrs(&mut frames, &p[16..], w);
+        StackPart::Frames(frames)
     } else {
         StackPart::Key(ptrs(p.get(16..16 + w)?, w).next()?)
     };
@@ -108,7 +126,9 @@ pub fn parse_key_definition(rec: &EventRecord<'_>) -> Option<(u64, Vec<u64>)> {
     let w = if rec.pointer_size == 4 { 4 } else { 8 };
     let p = &rec.payload;
     let key = ptrs(p.get(..w)?, w).next()?;
-    Some((key, ptrs(&p[w..], w).collect()))
+    let mut frames = Vec::with_capacity(p.len() / w);
+    extend_ptrs(&mut frames, &p[w..], w);
+    Some((key, frames))
 }
 
 #[derive(Clone, Debug)]
@@ -307,19 +327,7 @@ impl Collected {
         };
         let part = if op == OPCODE_STACK {
             let from = self.frames.len() as u32;
-            // One loop per width (the frames of a trace are many).
-            let body = &p[16..];
-            if w == 8 {
-                self.frames.extend(
-                    body.chunks_exact(8)
-                        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
-                );
-            } else {
-                self.frames.extend(
-                    body.chunks_exact(4)
-                        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")) as u64),
-                );
-            }
+            extend_ptrs(&mut self.frames, &p[16..], w);
             PartRef::Frames(from, self.frames.len() as u32)
         } else {
             match p.get(16..16 + w).and_then(|k| ptrs(k, w).next()) {
