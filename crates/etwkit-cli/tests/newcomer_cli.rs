@@ -356,13 +356,16 @@ fn trace_of_a_pid_ends_when_it_and_its_children_have_exited() {
             s
         }
     });
-    // Armed: the session's instance is tracing (its pid filter is written before tracing starts).
+    // Armed: the session's instance is tracing with its events enabled (its pid filter is written
+    // before either). The kernel makes an instance with tracing on and lists it while its mkdir is
+    // still creating the event files: tracing on with no events is a session being set up.
     loop {
         let (ok, list, _) = etwkit(&["sessions", "--format", "json"]);
         let armed = ok
             && json_lines(&list).iter().any(|s| {
                 s["instance"].as_str().is_some_and(|i| i.ends_with(&name))
                     && s["tracing_on"] == true
+                    && s["enabled_events"].as_u64() > Some(0)
             });
         if armed {
             break;
@@ -386,7 +389,9 @@ fn trace_of_a_pid_ends_when_it_and_its_children_have_exited() {
     };
     target.wait().unwrap();
     let _ = std::fs::remove_file(&go);
-    assert!(status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut etw.stderr.take().unwrap(), &mut err).ok();
+    assert!(status.success(), "the trace failed ({status}): {err}");
     assert!(
         marker.exists(),
         "the trace ended before the child the process forked had exited"

@@ -163,6 +163,8 @@ pub struct SessionInfo {
     /// Left behind by a tracer that no longer runs (killed): nobody reads it; the next session
     /// etwkit starts removes it.
     pub orphan: bool,
+    /// The session's switch. On Linux the kernel makes an instance with tracing on and lists it
+    /// while it is still being created: on with no `enabled_events` is a session being set up.
     pub tracing_on: bool,
     pub enabled_events: usize,
     pub buffer_size_kb: u64,
