@@ -143,13 +143,13 @@ fn typed_tables_equal_dump(test: &str, sample: &str) {
     assert!(r["rows"].as_u64().unwrap() > 0, "{sample}");
     let tables = summary["tables"].as_object().unwrap();
     assert_eq!(r["tables"].as_u64(), Some(tables.len() as u64), "{sample}");
-    // Values null in Parquet but not in the dump are exactly the ones the export counted.
+    // Values null in Parquet but not in the dump are exactly the ones the export counted, and
+    // in these samples there are none: value maps that name some values and not others (IrpFlags
+    // with unknown bits, enums with unlisted values) make text columns of what `dump` shows.
     let unfit: u64 = tables.values().map(|t| t["unfit"].as_u64().unwrap()).sum();
     assert_eq!(r["unfit_nulls"].as_u64(), Some(unfit), "{sample}");
-    assert!(
-        r["values"].as_u64().unwrap() >= 20 * unfit.max(1),
-        "{sample}: {r}"
-    );
+    assert_eq!(unfit, 0, "{sample}: values written as null: {r}");
+    assert!(r["values"].as_u64().unwrap() >= 20, "{sample}: {r}");
 }
 
 #[test]

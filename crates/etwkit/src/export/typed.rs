@@ -234,9 +234,33 @@ fn str_of(v: &Value, out: &mut String) -> bool {
             let _ = write!(out, "{a}");
         }
         Value::Pointer(p) => push_hex(out, *p),
+        v if scalar_text(v) => {
+            // A text column's number (a value map's value without a name, or a property that is
+            // text in other records): the JSON text `dump` shows, without its quotes.
+            let mut json = Vec::with_capacity(24);
+            v.write_json(&mut json);
+            let t = String::from_utf8_lossy(&json);
+            out.push_str(t.trim_matches('"'));
+        }
         _ => return false,
     }
     true
+}
+
+/// Scalars a text column takes as their JSON text: integers (hex-typed too), booleans, status
+/// codes and ports, whose JSON is plain digits, words or `"0x…"`.
+fn scalar_text(v: &Value) -> bool {
+    matches!(
+        v,
+        Value::U64(_)
+            | Value::I64(_)
+            | Value::Hex(_)
+            | Value::Bool(_)
+            | Value::Port(_)
+            | Value::Win32Error(_)
+            | Value::NtStatus(_)
+            | Value::HResult(_)
+    )
 }
 
 /// Appends `v` (which may be null) to `b`, a builder of `kind`. Returns false when a non-null value
@@ -262,6 +286,13 @@ fn append(kind: &Kind, b: &mut dyn ArrayBuilder, v: Option<&Value>, s: &mut Stri
                 down::<Int64Builder>(b).append_value(*x);
                 true
             }
+            Value::Mapped { value, .. } => match i64::try_from(*value) {
+                Ok(x) => {
+                    down::<Int64Builder>(b).append_value(x);
+                    true
+                }
+                Err(_) => false,
+            },
             Value::U64(_)
             | Value::Hex(_)
             | Value::Port(_)
@@ -277,6 +308,11 @@ fn append(kind: &Kind, b: &mut dyn ArrayBuilder, v: Option<&Value>, s: &mut Stri
             _ => false,
         },
         Kind::U64 => match v {
+            // A value map's name met after the column became a number: its number.
+            Value::Mapped { value, .. } => {
+                down::<UInt64Builder>(b).append_value(*value);
+                true
+            }
             Value::U64(_)
             | Value::Hex(_)
             | Value::I64(_)
@@ -388,13 +424,11 @@ fn fits(kind: &Kind, v: &Value) -> bool {
         Some(_) => match kind {
             Kind::I64 => v.as_i64().is_some() && !matches!(v, Value::Bool(_) | Value::FileTime(_)),
             Kind::U64 => {
-                v.as_u64().is_some()
-                    && !matches!(
-                        v,
-                        Value::Bool(_) | Value::FileTime(_) | Value::Mapped { .. }
-                    )
+                matches!(v, Value::Mapped { .. })
+                    || (v.as_u64().is_some() && !matches!(v, Value::Bool(_) | Value::FileTime(_)))
             }
             Kind::F64 => matches!(v, Value::F32(_)),
+            Kind::Str => scalar_text(v),
             Kind::Json => true,
             _ => false,
         },
@@ -416,6 +450,14 @@ fn append_null(kind: &Kind, b: &mut dyn ArrayBuilder) {
         Kind::SystemTime => down::<TimestampMillisecondBuilder>(b).append_null(),
         Kind::List(_) => down::<ListBuilder<Box<dyn ArrayBuilder>>>(b).append(false),
     }
+}
+
+/// Integer kinds (a value map's unnamed values take them).
+fn is_integer(k: &Kind) -> bool {
+    matches!(
+        k,
+        Kind::Bool | Kind::I64 | Kind::U64 | Kind::U16 | Kind::U32
+    )
 }
 
 /// The kind an item of a tape asks for (as [`Kind::of`] its value).
@@ -781,9 +823,18 @@ impl TypedColumns {
                     _ => self.by_name.get(name).copied(),
                 };
                 if let Some(i) = known {
-                    if found[i].2.is_none() {
-                        found[i].2 = kind_of_item(&v);
-                        found[i].3 |= empty_array;
+                    match &found[i].2 {
+                        None => {
+                            found[i].2 = kind_of_item(&v);
+                            found[i].3 |= empty_array;
+                        }
+                        // A value map names some values and not others (flags with unknown
+                        // bits, enums with unlisted values): the column is text, as `dump`
+                        // shows them, whichever came first.
+                        Some(k) if matches!(v, Item::Mapped(..)) && is_integer(k) => {
+                            found[i].2 = Some(Kind::Str);
+                        }
+                        _ => {}
                     }
                     continue;
                 }
@@ -1010,5 +1061,102 @@ mod tests {
         assert_eq!(t.unfit, 1);
         assert_eq!(b.column(b.num_columns() - 2).null_count(), 1);
         assert_eq!(b.column(0).len(), 2);
+    }
+
+    fn test_record() -> EventRecord<'static> {
+        EventRecord {
+            header_type: crate::HeaderType::EventHeader64,
+            flags: 0,
+            provider: Guid::ZERO,
+            descriptor: Default::default(),
+            hook_id: None,
+            pid: 1,
+            tid: 2,
+            cpu: 0,
+            timestamp: FILETIME_UNIX_EPOCH + 10,
+            raw_timestamp: 0,
+            kernel_time: 0,
+            user_time: 0,
+            activity_id: Guid::ZERO,
+            pointer_size: 8,
+            payload: Default::default(),
+            ext: Default::default(),
+        }
+    }
+
+    /// Text of the last column's rows.
+    fn texts(b: &RecordBatch) -> Vec<Option<String>> {
+        let c = b.column(b.num_columns() - 1);
+        let c = c
+            .as_any()
+            .downcast_ref::<arrow_array::StringArray>()
+            .unwrap();
+        c.iter().map(|v| v.map(str::to_string)).collect()
+    }
+
+    #[test]
+    fn value_maps_naming_some_values_make_text_columns_of_what_dump_shows() {
+        // IrpFlags-like: bits without names come as hex, named ones as their names; an enum's
+        // unlisted value as a number. Whichever comes first, the column is text and nothing is
+        // null.
+        for first_named in [false, true] {
+            let (e, mut t) = (test_record(), TypedColumns::new());
+            let mut vals = vec![
+                Value::Hex(0x60000),
+                Value::Mapped {
+                    value: 0x43,
+                    name: "Nocache, Paging".into(),
+                },
+                Value::U64(0),
+                Value::Bool(true),
+            ];
+            if first_named {
+                vals.swap(0, 1);
+            }
+            for v in vals {
+                let mut d = DecodedEvent::default();
+                d.properties.push("Flags", v);
+                t.push("f", 0, &e, &mut d);
+            }
+            let b = t.finish().unwrap();
+            let mut want = vec![
+                Some("0x60000".to_string()),
+                Some("Nocache, Paging".into()),
+                Some("0".into()),
+                Some("true".into()),
+            ];
+            if first_named {
+                want.swap(0, 1);
+            }
+            assert_eq!(texts(&b), want, "first named: {first_named}");
+            assert_eq!(t.unfit, 0);
+        }
+    }
+
+    #[test]
+    fn a_name_met_after_the_column_became_a_number_keeps_its_number() {
+        let (e, mut t) = (test_record(), TypedColumns::new());
+        let mut push = |v: Value| {
+            let mut d = DecodedEvent::default();
+            d.properties.push("Flags", v);
+            t.push("f", 0, &e, &mut d);
+        };
+        for i in 0..INFER_ROWS as u64 {
+            push(Value::U64(i));
+        }
+        push(Value::Mapped {
+            value: 7,
+            name: "Seven".into(),
+        });
+        let b = t.finish().unwrap();
+        let c = b.column(b.num_columns() - 1);
+        let c = c
+            .as_any()
+            .downcast_ref::<arrow_array::UInt64Array>()
+            .unwrap();
+        assert_eq!(c.len(), INFER_ROWS + 1);
+        assert_eq!(c.value(INFER_ROWS), 7);
+        assert_eq!(c.null_count(), 0);
+        assert_eq!(t.unfit, 0);
     }
 }
