@@ -130,7 +130,17 @@ fn every_format_names_kernel_events_and_providers() {
     assert_eq!(events.len(), rows.len());
     assert_eq!(events.len(), csv_rows.len());
     let mut named = 0;
+    let mut dos = 0;
     for (i, e) in events.iter().enumerate() {
+        // The last CSV column is the JSON's `dos_paths` object, a quoted field; empty without.
+        let want = match e.get("dos_paths") {
+            Some(d) => {
+                dos += 1;
+                format!(",\"{}\"", d.to_string().replace('"', "\"\""))
+            }
+            None => ",".into(),
+        };
+        assert!(csv_rows[i].ends_with(&want), "csv row {i}: {want}");
         let (Some(t), Some(o)) = (e["task_name"].as_str(), e["opcode_name"].as_str()) else {
             continue;
         };
@@ -152,6 +162,7 @@ fn every_format_names_kernel_events_and_providers() {
         named > 1000,
         "kernel events with task/opcode names: {named}"
     );
+    assert!(dos > 1000, "kernel events with DOS paths: {dos}");
     // stats names providers in text too.
     let (ok, text, err) = etwkit(&["stats", input]);
     assert!(ok, "{err}");

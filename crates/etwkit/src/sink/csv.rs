@@ -1,11 +1,12 @@
-//! CSV with a fixed header row; properties as one JSON column. Written by hand, like the JSON
+//! CSV with a fixed header row; properties as one JSON column, and `dos_paths` (as JSON's, empty
+//! where a record has none) as the last. Written by hand, like the JSON
 //! lines: a `dump --format csv` should cost what a JSON dump costs.
 
 use super::json::{push_guid, push_hex_u64, push_quoted_hex_u64, JsonProps, TextCache};
 use super::{EventView, Render};
 use crate::decode::{Decoder, Local, PropertyVisitor};
 
-pub const COLUMNS: &str = "timestamp,provider,provider_name,event_name,task_name,opcode_name,id,version,level,opcode,task,keywords,channel,pid,tid,cpu,header_type,pointer_size,activity_id,payload_len,properties";
+pub const COLUMNS: &str = "timestamp,provider,provider_name,event_name,task_name,opcode_name,id,version,level,opcode,task,keywords,channel,pid,tid,cpu,header_type,pointer_size,activity_id,payload_len,properties,dos_paths";
 
 /// Renders events as CSV rows (RFC 4180 quoting: a field holding a comma, quote or line break is
 /// quoted, its quotes doubled).
@@ -156,6 +157,17 @@ impl Render for CsvRender {
             }
             Some(p) if p.len() > 2 => quoted(l, p),
             p => field(l, p.and_then(|p| std::str::from_utf8(p).ok()).unwrap_or("")),
+        }
+        l.push(b',');
+        if let Some((name, path)) = v.dos_path {
+            // As JSON's `dos_paths`: the object, a quoted field (its quotes doubled).
+            let mut o = Vec::with_capacity(name.len() + path.len() + 8);
+            o.push(b'{');
+            super::json::escape(&mut o, name);
+            o.push(b':');
+            super::json::escape(&mut o, path);
+            o.push(b'}');
+            quoted(l, &o);
         }
         l.push(b'\n');
     }
