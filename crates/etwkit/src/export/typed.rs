@@ -286,13 +286,6 @@ fn append(kind: &Kind, b: &mut dyn ArrayBuilder, v: Option<&Value>, s: &mut Stri
                 down::<Int64Builder>(b).append_value(*x);
                 true
             }
-            Value::Mapped { value, .. } => match i64::try_from(*value) {
-                Ok(x) => {
-                    down::<Int64Builder>(b).append_value(x);
-                    true
-                }
-                Err(_) => false,
-            },
             Value::U64(_)
             | Value::Hex(_)
             | Value::Port(_)
@@ -452,8 +445,8 @@ fn append_null(kind: &Kind, b: &mut dyn ArrayBuilder) {
     }
 }
 
-/// Integer kinds (a value map's unnamed values take them).
-fn is_integer(k: &Kind) -> bool {
+/// The kinds a value map's unnamed values take (integers; booleans for a mapped BOOLEAN).
+fn takes_unnamed(k: &Kind) -> bool {
     matches!(
         k,
         Kind::Bool | Kind::I64 | Kind::U64 | Kind::U16 | Kind::U32
@@ -831,7 +824,7 @@ impl TypedColumns {
                         // A value map names some values and not others (flags with unknown
                         // bits, enums with unlisted values): the column is text, as `dump`
                         // shows them, whichever came first.
-                        Some(k) if matches!(v, Item::Mapped(..)) && is_integer(k) => {
+                        Some(k) if matches!(v, Item::Mapped(..)) && takes_unnamed(k) => {
                             found[i].2 = Some(Kind::Str);
                         }
                         _ => {}
@@ -1012,24 +1005,7 @@ mod tests {
     #[test]
     fn kinds_and_unfit_values() {
         let mut t = TypedColumns::new();
-        let e = EventRecord {
-            header_type: crate::HeaderType::EventHeader64,
-            flags: 0,
-            provider: Guid::ZERO,
-            descriptor: Default::default(),
-            hook_id: None,
-            pid: 1,
-            tid: 2,
-            cpu: 0,
-            timestamp: FILETIME_UNIX_EPOCH + 10,
-            raw_timestamp: 0,
-            kernel_time: 0,
-            user_time: 0,
-            activity_id: Guid::ZERO,
-            pointer_size: 8,
-            payload: Default::default(),
-            ext: Default::default(),
-        };
+        let e = test_record();
         let mut row = |props: Vec<(&str, Value)>| {
             let mut d = DecodedEvent::default();
             for (n, v) in props {
