@@ -104,6 +104,28 @@ pub fn report(sum: &TraceSummary, format: Format, out: &mut dyn Write) -> std::i
     Ok(())
 }
 
+/// The line `trace` writes on stderr once the session is armed.
+fn armed_line(a: &Args) -> String {
+    let mut l = format!(
+        "etwkit: tracing {} in session {}",
+        a.providers.join(", "),
+        a.name
+    );
+    if !a.pid.is_empty() {
+        let pids: Vec<String> = a.pid.iter().map(u32::to_string).collect();
+        l.push_str(&format!(" for pid {}", pids.join(", ")));
+    }
+    let until = match (a.command.first(), a.duration) {
+        (Some(c), _) => format!("until {c} exits"),
+        (None, Some(d)) => format!("for {d} s (Ctrl-C stops sooner)"),
+        (None, None) if !a.pid.is_empty() => {
+            "until they and their children exit (or Ctrl-C)".into()
+        }
+        (None, None) => "until Ctrl-C".into(),
+    };
+    format!("{l}, {until}")
+}
+
 pub fn enable_all(trace: &mut Trace, providers: &[String]) -> anyhow::Result<()> {
     for p in providers {
         let (name, level, kw) = parse_provider(p)?;
@@ -131,6 +153,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let child = trace.spawn(&mut cmd)?;
         Some(crate::child::stop_when_exits(child, stop.clone()))
     };
+    // Armed (providers enabled, pid filter in place): a script may start its workload on this line.
+    eprintln!("{}", armed_line(&a));
     crate::child::stop_after(a.duration, &stop);
     let format: Format = a.format.into();
     let stdout = std::io::stdout();

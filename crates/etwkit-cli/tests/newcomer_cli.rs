@@ -367,26 +367,44 @@ fn trace_of_a_pid_ends_when_it_and_its_children_have_exited() {
             s
         }
     });
-    // Armed: the session's instance is tracing with its events enabled (its pid filter is written
-    // before either). The kernel makes an instance with tracing on and lists it while its mkdir is
-    // still creating the event files: tracing on with no events is a session being set up.
-    loop {
-        let (ok, list, _) = etwkit(&["sessions", "--format", "json"]);
-        let armed = ok
-            && json_lines(&list).iter().any(|s| {
-                s["instance"].as_str().is_some_and(|i| i.ends_with(&name))
-                    && s["tracing_on"] == true
-                    && s["enabled_events"].as_u64() > Some(0)
-            });
-        if armed {
-            break;
+    // Armed: `trace` says so on stderr (providers enabled, pid filter written).
+    let (armed_tx, armed) = std::sync::mpsc::channel();
+    let err_reader = std::thread::spawn({
+        let e = etw.stderr.take().unwrap();
+        move || {
+            let mut all = String::new();
+            for line in std::io::BufRead::lines(std::io::BufReader::new(e)).map_while(Result::ok) {
+                if line.starts_with("etwkit: tracing sched in session ") {
+                    let _ = armed_tx.send(line.clone());
+                }
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
         }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "the trace never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
+    let line = armed
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the trace never said it was armed");
+    assert!(
+        line.ends_with(&format!(
+            "for pid {pid}, until they and their children exit (or Ctrl-C)"
+        )),
+        "{line}"
+    );
+    // `sessions` agrees: tracing, with events enabled. (The kernel lists a new instance with
+    // tracing on while its mkdir still creates the event files: on with no events is a session
+    // being set up, which is why the armed line, not the listing alone, says when to start.)
+    let (ok, list, err) = etwkit(&["sessions", "--format", "json"]);
+    assert!(ok, "{err}");
+    assert!(
+        json_lines(&list).iter().any(|s| {
+            s["instance"].as_str().is_some_and(|i| i.ends_with(&name))
+                && s["tracing_on"] == true
+                && s["enabled_events"].as_u64() > Some(0)
+        }),
+        "{list}"
+    );
     std::fs::write(&go, b"").unwrap();
     let status = loop {
         if let Some(st) = etw.try_wait().unwrap() {
@@ -400,8 +418,7 @@ fn trace_of_a_pid_ends_when_it_and_its_children_have_exited() {
     };
     target.wait().unwrap();
     let _ = std::fs::remove_file(&go);
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut etw.stderr.take().unwrap(), &mut err).ok();
+    let err = err_reader.join().unwrap();
     assert!(status.success(), "the trace failed ({status}): {err}");
     assert!(
         marker.exists(),
