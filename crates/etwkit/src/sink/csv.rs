@@ -160,13 +160,9 @@ impl Render for CsvRender {
         }
         l.push(b',');
         if let Some((name, path)) = v.dos_path {
-            // As JSON's `dos_paths`: the object, a quoted field (its quotes doubled).
+            // JSON's `dos_paths` object, a quoted field (its quotes doubled).
             let mut o = Vec::with_capacity(name.len() + path.len() + 8);
-            o.push(b'{');
-            super::json::escape(&mut o, name);
-            o.push(b':');
-            super::json::escape(&mut o, path);
-            o.push(b'}');
+            super::json::push_dos_paths(&mut o, name, path);
             quoted(l, &o);
         }
         l.push(b'\n');

@@ -316,14 +316,20 @@ impl JsonRender {
             }
         }
         if let Some((name, path)) = v.dos_path {
-            l.extend_from_slice(b",\"dos_paths\":{");
-            escape(l, name);
-            l.push(b':');
-            escape(l, path);
-            l.push(b'}');
+            l.extend_from_slice(b",\"dos_paths\":");
+            push_dos_paths(l, name, path);
         }
         l.push(b'}');
     }
+}
+
+/// The `dos_paths` object of a record: `{"<field>":"<DOS path>"}` (JSON lines and CSV alike).
+pub(crate) fn push_dos_paths(l: &mut Vec<u8>, field: &str, path: &str) {
+    l.push(b'{');
+    escape(l, field);
+    l.push(b':');
+    escape(l, path);
+    l.push(b'}');
 }
 
 /// The part of a JSON line from the process id to the opening quote of the payload (see
