@@ -531,6 +531,23 @@ pub fn elements(span: &[u8]) -> impl Iterator<Item = Item<'_>> {
     })
 }
 
+/// The values of an array item whose elements are all pointers (a stack's frames), read at the
+/// ops' fixed stride (each a `POINTER` op and its 8 bytes) without parsing item by item; `None`
+/// for any other array.
+pub fn pointer_elements(span: &[u8]) -> Option<impl Iterator<Item = u64> + '_> {
+    // BEGIN_ARRAY, the body's length, the body; its last byte is END_ARRAY.
+    let body = span.get(5..span.len().checked_sub(1)?)?;
+    let stride = 1 + 8;
+    let ok = span.first() == Some(&BEGIN_ARRAY)
+        && span.last() == Some(&END_ARRAY)
+        && body.len() % stride == 0
+        && body.chunks_exact(stride).all(|c| c[0] == POINTER);
+    ok.then(|| {
+        body.chunks_exact(stride)
+            .map(|c| u64::from_ne_bytes(c[1..].try_into().expect("8 bytes")))
+    })
+}
+
 /// Whether an array's span holds no element.
 pub fn is_empty_array(span: &[u8]) -> bool {
     elements(span).next().is_none()
@@ -615,6 +632,42 @@ mod tests {
             assert_eq!(field_name(&tape, *f), n.as_bytes());
             assert_eq!(&field_value(&tape, *f).to_value(), v);
         }
+    }
+
+    #[test]
+    fn pointer_arrays_read_at_their_stride_and_nothing_else_does() {
+        let mut p = Properties::default();
+        let frames = vec![
+            Value::Pointer(0x7ff8_0000_1234),
+            Value::Pointer(5),
+            Value::Pointer(0),
+        ];
+        p.push("frames", Value::Array(frames));
+        p.push(
+            "mixed",
+            Value::Array(vec![Value::Pointer(1), Value::Hex(2)]),
+        );
+        p.push("hexes", Value::Array(vec![Value::Hex(1)]));
+        p.push("none", Value::Array(vec![]));
+        p.push("one", Value::Pointer(9));
+        let mut w = TapeWriter::new();
+        p.visit(&mut w);
+        let got: Vec<Option<Vec<u64>>> = fields(w.tape())
+            .map(|(_, v)| match v {
+                Item::Array(span) => pointer_elements(span).map(|i| i.collect()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                Some(vec![0x7ff8_0000_1234, 5, 0]),
+                None,
+                None,
+                Some(vec![]),
+                None
+            ]
+        );
     }
 
     #[test]

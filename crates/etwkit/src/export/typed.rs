@@ -18,7 +18,8 @@ use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use super::arrow::{column_names, filetime_to_unix_ns, Columns, EventColumns, Row, HEX_PAIRS};
 use super::tape::{
-    elements, field_name, field_value, fields, is_empty_array, read_fields, Item, TapeWriter,
+    elements, field_name, field_value, fields, is_empty_array, pointer_elements, read_fields, Item,
+    TapeWriter,
 };
 use crate::decode::{DecodedEvent, Value};
 use crate::EventRecord;
@@ -587,6 +588,18 @@ fn append_item(
                 return false;
             }
         },
+        (Kind::List(k), Item::Array(span))
+            if **k == Kind::Str && pointer_elements(span).is_some() =>
+        {
+            // Pointers (stacks' frames, most of a trace's array elements): as text, straight
+            // from the tape.
+            let lb = down::<ListBuilder<Box<dyn ArrayBuilder>>>(b);
+            let sb = down::<StringBuilder>(lb.values().as_mut());
+            for p in pointer_elements(span).into_iter().flatten() {
+                sb.append_value(s.hex(p));
+            }
+            lb.append(true);
+        }
         (Kind::List(k), Item::Array(span)) => {
             // All elements must fit, else the whole list is null.
             if !elements(span).all(|x| fits_item(k, &x)) {
