@@ -588,19 +588,18 @@ fn append_item(
                 return false;
             }
         },
-        (Kind::List(k), Item::Array(span))
-            if **k == Kind::Str && pointer_elements(span).is_some() =>
-        {
+        (Kind::List(k), Item::Array(span)) => {
             // Pointers (stacks' frames, most of a trace's array elements): as text, straight
             // from the tape.
-            let lb = down::<ListBuilder<Box<dyn ArrayBuilder>>>(b);
-            let sb = down::<StringBuilder>(lb.values().as_mut());
-            for p in pointer_elements(span).into_iter().flatten() {
-                sb.append_value(s.hex(p));
+            if let Some(ptrs) = (**k == Kind::Str).then(|| pointer_elements(span)).flatten() {
+                let lb = down::<ListBuilder<Box<dyn ArrayBuilder>>>(b);
+                let sb = down::<StringBuilder>(lb.values().as_mut());
+                for p in ptrs {
+                    sb.append_value(s.hex(p));
+                }
+                lb.append(true);
+                return true;
             }
-            lb.append(true);
-        }
-        (Kind::List(k), Item::Array(span)) => {
             // All elements must fit, else the whole list is null.
             if !elements(span).all(|x| fits_item(k, &x)) {
                 append_null(kind, b);
