@@ -10,9 +10,11 @@
 //! single-threaded output, byte for byte (tested on every sample).
 //!
 //! Memory: at most `4 × threads + 2` rendered buffers wait ahead of the merge, beside the buffers
-//! the time merge holds open (about one per CPU of the traced machine). Rendered buffers go back
-//! to a pool once written and are reused with their capacity: no fresh (page-faulting) allocation
-//! per buffer once the walk is under way.
+//! the time merge holds open (about one per CPU of the traced machine). A buffer's text goes into
+//! chunks of about [`CHUNK_FILL`] bytes taken from a shared pool and returned once written: the
+//! memory touched is what is in flight, not the largest text each pooled buffer ever held (a
+//! buffer of small records renders to 16 times its size, the average one to 6 times), and no
+//! chunk is reallocated (copied, faulted in again) as it fills.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -34,14 +36,58 @@ pub struct RenderSummary {
 /// One buffer's records, rendered.
 #[derive(Default)]
 struct Rendered {
-    bytes: Vec<u8>,
-    /// Per record: its raw timestamp and the end of its bytes in `bytes`.
-    recs: Vec<(i64, usize)>,
+    /// The text, in order: every chunk but the last holds at least `CHUNK_FILL` bytes.
+    chunks: Vec<Vec<u8>>,
+    /// Per record: its raw timestamp and where its bytes end (see [`Pos`]).
+    recs: Vec<(i64, Pos)>,
     summary: ReadSummary,
     emitted: u64,
     /// The buffer's size in the file (progress).
     size: u64,
     end_offset: u64,
+}
+
+/// A place in a [`Rendered`]'s text: chunk index in the high 32 bits, offset in that chunk in
+/// the low ones (so places compare in text order).
+type Pos = u64;
+
+fn pos(chunk: usize, offset: usize) -> Pos {
+    (chunk as u64) << 32 | offset as u64
+}
+
+/// A chunk is closed once it holds this much text; the next record starts a new one.
+const CHUNK_FILL: usize = 128 << 10;
+/// A chunk's capacity: room for the record that crosses `CHUNK_FILL` without reallocating (a
+/// record's text rarely exceeds a buffer's size × 3). Pages past what is written are never
+/// touched, so the slack costs address space only.
+const CHUNK_CAPACITY: usize = CHUNK_FILL + (1 << 20);
+
+impl Rendered {
+    /// The text between two places, as slices (empty ones left out), added to `out`; returns
+    /// its length.
+    fn slices<'a>(&'a self, from: Pos, to: Pos, out: &mut Vec<IoSlice<'a>>) -> usize {
+        let (cf, of) = ((from >> 32) as usize, from as u32 as usize);
+        let (ct, ot) = ((to >> 32) as usize, to as u32 as usize);
+        let mut n = 0;
+        for c in cf..=ct.min(self.chunks.len().saturating_sub(1)) {
+            let text = &self.chunks[c];
+            let a = if c == cf { of } else { 0 };
+            let b = if c == ct { ot } else { text.len() };
+            if b > a {
+                out.push(IoSlice::new(&text[a..b]));
+                n += b - a;
+            }
+        }
+        n
+    }
+
+    /// Where the text ends.
+    fn end(&self) -> Pos {
+        match self.chunks.len() {
+            0 => 0,
+            n => pos(n - 1, self.chunks[n - 1].len()),
+        }
+    }
 }
 
 /// The number of threads to use when the caller does not say: every core.
@@ -109,6 +155,14 @@ impl EtlFile {
         let stop = AtomicBool::new(false);
         let (tx, rx) = mpsc::channel::<(usize, Rendered)>();
         let pool: Mutex<Vec<Rendered>> = Mutex::new(Vec::new());
+        let chunks: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+        let new_chunk = || {
+            chunks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(CHUNK_CAPACITY))
+        };
         let mut total = RenderSummary {
             read: self.start_summary(),
             emitted: 0,
@@ -124,29 +178,25 @@ impl EtlFile {
             r.size = b.header.buffer_size as u64;
             r.end_offset = b.file_offset + b.header.buffer_size as u64;
             if let Some(data) = self.read_buffer(b, space, &mut r.summary) {
-                // Rendered text is a few times the binary (hex payloads, names). The vector is
-                // empty here: when it is too small, a fresh one replaces it, as `reserve` would
-                // copy (and fault in) the whole old capacity. The size is the buffer's, not its
-                // used part, so that the pooled vectors reach their size once (a header's size
-                // is trusted up to 4 MiB: a damaged one must not ask for gigabytes).
-                let want = (b.header.buffer_size as usize).min(4 << 20).max(data.len()) * 8;
-                if r.bytes.capacity() < want {
-                    r.bytes = Vec::with_capacity(want);
-                }
                 let Rendered {
-                    bytes,
+                    chunks: done,
                     recs,
                     summary,
                     emitted,
                     ..
                 } = &mut r;
+                let mut text = new_chunk();
                 let _ = self.walk_buffer(b, data, summary, &mut |rec| {
-                    if render(state, rec, bytes) {
+                    if text.len() >= CHUNK_FILL {
+                        done.push(std::mem::replace(&mut text, new_chunk()));
+                    }
+                    if render(state, rec, &mut text) {
                         *emitted += 1;
                     }
-                    recs.push((rec.event.raw_timestamp, bytes.len()));
+                    recs.push((rec.event.raw_timestamp, pos(done.len(), text.len())));
                     ControlFlow::Continue(())
                 });
+                done.push(text);
             } else {
                 // Not loadable: the merge skips it without counting its bytes done.
                 r.size = 0;
@@ -190,7 +240,13 @@ impl EtlFile {
             drop(tx);
             let mut pending: HashMap<usize, Rendered> = HashMap::new();
             let recycle = |mut r: Rendered| {
-                r.bytes.clear();
+                {
+                    let mut free = chunks.lock().unwrap_or_else(|e| e.into_inner());
+                    for mut c in r.chunks.drain(..) {
+                        c.clear();
+                        free.push(c);
+                    }
+                }
                 r.recs.clear();
                 r.summary = ReadSummary::default();
                 r.emitted = 0;
@@ -241,7 +297,8 @@ impl EtlFile {
                         total.read =
                             std::mem::take(&mut total.read).merge(std::mem::take(&mut r.summary));
                         total.emitted += r.emitted;
-                        if !r.bytes.is_empty() && out(&[IoSlice::new(&r.bytes)]).is_break() {
+                        let mut slices = Vec::with_capacity(r.chunks.len());
+                        if r.slices(0, r.end(), &mut slices) > 0 && out(&slices).is_break() {
                             break;
                         }
                         progress(r.end_offset);
@@ -283,11 +340,11 @@ fn merge(
     struct Cur {
         r: Rendered,
         i: usize,
-        start: usize,
+        start: Pos,
     }
     struct Batch {
         /// (slot, from, to) of each run waiting.
-        runs: Vec<(usize, usize, usize)>,
+        runs: Vec<(usize, Pos, Pos)>,
         bytes: usize,
         /// Slots whose buffer is finished, with its size (progress), once the batch is out.
         finished: Vec<(usize, u64)>,
@@ -306,14 +363,11 @@ fn merge(
                      done_bytes: &mut u64|
      -> ControlFlow<()> {
         if !batch.runs.is_empty() {
-            let v: Vec<IoSlice<'_>> = batch
-                .runs
-                .iter()
-                .map(|&(slot, from, to)| {
-                    let c = cursors[slot].as_ref().expect("cursor of a waiting run");
-                    IoSlice::new(&c.r.bytes[from..to])
-                })
-                .collect();
+            let mut v: Vec<IoSlice<'_>> = Vec::with_capacity(batch.runs.len() + 8);
+            for &(slot, from, to) in &batch.runs {
+                let c = cursors[slot].as_ref().expect("cursor of a waiting run");
+                c.r.slices(from, to, &mut v);
+            }
             out(&v)?;
         }
         batch.runs.clear();
@@ -366,7 +420,12 @@ fn merge(
         let (to, finished, size) = (c.start, c.i == c.r.recs.len(), c.r.size);
         if to > from {
             batch.runs.push((slot, from, to));
-            batch.bytes += to - from;
+            // Exact within a chunk; a run that crosses chunks counts as the rest of one.
+            batch.bytes += if to >> 32 == from >> 32 {
+                (to - from) as usize
+            } else {
+                CHUNK_FILL
+            };
         }
         if finished {
             batch.finished.push((slot, size));
