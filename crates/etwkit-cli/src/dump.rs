@@ -75,12 +75,17 @@ pub enum OrderArg {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    // The built-in layouts are made on another core while the file's buffer chain is walked.
-    let (f, builtins) = std::thread::scope(|s| {
+    // The built-in layouts are made on another core while the file's buffer chain is walked and
+    // the file pre-scanned.
+    let (f, builtins, prescan) = std::thread::scope(|s| {
         let reg = (!a.raw).then(|| s.spawn(|| registry(&a.manifest)));
         let f = EtlFile::open(&a.file);
+        let prescan = match &f {
+            Ok(f) if !a.raw => Some(etwkit::decode::Decoder::prescan(f)),
+            _ => None,
+        };
         let reg = reg.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-        (f, reg)
+        (f, reg, prescan)
     });
     let f = f?;
     // Decoding also learns the file's embedded provider names, which --provider NAME may use.
@@ -93,7 +98,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         (None, names)
     } else {
         let builtins = builtins.expect("made unless --raw")?;
-        let d = etwkit::decode::Decoder::for_file(builtins, &f).0;
+        let prescan = prescan.expect("made unless --raw");
+        let d = etwkit::decode::Decoder::from_prescan(builtins, prescan).0;
         (Some(d), etwkit::schema::Registry::new())
     };
     let decoder_owned = decoder;

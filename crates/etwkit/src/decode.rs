@@ -196,6 +196,18 @@ fn prescan_wants(rec: &EventRecord<'_>) -> bool {
 }
 
 /// [`prescan_wants`] from a record's head alone (the same answer).
+/// What [`Decoder::prescan`] picked out of a file, buffer by buffer in file order: StackWalk
+/// events (parsed) and the records that name threads, volumes and layouts.
+pub struct Prescan {
+    picked: Vec<Picked>,
+}
+
+#[derive(Default)]
+struct Picked {
+    stacks: stacks::Collected,
+    other: Vec<EventRecord<'static>>,
+}
+
 fn prescan_wants_head(h: &crate::etl::record::Head) -> bool {
     (h.header_type.is_kernel()
         && (h.provider == stacks::STACKWALK_GUID || h.hook_id.is_some_and(|k| k >> 8 == 0x05)))
@@ -256,21 +268,20 @@ impl Decoder {
 
     /// A decoder for one file: a single pre-scan pass feeds `registry` the file's embedded metadata
     /// (EventInfo/EventMapInfo, EventSource manifests), indexes its kernel StackWalk events and
-    /// builds its thread table (kernel Thread events).
+    /// builds its thread table (kernel Thread events). ([`Decoder::prescan`] and
+    /// [`Decoder::from_prescan`] in one.)
     pub fn for_file(
-        mut registry: Registry,
+        registry: Registry,
         file: &crate::etl::EtlFile,
     ) -> (Decoder, crate::schema::registry::LearnSummary) {
-        let mut learner = crate::schema::registry::Learner::default();
-        let mut threads = threads::ThreadTable::new();
-        let mut volumes = paths::VolumeMap::default();
+        Decoder::from_prescan(registry, Decoder::prescan(file))
+    }
+
+    /// The pass over `file` that [`Decoder::for_file`] makes, without a registry: it can run
+    /// while the registry is being built (as `etwkit dump` does, on another core).
+    pub fn prescan(file: &crate::etl::EtlFile) -> Prescan {
         // The records the pre-scan needs are few: pick them out on every core (StackWalk events
         // parsed there), then feed them in file order.
-        #[derive(Default)]
-        struct Picked {
-            stacks: stacks::Collected,
-            other: Vec<EventRecord<'static>>,
-        }
         // The built-in manifests of the providers met are parsed now, on the scan's threads.
         use crate::schema::builtin::manifests::warm_record;
         let wanted = |h: &crate::etl::record::Head| {
@@ -283,6 +294,19 @@ impl Decoder {
                 p.other.push(r.event.to_owned_record());
             }
         });
+        Prescan { picked }
+    }
+
+    /// The decoder for the file `prescan` read: `registry` with the file's embedded layouts, its
+    /// stack index, thread table and volumes.
+    pub fn from_prescan(
+        mut registry: Registry,
+        prescan: Prescan,
+    ) -> (Decoder, crate::schema::registry::LearnSummary) {
+        let mut learner = crate::schema::registry::Learner::default();
+        let mut threads = threads::ThreadTable::new();
+        let mut volumes = paths::VolumeMap::default();
+        let picked = prescan.picked;
         let mut stretches = Vec::with_capacity(picked.len());
         let mut others = Vec::with_capacity(picked.len());
         for p in picked {
