@@ -76,7 +76,7 @@ mod visit;
 pub use plan::{decode_properties, Plan};
 pub use stats::{file_stats, DecodeStats};
 pub use value::{DecodeError, Properties, Value};
-pub use view::{EventView, Local};
+pub use view::{DosPath, EventView, Local};
 pub use visit::{PropertiesBuilder, PropertyVisitor, Tee, TextFormat, KEY_BLOCK};
 
 use std::sync::{Arc, RwLock};

@@ -91,6 +91,24 @@ impl VolumeMap {
     /// it): the prefixes are matched on the units, only the rest is decoded.
     pub fn to_dos_utf16(&self, units: &[u8], out: &mut String) -> bool {
         out.clear();
+        if let Some((dos, skip)) = self.split_utf16(units) {
+            out.push_str(dos);
+            super::scalar::utf16_into(&units[skip..], out);
+            return true;
+        }
+        if !self.ascii {
+            // Not expressible on units: decode first.
+            let nt = super::scalar::utf16(units);
+            return self.to_dos_into(&nt, out);
+        }
+        false
+    }
+
+    /// The DOS form of an NT path given as UTF-16LE bytes, undecoded: the DOS text that replaces
+    /// its first `skip` bytes (a volume's prefix, or nothing before a rooted path on the system
+    /// drive), and `skip`. `None` when there is no DOS form, or when the prefixes cannot be
+    /// matched on units (then [`VolumeMap::to_dos_utf16`] decodes first).
+    pub fn split_utf16(&self, units: &[u8]) -> Option<(&str, usize)> {
         // Whether the path starts with ASCII `p`, ignoring ASCII case (a unit matches an ASCII
         // character only when it is that character: the decoded text's bytes match alike).
         let starts = |p: &str| {
@@ -100,9 +118,7 @@ impl VolumeMap {
                 })
         };
         if !self.ascii {
-            // Not expressible on units: decode first.
-            let nt = super::scalar::utf16(units);
-            return self.to_dos_into(&nt, out);
+            return None;
         }
         // The leading ASCII units in lowercase, compared with each prefix as bytes.
         let mut head = [0u8; HEAD];
@@ -115,20 +131,14 @@ impl VolumeMap {
             *d = u[0].to_ascii_lowercase();
             h += 1;
         }
-        let found = self.lower.iter().position(|n| head[..h].starts_with(n));
-        if let Some((n, d)) = found.map(|i| &self.map[i]) {
-            out.push_str(d);
-            super::scalar::utf16_into(&units[2 * n.len()..], out);
-            return true;
+        if let Some(i) = self.lower.iter().position(|n| head[..h].starts_with(n)) {
+            let (n, d) = &self.map[i];
+            return Some((d, 2 * n.len()));
         }
         let rooted = starts("\\") && !starts(r"\\") && !starts(r"\Device\") && !starts(r"\??\");
         match &self.system_drive {
-            Some(drive) if rooted => {
-                out.push_str(drive);
-                super::scalar::utf16_into(units, out);
-                true
-            }
-            _ => false,
+            Some(drive) if rooted => Some((drive, 0)),
+            _ => None,
         }
     }
 

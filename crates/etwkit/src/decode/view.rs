@@ -35,7 +35,7 @@ pub struct EventView<'a, 'r> {
     /// show them; `pid_source`/`tid_source` say where they came from).
     pub ids: Option<Ids>,
     /// A file path field and its DOS form (JSON `dos_paths`: `{"FileName":"C:\\..."}`).
-    pub dos_path: Option<(&'a str, &'a str)>,
+    pub dos_path: Option<DosPath<'a>>,
     /// Nonzero when the four names are those of the plan with this id for the record's provider
     /// (the renderers' caches then need not compare them); 0: unknown.
     pub(crate) names_id: u64,
@@ -69,7 +69,7 @@ impl<'a, 'r> EventView<'a, 'r> {
         self.decode_issue = d.decode_issue.as_deref();
         self.layout_pointer_size = d.layout_pointer_size;
         self.ids = d.ids;
-        self.dos_path = d.dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
+        self.dos_path = d.dos_path.as_ref().map(|(n, p)| DosPath::new(n, p));
     }
 
     /// The properties' JSON text (empty: none), and the provider's own name where the decoding
@@ -109,6 +109,52 @@ impl<'a, 'r> EventView<'a, 'r> {
             dos_path: None,
             names_id: 0,
             properties_csv: false,
+        }
+    }
+}
+
+/// The DOS form of a file path field (see [`EventView::dos_path`]): text, or the DOS prefix and
+/// the rest of the NT path still as the payload's UTF-16 (the hot path writes it to the output
+/// without decoding it first).
+#[derive(Clone, Copy, Debug)]
+pub struct DosPath<'a> {
+    /// The property it is the DOS form of (`FileName`).
+    pub field: &'a str,
+    text: DosText<'a>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum DosText<'a> {
+    Text(&'a str),
+    /// The DOS prefix, then UTF-16LE units.
+    Utf16(&'a str, &'a [u8]),
+}
+
+impl<'a> DosPath<'a> {
+    pub fn new(field: &'a str, text: &'a str) -> Self {
+        DosPath {
+            field,
+            text: DosText::Text(text),
+        }
+    }
+
+    /// The path.
+    pub fn text(&self) -> std::borrow::Cow<'a, str> {
+        match self.text {
+            DosText::Text(t) => t.into(),
+            DosText::Utf16(prefix, rest) => {
+                let mut s = String::from(prefix);
+                super::scalar::utf16_into(rest, &mut s);
+                s.into()
+            }
+        }
+    }
+
+    /// Appends the path as a JSON string: what `escape` writes for [`DosPath::text`].
+    pub(crate) fn push_json(&self, l: &mut Vec<u8>) {
+        match self.text {
+            DosText::Text(t) => crate::sink::json::escape(l, t),
+            DosText::Utf16(prefix, rest) => crate::sink::json::escape_joined_utf16(l, prefix, rest),
         }
     }
 }
@@ -239,7 +285,22 @@ impl Decoder {
                         Ok((used, ids)) if used == rec.payload.len() => {
                             *has_stack =
                                 record_stack_into(rec, self.stacks.as_ref(), stack_hint, stack);
-                            self.dos_path_into(plan, &ids, &rec.payload, scratch, dos_path);
+                            // A UTF-16 path whose volume the map names stays undecoded.
+                            let units = match (&ids.path, self.volumes.as_ref()) {
+                                (Some((i, super::plan::PathText::Utf16(r))), Some(volumes)) => {
+                                    rec.payload.get(r.clone()).and_then(|u| {
+                                        let (prefix, skip) = volumes.split_utf16(u)?;
+                                        Some(DosPath {
+                                            field: &plan.fields[*i].name,
+                                            text: DosText::Utf16(prefix, &u[skip..]),
+                                        })
+                                    })
+                                }
+                                _ => None,
+                            };
+                            if units.is_none() {
+                                self.dos_path_into(plan, &ids, &rec.payload, scratch, dos_path);
+                            }
                             let n = &plan.names;
                             let mut v = EventView::bare(rec);
                             let traits = rec.traits_provider_name();
@@ -255,7 +316,8 @@ impl Decoder {
                             v.opcode_name = n.opcode.as_deref();
                             v.stack = has_stack.then_some(&*stack);
                             v.ids = self.attribute(rec, &ids);
-                            v.dos_path = dos_path.as_ref().map(|(n, p)| (&**n, p.as_str()));
+                            v.dos_path =
+                                units.or(dos_path.as_ref().map(|(n, p)| DosPath::new(n, p)));
                             v.properties_json = Some(props.as_slice());
                             return v;
                         }
@@ -266,5 +328,64 @@ impl Decoder {
         }
         *held = self.decode_etl_text::<T>(r, props, scratch);
         EventView::decoded_json(rec, held, props)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DosPath, DosText};
+
+    /// A DOS path kept as a prefix and UTF-16 units writes the JSON string `escape` writes for
+    /// its decoded text, and decodes to the prefix and the units' lossy decoding.
+    #[test]
+    fn undecoded_dos_path_writes_what_its_text_does() {
+        let le = |units: &[u16]| {
+            units
+                .iter()
+                .flat_map(|u| u.to_le_bytes())
+                .collect::<Vec<u8>>()
+        };
+        let cases: Vec<(Vec<u8>, String)> = vec![
+            (
+                le(&r"Windows\System32\ntdll.dll"
+                    .encode_utf16()
+                    .collect::<Vec<_>>()),
+                r"Windows\System32\ntdll.dll".into(),
+            ),
+            (
+                le(&"a \"quoted\"\tname\u{1}".encode_utf16().collect::<Vec<_>>()),
+                "a \"quoted\"\tname\u{1}".into(),
+            ),
+            (
+                le(&"Zoë\\😀\\日本".encode_utf16().collect::<Vec<_>>()),
+                "Zoë\\😀\\日本".into(),
+            ),
+            // An unpaired surrogate decodes as U+FFFD; a trailing odd byte is ignored.
+            (
+                {
+                    let mut b = le(&[0x78, 0xd800, 0x79]);
+                    b.push(0x41);
+                    b
+                },
+                "x\u{FFFD}y".into(),
+            ),
+            (Vec::new(), String::new()),
+        ];
+        for (units, decoded) in cases {
+            let p = DosPath {
+                field: "FileName",
+                text: DosText::Utf16(r"C:\", &units),
+            };
+            let text = p.text();
+            assert_eq!(text, format!(r"C:\{decoded}"));
+            let mut via_units = Vec::new();
+            p.push_json(&mut via_units);
+            let mut via_text = Vec::new();
+            crate::sink::json::escape(&mut via_text, &text);
+            assert_eq!(
+                String::from_utf8(via_units).unwrap(),
+                String::from_utf8(via_text).unwrap()
+            );
+        }
     }
 }

@@ -159,10 +159,10 @@ impl Render for CsvRender {
             p => field(l, p.and_then(|p| std::str::from_utf8(p).ok()).unwrap_or("")),
         }
         l.push(b',');
-        if let Some((name, path)) = v.dos_path {
+        if let Some(p) = v.dos_path {
             // JSON's `dos_paths` object, a quoted field (its quotes doubled).
-            let mut o = Vec::with_capacity(name.len() + path.len() + 8);
-            super::json::push_dos_paths(&mut o, name, path);
+            let mut o = Vec::with_capacity(128);
+            super::json::push_dos_paths(&mut o, &p);
             quoted(l, &o);
         }
         l.push(b'\n');

@@ -315,20 +315,20 @@ impl JsonRender {
                 }
             }
         }
-        if let Some((name, path)) = v.dos_path {
+        if let Some(p) = v.dos_path {
             l.extend_from_slice(b",\"dos_paths\":");
-            push_dos_paths(l, name, path);
+            push_dos_paths(l, &p);
         }
         l.push(b'}');
     }
 }
 
 /// The `dos_paths` object of a record: `{"<field>":"<DOS path>"}` (JSON lines and CSV alike).
-pub(crate) fn push_dos_paths(l: &mut Vec<u8>, field: &str, path: &str) {
+pub(crate) fn push_dos_paths(l: &mut Vec<u8>, p: &crate::decode::view::DosPath<'_>) {
     l.push(b'{');
-    escape(l, field);
+    escape(l, p.field);
     l.push(b':');
-    escape(l, path);
+    p.push_json(l);
     l.push(b'}');
 }
 
@@ -927,9 +927,25 @@ fn escape_body(l: &mut Vec<u8>, s: &str) {
 /// U+FFFD). Runs of printable ASCII, the common case, are copied four units at a time; other
 /// characters are escaped or encoded one by one, without building a string.
 pub fn escape_utf16(l: &mut Vec<u8>, units: &[u8]) {
-    let n = units.len() / 2;
-    l.reserve(n + 2);
+    l.reserve(units.len() / 2 + 2);
     l.push(b'"');
+    escape_utf16_body(l, units);
+    l.push(b'"');
+}
+
+/// As `escape` of `text` followed by the lossy decoding of UTF-16LE `units` (see
+/// [`escape_utf16`]), without decoding them first.
+pub(crate) fn escape_joined_utf16(l: &mut Vec<u8>, text: &str, units: &[u8]) {
+    l.reserve(text.len() + units.len() / 2 + 2);
+    l.push(b'"');
+    escape_body(l, text);
+    escape_utf16_body(l, units);
+    l.push(b'"');
+}
+
+/// The text between the quotes of [`escape_utf16`].
+fn escape_utf16_body(l: &mut Vec<u8>, units: &[u8]) {
+    let n = units.len() / 2;
     let unit = |i: usize| u16::from_le_bytes([units[2 * i], units[2 * i + 1]]);
     let mut i = 0;
     while i < n {
@@ -973,7 +989,6 @@ pub fn escape_utf16(l: &mut Vec<u8>, units: &[u8]) {
         .unwrap_or('\u{FFFD}');
         l.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
     }
-    l.push(b'"');
 }
 
 /// Appends an ASCII character as it reads inside a JSON string (the escapes of `escape_body`).
