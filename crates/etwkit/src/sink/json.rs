@@ -875,6 +875,25 @@ fn escape_or_non_ascii_mask(w: u32) -> u32 {
     (below_space | quote | backslash | w) & HI
 }
 
+/// The low bytes of four little-endian 16-bit units, packed into the low 32 bits.
+#[inline(always)]
+fn pack_low_bytes(w: u64) -> u64 {
+    (w & 0xff) | (w >> 8 & 0xff00) | (w >> 16 & 0xff_0000) | (w >> 24 & 0xff00_0000)
+}
+
+/// [`escape_or_non_ascii_mask`] of eight bytes.
+#[inline(always)]
+fn escape_or_non_ascii_mask64(w: u64) -> u64 {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let below_space = w.wrapping_sub(LO * 0x20) & !w;
+    let q = w ^ (LO * b'"' as u64);
+    let quote = q.wrapping_sub(LO) & !q;
+    let bs = w ^ (LO * b'\\' as u64);
+    let backslash = bs.wrapping_sub(LO) & !bs;
+    (below_space | quote | backslash | w) & HI
+}
+
 /// Index of the first byte that needs escaping: 8 bytes per step (SWAR: a byte below 0x20, or equal
 /// to `"` or `\\`, sets its high bit in the mask), the last few byte by byte.
 #[inline]
@@ -949,25 +968,53 @@ fn escape_utf16_body(l: &mut Vec<u8>, units: &[u8]) {
     let unit = |i: usize| u16::from_le_bytes([units[2 * i], units[2 * i + 1]]);
     let mut i = 0;
     while i < n {
-        // Four units at a time while they are printable ASCII other than `"` and `\`.
+        // Four units at a time while they are ASCII: printable ones other than `"` and `\` go
+        // as they are, and the first one to escape in the four (a path's `\`, say) is escaped
+        // in place; the loop goes on after it.
+        // Eight at a time first (two words packed into one).
+        while i + 8 <= n {
+            let a = u64::from_le_bytes(units[2 * i..2 * i + 8].try_into().expect("8 bytes"));
+            let b = u64::from_le_bytes(units[2 * i + 8..2 * i + 16].try_into().expect("8 bytes"));
+            if (a | b) & 0xff00_ff00_ff00_ff00 != 0 {
+                break;
+            }
+            let c = (pack_low_bytes(a) | pack_low_bytes(b) << 32).to_le_bytes();
+            let m = escape_or_non_ascii_mask64(u64::from_le_bytes(c));
+            if m == 0 {
+                l.extend_from_slice(&c);
+                i += 8;
+                continue;
+            }
+            let k = m.trailing_zeros() as usize / 8;
+            l.extend_from_slice(&c[..k]);
+            if c[k] >= 0x80 {
+                i += k;
+                break;
+            }
+            push_escape(l, c[k]);
+            i += k + 1;
+        }
         while i + 4 <= n {
             let w = u64::from_le_bytes(units[2 * i..2 * i + 8].try_into().expect("8 bytes"));
             if w & 0xff00_ff00_ff00_ff00 != 0 {
                 break;
             }
-            let c =
-                (w & 0xff) | (w >> 8 & 0xff00) | (w >> 16 & 0xff_0000) | (w >> 24 & 0xff00_0000);
-            let m = escape_or_non_ascii_mask(c as u32);
-            if m != 0 {
-                // The units before the first one to escape (a path's `\`, say) go as they are;
-                // that one is written below.
-                let k = m.trailing_zeros() as usize / 8;
-                l.extend_from_slice(&(c as u32).to_le_bytes()[..k]);
+            let c = (pack_low_bytes(w) as u32).to_le_bytes();
+            let m = escape_or_non_ascii_mask(u32::from_le_bytes(c));
+            if m == 0 {
+                l.extend_from_slice(&c);
+                i += 4;
+                continue;
+            }
+            // The mask's lowest bit is exact: byte `k` is the first to escape or not ASCII.
+            let k = m.trailing_zeros() as usize / 8;
+            l.extend_from_slice(&c[..k]);
+            if c[k] >= 0x80 {
                 i += k;
                 break;
             }
-            l.extend_from_slice(&(c as u32).to_le_bytes());
-            i += 4;
+            push_escape(l, c[k]);
+            i += k + 1;
         }
         if i >= n {
             break;
@@ -1213,6 +1260,14 @@ mod escape_tests {
                     let two = format!("{s}{special}{s}");
                     let mut l = b"x".to_vec();
                     super::escape(&mut l, &two);
+                    assert_eq!(
+                        String::from_utf8(l).unwrap(),
+                        format!("x{}", serde_json::to_string(&two).unwrap())
+                    );
+                    // And as UTF-16: two to escape in one step of 4 or 8 units, escaped in place.
+                    let units: Vec<u8> = two.encode_utf16().flat_map(u16::to_le_bytes).collect();
+                    let mut l = b"x".to_vec();
+                    super::escape_utf16(&mut l, &units);
                     assert_eq!(
                         String::from_utf8(l).unwrap(),
                         format!("x{}", serde_json::to_string(&two).unwrap())
