@@ -120,11 +120,11 @@ impl<'a, 'r> EventView<'a, 'r> {
 pub struct DosPath<'a> {
     /// The property it is the DOS form of (`FileName`).
     pub field: &'a str,
-    text: DosText<'a>,
+    pub(crate) text: DosText<'a>,
 }
 
 #[derive(Clone, Copy, Debug)]
-enum DosText<'a> {
+pub(crate) enum DosText<'a> {
     Text(&'a str),
     /// The DOS prefix, then UTF-16LE units.
     Utf16(&'a str, &'a [u8]),
@@ -147,14 +147,6 @@ impl<'a> DosPath<'a> {
                 super::scalar::utf16_into(rest, &mut s);
                 s.into()
             }
-        }
-    }
-
-    /// Appends the path as a JSON string: what `escape` writes for [`DosPath::text`].
-    pub(crate) fn push_json(&self, l: &mut Vec<u8>) {
-        match self.text {
-            DosText::Text(t) => crate::sink::json::escape(l, t),
-            DosText::Utf16(prefix, rest) => crate::sink::json::escape_joined_utf16(l, prefix, rest),
         }
     }
 }
@@ -328,64 +320,5 @@ impl Decoder {
         }
         *held = self.decode_etl_text::<T>(r, props, scratch);
         EventView::decoded_json(rec, held, props)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{DosPath, DosText};
-
-    /// A DOS path kept as a prefix and UTF-16 units writes the JSON string `escape` writes for
-    /// its decoded text, and decodes to the prefix and the units' lossy decoding.
-    #[test]
-    fn undecoded_dos_path_writes_what_its_text_does() {
-        let le = |units: &[u16]| {
-            units
-                .iter()
-                .flat_map(|u| u.to_le_bytes())
-                .collect::<Vec<u8>>()
-        };
-        let cases: Vec<(Vec<u8>, String)> = vec![
-            (
-                le(&r"Windows\System32\ntdll.dll"
-                    .encode_utf16()
-                    .collect::<Vec<_>>()),
-                r"Windows\System32\ntdll.dll".into(),
-            ),
-            (
-                le(&"a \"quoted\"\tname\u{1}".encode_utf16().collect::<Vec<_>>()),
-                "a \"quoted\"\tname\u{1}".into(),
-            ),
-            (
-                le(&"Zoë\\😀\\日本".encode_utf16().collect::<Vec<_>>()),
-                "Zoë\\😀\\日本".into(),
-            ),
-            // An unpaired surrogate decodes as U+FFFD; a trailing odd byte is ignored.
-            (
-                {
-                    let mut b = le(&[0x78, 0xd800, 0x79]);
-                    b.push(0x41);
-                    b
-                },
-                "x\u{FFFD}y".into(),
-            ),
-            (Vec::new(), String::new()),
-        ];
-        for (units, decoded) in cases {
-            let p = DosPath {
-                field: "FileName",
-                text: DosText::Utf16(r"C:\", &units),
-            };
-            let text = p.text();
-            assert_eq!(text, format!(r"C:\{decoded}"));
-            let mut via_units = Vec::new();
-            p.push_json(&mut via_units);
-            let mut via_text = Vec::new();
-            crate::sink::json::escape(&mut via_text, &text);
-            assert_eq!(
-                String::from_utf8(via_units).unwrap(),
-                String::from_utf8(via_text).unwrap()
-            );
-        }
     }
 }

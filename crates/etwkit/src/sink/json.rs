@@ -324,12 +324,22 @@ impl JsonRender {
 }
 
 /// The `dos_paths` object of a record: `{"<field>":"<DOS path>"}` (JSON lines and CSV alike).
-pub(crate) fn push_dos_paths(l: &mut Vec<u8>, p: &crate::decode::view::DosPath<'_>) {
+pub(crate) fn push_dos_paths(l: &mut Vec<u8>, p: &crate::decode::DosPath<'_>) {
     l.push(b'{');
     escape(l, p.field);
     l.push(b':');
-    p.push_json(l);
+    push_dos_path(l, p);
     l.push(b'}');
+}
+
+/// A DOS path as a JSON string: what `escape` writes for [`DosPath::text`](crate::decode::DosPath::text),
+/// without decoding a path still in UTF-16.
+fn push_dos_path(l: &mut Vec<u8>, p: &crate::decode::DosPath<'_>) {
+    use crate::decode::view::DosText;
+    match p.text {
+        DosText::Text(t) => escape(l, t),
+        DosText::Utf16(prefix, rest) => escape_joined_utf16(l, prefix, rest),
+    }
 }
 
 /// The part of a JSON line from the process id to the opening quote of the payload (see
@@ -1299,6 +1309,65 @@ mod escape_tests {
             assert_eq!(
                 String::from_utf8(l).unwrap(),
                 serde_json::to_string(&text).unwrap()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod dos_path_tests {
+    use crate::decode::view::{DosPath, DosText};
+
+    /// A DOS path kept as a prefix and UTF-16 units writes the JSON string `escape` writes for
+    /// its decoded text, and decodes to the prefix and the units' lossy decoding.
+    #[test]
+    fn undecoded_dos_path_writes_what_its_text_does() {
+        let le = |units: &[u16]| {
+            units
+                .iter()
+                .flat_map(|u| u.to_le_bytes())
+                .collect::<Vec<u8>>()
+        };
+        let cases: Vec<(Vec<u8>, String)> = vec![
+            (
+                le(&r"Windows\System32\ntdll.dll"
+                    .encode_utf16()
+                    .collect::<Vec<_>>()),
+                r"Windows\System32\ntdll.dll".into(),
+            ),
+            (
+                le(&"a \"quoted\"\tname\u{1}".encode_utf16().collect::<Vec<_>>()),
+                "a \"quoted\"\tname\u{1}".into(),
+            ),
+            (
+                le(&"Zoë\\😀\\日本".encode_utf16().collect::<Vec<_>>()),
+                "Zoë\\😀\\日本".into(),
+            ),
+            // An unpaired surrogate decodes as U+FFFD; a trailing odd byte is ignored.
+            (
+                {
+                    let mut b = le(&[0x78, 0xd800, 0x79]);
+                    b.push(0x41);
+                    b
+                },
+                "x\u{FFFD}y".into(),
+            ),
+            (Vec::new(), String::new()),
+        ];
+        for (units, decoded) in cases {
+            let p = DosPath {
+                field: "FileName",
+                text: DosText::Utf16(r"C:\", &units),
+            };
+            let text = p.text();
+            assert_eq!(text, format!(r"C:\{decoded}"));
+            let mut via_units = Vec::new();
+            super::push_dos_path(&mut via_units, &p);
+            let mut via_text = Vec::new();
+            super::escape(&mut via_text, &text);
+            assert_eq!(
+                String::from_utf8(via_units).unwrap(),
+                String::from_utf8(via_text).unwrap()
             );
         }
     }
