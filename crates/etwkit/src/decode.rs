@@ -195,11 +195,18 @@ fn prescan_wants(rec: &EventRecord<'_>) -> bool {
         || crate::schema::registry::Learner::is_metadata(rec)
 }
 
-/// [`prescan_wants`] from a record's head alone (the same answer).
 /// What [`Decoder::prescan`] picked out of a file, buffer by buffer in file order: StackWalk
 /// events (parsed) and the records that name threads, volumes and layouts.
 pub struct Prescan {
     picked: Vec<Picked>,
+}
+
+impl std::fmt::Debug for Prescan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prescan")
+            .field("buffers", &self.picked.len())
+            .finish()
+    }
 }
 
 #[derive(Default)]
@@ -208,6 +215,7 @@ struct Picked {
     other: Vec<EventRecord<'static>>,
 }
 
+/// [`prescan_wants`] from a record's head alone (the same answer).
 fn prescan_wants_head(h: &crate::etl::record::Head) -> bool {
     (h.header_type.is_kernel()
         && (h.provider == stacks::STACKWALK_GUID || h.hook_id.is_some_and(|k| k >> 8 == 0x05)))

@@ -11,7 +11,7 @@
 //!
 //! Memory: at most `4 × threads + 2` rendered buffers wait ahead of the merge, beside the buffers
 //! the time merge holds open (about one per CPU of the traced machine). A buffer's text goes into
-//! chunks of about [`CHUNK_FILL`] bytes taken from a shared pool and returned once written: the
+//! chunks of about 128 KiB taken from a shared pool and returned once written: the
 //! memory touched is what is in flight, not the largest text each pooled buffer ever held (a
 //! buffer of small records renders to 16 times its size, the average one to 6 times), and no
 //! chunk is reallocated (copied, faulted in again) as it fills.
