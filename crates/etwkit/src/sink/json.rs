@@ -885,6 +885,25 @@ fn escape_or_non_ascii_mask(w: u32) -> u32 {
     (below_space | quote | backslash | w) & HI
 }
 
+/// Writes ASCII bytes `c` (`m`: their `escape_or_non_ascii_mask`) as they read inside a JSON
+/// string: all of them when none is to escape; else the ones before the first to escape or not
+/// ASCII (the mask's lowest bit is exact), then that one escaped when it is ASCII (a path's `\`).
+/// Returns how many were taken and whether the caller's fast loop may go on.
+#[inline(always)]
+fn ascii_step(l: &mut Vec<u8>, c: &[u8], m: u64) -> (usize, bool) {
+    if m == 0 {
+        l.extend_from_slice(c);
+        return (c.len(), true);
+    }
+    let k = m.trailing_zeros() as usize / 8;
+    l.extend_from_slice(&c[..k]);
+    if c[k] >= 0x80 {
+        return (k, false);
+    }
+    push_escape(l, c[k]);
+    (k + 1, true)
+}
+
 /// The low bytes of four little-endian 16-bit units, packed into the low 32 bits.
 #[inline(always)]
 fn pack_low_bytes(w: u64) -> u64 {
@@ -978,10 +997,7 @@ fn escape_utf16_body(l: &mut Vec<u8>, units: &[u8]) {
     let unit = |i: usize| u16::from_le_bytes([units[2 * i], units[2 * i + 1]]);
     let mut i = 0;
     while i < n {
-        // Four units at a time while they are ASCII: printable ones other than `"` and `\` go
-        // as they are, and the first one to escape in the four (a path's `\`, say) is escaped
-        // in place; the loop goes on after it.
-        // Eight at a time first (two words packed into one).
+        // Eight units, then four, at a time while they are ASCII (see `ascii_step`).
         while i + 8 <= n {
             let a = u64::from_le_bytes(units[2 * i..2 * i + 8].try_into().expect("8 bytes"));
             let b = u64::from_le_bytes(units[2 * i + 8..2 * i + 16].try_into().expect("8 bytes"));
@@ -989,20 +1005,12 @@ fn escape_utf16_body(l: &mut Vec<u8>, units: &[u8]) {
                 break;
             }
             let c = (pack_low_bytes(a) | pack_low_bytes(b) << 32).to_le_bytes();
-            let m = escape_or_non_ascii_mask64(u64::from_le_bytes(c));
-            if m == 0 {
-                l.extend_from_slice(&c);
-                i += 8;
-                continue;
-            }
-            let k = m.trailing_zeros() as usize / 8;
-            l.extend_from_slice(&c[..k]);
-            if c[k] >= 0x80 {
-                i += k;
+            let (used, go_on) =
+                ascii_step(l, &c, escape_or_non_ascii_mask64(u64::from_le_bytes(c)));
+            i += used;
+            if !go_on {
                 break;
             }
-            push_escape(l, c[k]);
-            i += k + 1;
         }
         while i + 4 <= n {
             let w = u64::from_le_bytes(units[2 * i..2 * i + 8].try_into().expect("8 bytes"));
@@ -1010,21 +1018,12 @@ fn escape_utf16_body(l: &mut Vec<u8>, units: &[u8]) {
                 break;
             }
             let c = (pack_low_bytes(w) as u32).to_le_bytes();
-            let m = escape_or_non_ascii_mask(u32::from_le_bytes(c));
-            if m == 0 {
-                l.extend_from_slice(&c);
-                i += 4;
-                continue;
-            }
-            // The mask's lowest bit is exact: byte `k` is the first to escape or not ASCII.
-            let k = m.trailing_zeros() as usize / 8;
-            l.extend_from_slice(&c[..k]);
-            if c[k] >= 0x80 {
-                i += k;
+            let m = escape_or_non_ascii_mask(u32::from_le_bytes(c)) as u64;
+            let (used, go_on) = ascii_step(l, &c, m);
+            i += used;
+            if !go_on {
                 break;
             }
-            push_escape(l, c[k]);
-            i += k + 1;
         }
         if i >= n {
             break;
