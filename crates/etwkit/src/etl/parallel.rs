@@ -13,8 +13,8 @@
 //! the time merge holds open (about one per CPU of the traced machine). A buffer's text goes into
 //! chunks of about 96 KiB taken from a shared pool and returned once written: the
 //! memory touched is what is in flight, not the largest text each pooled buffer ever held (a
-//! buffer of small records renders to 16 times its size, the average one to 6 times), and no
-//! chunk is reallocated (copied, faulted in again) as it fills.
+//! buffer of small records renders to 16 times its size, the average one to 6 times), and a
+//! chunk is reallocated (copied, faulted in again) only for a record of over 28 KiB of text.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
