@@ -271,7 +271,15 @@ impl JsonRender {
         self.c.push_timestamp(l, e.timestamp);
         self.c.push_prefix(l, v, json_prefix);
         self.c.push_ids(l, v, json_ids);
-        push_hex(l, &e.payload);
+        match v.payload_text {
+            // A payload met before (see `EventView::payload_text`): its hex once per run.
+            Some(cell) => l.extend_from_slice(cell.get_or_init(|| {
+                let mut h = Vec::with_capacity(2 * e.payload.len());
+                push_hex(&mut h, &e.payload);
+                h
+            })),
+            None => push_hex(l, &e.payload),
+        }
         l.extend_from_slice(b"\",\"stack\":");
         let own;
         let stack = match v.stack {
