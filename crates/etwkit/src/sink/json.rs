@@ -881,16 +881,10 @@ static NEEDS_ESCAPE: [bool; 256] = {
 /// Which of the 4 bytes of `w` need escaping in JSON or are not ASCII (SWAR, as [`find_escape`]):
 /// the lowest set bit is the high bit of the first such byte in memory order (bits above it may be
 /// set falsely, by the borrow out of that byte); 0 when there is none.
+/// (The eight-byte mask's low half: borrows only run upwards, so the four bytes' bits are theirs.)
 #[inline]
 fn escape_or_non_ascii_mask(w: u32) -> u32 {
-    const LO: u32 = 0x0101_0101;
-    const HI: u32 = 0x8080_8080;
-    let below_space = w.wrapping_sub(LO * 0x20) & !w;
-    let q = w ^ (LO * b'"' as u32);
-    let quote = q.wrapping_sub(LO) & !q;
-    let bs = w ^ (LO * b'\\' as u32);
-    let backslash = bs.wrapping_sub(LO) & !bs;
-    (below_space | quote | backslash | w) & HI
+    (escape_or_non_ascii_mask64(w as u64) & 0x8080_8080) as u32
 }
 
 /// Writes ASCII bytes `c` (`m`: their `escape_or_non_ascii_mask`) as they read inside a JSON
