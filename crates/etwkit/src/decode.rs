@@ -657,6 +657,37 @@ impl Decoder {
         out
     }
 
+    /// The DOS path of a record for an [`EventView`]: a UTF-16 path whose volume the map names
+    /// stays undecoded (the DOS prefix and the payload's units); any other is made into `out` as
+    /// [`Decoder::dos_path_into`] makes it.
+    #[inline]
+    pub(crate) fn dos_path_view<'a>(
+        &'a self,
+        plan: &'a Plan,
+        ids: &PayloadIds,
+        payload: &'a [u8],
+        scratch: &mut String,
+        out: &'a mut Option<(Arc<str>, String)>,
+    ) -> Option<view::DosPath<'a>> {
+        if ids.path.is_none() || self.volumes.is_none() {
+            return None;
+        }
+        if let (Some((i, plan::PathText::Utf16(r))), Some(volumes)) = (&ids.path, &self.volumes) {
+            let units = payload.get(r.clone()).and_then(|u| {
+                let (prefix, skip) = volumes.split_utf16(u)?;
+                Some(view::DosPath {
+                    field: &plan.fields[*i].name,
+                    text: view::DosText::Utf16(prefix, &u[skip..]),
+                })
+            });
+            if units.is_some() {
+                return units;
+            }
+        }
+        self.dos_path_into(plan, ids, payload, scratch, out);
+        out.as_ref().map(|(n, p)| view::DosPath::new(n, p))
+    }
+
     /// [`Decoder::dos_path`] into `out`, reusing its text's space and `scratch` (for the NT path
     /// when the walk left it as UTF-16 bytes).
     pub(crate) fn dos_path_into(

@@ -218,16 +218,11 @@ const MEMO_MAX_PAYLOAD: usize = 1024;
 
 impl Memo {
     fn slot_of(plan: u64, pointer_size: u8, payload: &[u8]) -> usize {
-        let mut h = plan ^ (pointer_size as u64) << 56 ^ (payload.len() as u64) << 40;
-        let mut step = |w: u64| h = (h.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        let mut words = payload.chunks_exact(8);
-        for w in &mut words {
-            step(u64::from_le_bytes(w.try_into().expect("8 bytes")));
-        }
-        let mut last = [0u8; 8];
-        last[..words.remainder().len()].copy_from_slice(words.remainder());
-        step(u64::from_le_bytes(last));
-        (h >> 54) as usize % MEMO_SLOTS
+        use std::hash::Hasher;
+        let mut h = crate::schema::registry::FastHasher::default();
+        h.write_u64(plan ^ (pointer_size as u64) << 56 ^ (payload.len() as u64) << 40);
+        h.write(payload);
+        (h.finish() >> 54) as usize % MEMO_SLOTS
     }
 
     /// The slot for these, and whether it holds their text.
@@ -402,23 +397,7 @@ impl Decoder {
                                     s.payload_text = std::cell::OnceCell::new();
                                 }
                             }
-                            // A UTF-16 path whose volume the map names stays undecoded.
-                            let units = match (&ids.path, self.volumes.as_ref()) {
-                                (Some((i, super::plan::PathText::Utf16(r))), Some(volumes)) => {
-                                    payload.get(r.clone()).and_then(|u| {
-                                        let (prefix, skip) = volumes.split_utf16(u)?;
-                                        Some(DosPath {
-                                            field: &plan.fields[*i].name,
-                                            text: DosText::Utf16(prefix, &u[skip..]),
-                                        })
-                                    })
-                                }
-                                _ => None,
-                            };
-                            if units.is_none() {
-                                self.dos_path_into(plan, &ids, payload, scratch, dos_path);
-                            }
-                            let dos = units.or(dos_path.as_ref().map(|(n, p)| DosPath::new(n, p)));
+                            let dos = self.dos_path_view(plan, &ids, payload, scratch, dos_path);
                             return self.fast_view(
                                 rec,
                                 l,

@@ -32,9 +32,15 @@ impl std::hash::Hasher for FastHasher {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        for c in bytes.chunks(8) {
+        // Whole words read as they are; only a last partial one is copied into a padded word.
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.write_u64(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
             let mut b = [0u8; 8];
-            b[..c.len()].copy_from_slice(c);
+            b[..rest.len()].copy_from_slice(rest);
             self.write_u64(u64::from_le_bytes(b));
         }
     }

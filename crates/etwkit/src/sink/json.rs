@@ -974,7 +974,7 @@ fn escape_body(l: &mut Vec<u8>, s: &str) {
 
 /// Appends UTF-16LE `units` (a whole number of 2-byte units; a trailing odd byte is ignored) as a
 /// JSON string: exactly `escape` of their lossy UTF-8 decoding (unpaired surrogates become
-/// U+FFFD). Runs of printable ASCII, the common case, are copied four units at a time; other
+/// U+FFFD). Runs of printable ASCII, the common case, are copied eight units at a time; other
 /// characters are escaped or encoded one by one, without building a string.
 pub fn escape_utf16(l: &mut Vec<u8>, units: &[u8]) {
     l.reserve(units.len() / 2 + 2);
