@@ -421,9 +421,10 @@ impl StackIndex {
         if all.is_empty() {
             return index;
         }
-        // A stable merge sort (the key is whole, so any sort gives this order): each stretch's
-        // parts are mostly in order already, and runs cost it little.
-        all.par_sort();
+        // The key is whole (no two items are equal), so an unstable sort gives the stable order;
+        // it sorts in place, where the merge sort took a second array of every part (fresh
+        // memory: ~150 page faults on the way to the first rendered record).
+        all.par_sort_unstable();
         let t = &mut index.table;
         t.ts.reserve(all.len());
         t.entries.reserve(all.len());
