@@ -100,51 +100,7 @@ fn inflate_into(input: &[u8], buf: &mut [u8], o: &mut usize) -> Result<(), Lz77E
         };
         pos += 2;
         let distance = (m >> 3) + 1;
-        let mut len = m & 7;
-        if len == 7 {
-            match nibble_pos {
-                None => {
-                    let Some(&nb) = input.get(pos) else {
-                        return Err(Lz77Error::BadLength { at: pos });
-                    };
-                    len = (nb & 0x0F) as usize;
-                    nibble_pos = Some(pos);
-                    pos += 1;
-                }
-                Some(np) => {
-                    len = (input[np] >> 4) as usize;
-                    nibble_pos = None;
-                }
-            }
-            if len == 15 {
-                let Some(&b) = input.get(pos) else {
-                    return Err(Lz77Error::BadLength { at: pos });
-                };
-                pos += 1;
-                len = b as usize;
-                if len == 255 {
-                    let Some(l) = rd16(input, pos) else {
-                        return Err(Lz77Error::BadLength { at: pos });
-                    };
-                    pos += 2;
-                    len = l;
-                    if len == 0 {
-                        let Some(l4) = input.get(pos..pos + 4) else {
-                            return Err(Lz77Error::BadLength { at: pos });
-                        };
-                        len = u32::from_le_bytes([l4[0], l4[1], l4[2], l4[3]]) as usize;
-                        pos += 4;
-                    }
-                    if len < 22 {
-                        return Err(Lz77Error::BadLength { at: pos });
-                    }
-                    len -= 22;
-                }
-                len += 15;
-            }
-            len += 7;
-        }
-        len += 3;
+        let len = match_length(input, m, &mut pos, &mut nibble_pos)?;
         let produced = *o;
         if distance > produced {
             return Err(Lz77Error::BadDistance { distance, produced });
@@ -175,11 +131,69 @@ fn inflate_into(input: &[u8], buf: &mut [u8], o: &mut usize) -> Result<(), Lz77E
     Ok(())
 }
 
+/// The length of the match whose 16-bit token is `m` (§2.4.4: 3 bits, then a nibble shared by
+/// two matches, a byte, 16 bits, 32 bits), reading its extra length fields at `pos`.
+/// `nibble_pos` is the byte whose high nibble the next match needing one takes.
+#[inline(always)]
+fn match_length(
+    input: &[u8],
+    m: usize,
+    pos: &mut usize,
+    nibble_pos: &mut Option<usize>,
+) -> Result<usize, Lz77Error> {
+    let mut len = m & 7;
+    if len == 7 {
+        match *nibble_pos {
+            None => {
+                let Some(&nb) = input.get(*pos) else {
+                    return Err(Lz77Error::BadLength { at: *pos });
+                };
+                len = (nb & 0x0F) as usize;
+                *nibble_pos = Some(*pos);
+                *pos += 1;
+            }
+            Some(np) => {
+                len = (input[np] >> 4) as usize;
+                *nibble_pos = None;
+            }
+        }
+        if len == 15 {
+            let Some(&b) = input.get(*pos) else {
+                return Err(Lz77Error::BadLength { at: *pos });
+            };
+            *pos += 1;
+            len = b as usize;
+            if len == 255 {
+                let Some(l) = rd16(input, *pos) else {
+                    return Err(Lz77Error::BadLength { at: *pos });
+                };
+                *pos += 2;
+                len = l;
+                if len == 0 {
+                    let Some(l4) = input.get(*pos..*pos + 4) else {
+                        return Err(Lz77Error::BadLength { at: *pos });
+                    };
+                    len = u32::from_le_bytes([l4[0], l4[1], l4[2], l4[3]]) as usize;
+                    *pos += 4;
+                }
+                if len < 22 {
+                    return Err(Lz77Error::BadLength { at: *pos });
+                }
+                len -= 22;
+            }
+            len += 15;
+        }
+        len += 7;
+    }
+    Ok(len + 3)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The byte-at-a-time decoder `inflate` replaced, kept to check it against.
+    /// The byte-at-a-time decoder `inflate` replaced, kept to check it against (match lengths
+    /// are read the same way; the random streams below check those against their encoder).
     fn inflate_reference(input: &[u8], limit: usize, out: &mut Vec<u8>) -> Result<(), Lz77Error> {
         let mut pos = 0usize;
         let mut flags: u32 = 0;
@@ -208,51 +222,7 @@ mod tests {
             };
             pos += 2;
             let distance = (m >> 3) + 1;
-            let mut len = m & 7;
-            if len == 7 {
-                match nibble_pos {
-                    None => {
-                        let Some(&nb) = input.get(pos) else {
-                            return Err(Lz77Error::BadLength { at: pos });
-                        };
-                        len = (nb & 0x0F) as usize;
-                        nibble_pos = Some(pos);
-                        pos += 1;
-                    }
-                    Some(np) => {
-                        len = (input[np] >> 4) as usize;
-                        nibble_pos = None;
-                    }
-                }
-                if len == 15 {
-                    let Some(&b) = input.get(pos) else {
-                        return Err(Lz77Error::BadLength { at: pos });
-                    };
-                    pos += 1;
-                    len = b as usize;
-                    if len == 255 {
-                        let Some(l) = rd16(input, pos) else {
-                            return Err(Lz77Error::BadLength { at: pos });
-                        };
-                        pos += 2;
-                        len = l;
-                        if len == 0 {
-                            let Some(l4) = input.get(pos..pos + 4) else {
-                                return Err(Lz77Error::BadLength { at: pos });
-                            };
-                            len = u32::from_le_bytes([l4[0], l4[1], l4[2], l4[3]]) as usize;
-                            pos += 4;
-                        }
-                        if len < 22 {
-                            return Err(Lz77Error::BadLength { at: pos });
-                        }
-                        len -= 22;
-                    }
-                    len += 15;
-                }
-                len += 7;
-            }
-            len += 3;
+            let len = match_length(input, m, &mut pos, &mut nibble_pos)?;
             let produced = out.len();
             if distance > produced {
                 return Err(Lz77Error::BadDistance { distance, produced });
