@@ -134,7 +134,6 @@ fn inflate_into(input: &[u8], buf: &mut [u8], o: &mut usize) -> Result<(), Lz77E
 /// The length of the match whose 16-bit token is `m` (§2.4.4: 3 bits, then a nibble shared by
 /// two matches, a byte, 16 bits, 32 bits), reading its extra length fields at `pos`.
 /// `nibble_pos` is the byte whose high nibble the next match needing one takes.
-#[inline(always)]
 fn match_length(
     input: &[u8],
     m: usize,

@@ -91,6 +91,15 @@ impl Rendered {
     }
 }
 
+/// Puts a written chunk back in the pool. A chunk the time merge already handed back (see
+/// `merge`) is left empty in its buffer: only chunks with room go back.
+fn give_back(free: &mut Vec<Vec<u8>>, mut c: Vec<u8>) {
+    if c.capacity() > 0 {
+        c.clear();
+        free.push(c);
+    }
+}
+
 /// The number of threads to use when the caller does not say: every core.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism()
@@ -240,22 +249,13 @@ impl EtlFile {
             }
             drop(tx);
             let mut pending: HashMap<usize, Rendered> = HashMap::new();
-            // A chunk the time merge already handed back (see `merge`) is left empty in its
-            // buffer: only chunks with room go back to the pool.
-            let free_chunk = |mut c: Vec<u8>| {
-                if c.capacity() > 0 {
-                    c.clear();
-                    chunks.lock().unwrap_or_else(|e| e.into_inner()).push(c);
-                }
-            };
+            let free_chunk =
+                |c: Vec<u8>| give_back(&mut chunks.lock().unwrap_or_else(|e| e.into_inner()), c);
             let recycle = |mut r: Rendered| {
                 {
                     let mut free = chunks.lock().unwrap_or_else(|e| e.into_inner());
-                    for mut c in r.chunks.drain(..) {
-                        if c.capacity() > 0 {
-                            c.clear();
-                            free.push(c);
-                        }
+                    for c in r.chunks.drain(..) {
+                        give_back(&mut free, c);
                     }
                 }
                 r.recs.clear();
