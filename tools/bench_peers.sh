@@ -2,7 +2,8 @@
 # Speed of etwkit against dissect.etl (PyPI dissect-etl) on the same file, in the same run.
 #   tools/bench_peers.sh [FILE]     (default: ../shared/etl-samples/perfview_net.4.5.x86.etl)
 # Prints, for the whole `etwkit` process (best of 11 runs, median beside it; output to /dev/null)
-# against dissect.etl's best of 3 runs:
+# against dissect.etl's best of 3 runs, all configurations run in interleaved rounds with the
+# peer's runs between them (every figure samples the same stretch of the machine's time):
 # `dump --format json` and
 # `--format csv` wall time and MB/s, peak RSS; dissect.etl's record walk + payload parse; the
 # ratios; and `stats` decoding CPU time per record (CPU of `stats` minus CPU of `stats --raw`,
@@ -23,15 +24,13 @@ big=$root/target/bench-4x.etl
 [ -f "$big" ] && [ "$big" -nt "$file" ] || "$bin" relog "$file" "$file" "$file" "$file" -o "$big" >/dev/null
 
 "$venv/bin/python" - "$file" "$bin" "$big" <<'PY'
-import os, resource, subprocess, sys, time, json
-from dissect.etl import ETL
+import os, subprocess, sys, time, json
 
 path, exe, big = sys.argv[1], sys.argv[2], sys.argv[3]
 size = os.path.getsize(path)
 
 def run(args):
     """Wall seconds, CPU seconds (user+sys) and peak RSS (KiB) of one etwkit run."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     p = subprocess.Popen([exe] + args, stdout=subprocess.DEVNULL)
     _, status, ru = os.wait4(p.pid, 0)
@@ -41,38 +40,68 @@ def run(args):
 
 medians = {}
 
-def best(args, n=11):
-    """Best wall and CPU of n runs (a shared machine's neighbours only ever add time), peak RSS;
-    the median wall is kept to print beside the best."""
-    runs = [run(args) for _ in range(n)]
-    medians[tuple(args)] = sorted(r[0] for r in runs)[n // 2]
-    return min(r[0] for r in runs), min(r[1] for r in runs), max(r[2] for r in runs)
+PEER = """
+import json, sys, time
+from dissect.etl import ETL
+t = time.perf_counter(); c = time.process_time(); n = 0; parsed = 0
+with open(sys.argv[1], "rb") as fh:
+    for rec in ETL(fh):
+        n += 1
+        try:
+            rec.event; parsed += 1
+        except Exception:
+            pass
+print(json.dumps([time.perf_counter() - t, time.process_time() - c, n, parsed]))
+"""
 
-json_w, json_cpu, json_rss = best(["dump", path, "--format", "json"])
-csv_w, csv_cpu, csv_rss = best(["dump", path, "--format", "csv"])
-json1_w, json1_cpu, _ = best(["dump", path, "--format", "json", "--threads", "1"])
-stats_w, stats_cpu, _ = best(["stats", path], 5)
-raw_w, raw_cpu, _ = best(["stats", path, "--raw"], 5)
-big_w, big_cpu, big_rss = best(["dump", big, "--format", "json"], 2)
-big_csv_w, big_csv_cpu, big_csv_rss = best(["dump", big, "--format", "csv"], 2)
+def dissect_walk():
+    """Wall and CPU seconds of dissect.etl's record walk with each record's event parsed (timed
+    inside its own Python process: this one stays small, so the peak RSS that the etwkit runs
+    forked from it report is etwkit's own)."""
+    out = subprocess.run([sys.executable, "-c", PEER, path], capture_output=True, check=True).stdout
+    return tuple(json.loads(out))
+
+# Every configuration is run in rounds, interleaved (its order turning round by round), and the
+# peer's three runs fall between rounds: a shared machine's speed drifts over seconds, and runs
+# made in one block each would compare one moment of it against another (csv/json ratios of
+# 0.92 and 1.15 from one build, minutes apart). Best of each configuration's runs (neighbours
+# only ever add time); the median wall is kept to print beside the best.
+configs = {
+    "json": (["dump", path, "--format", "json"], 11),
+    "csv": (["dump", path, "--format", "csv"], 11),
+    "json1": (["dump", path, "--format", "json", "--threads", "1"], 11),
+    "stats": (["stats", path], 5),
+    "raw": (["stats", path, "--raw"], 5),
+    "big": (["dump", big, "--format", "json"], 2),
+    "big_csv": (["dump", big, "--format", "csv"], 2),
+}
+rounds = max(n for _, n in configs.values())
+peer_after = {rounds // 3, 2 * rounds // 3, rounds - 1}
+runs = {k: [] for k in configs}
+peer = []
+for i in range(rounds):
+    names = [k for k, (_, n) in configs.items() if n > i]
+    k = i % len(names)
+    for name in names[k:] + names[:k]:
+        runs[name].append(run(configs[name][0]))
+    if i in peer_after:
+        peer.append(dissect_walk())
+
+def best(name):
+    r = runs[name]
+    medians[tuple(configs[name][0])] = sorted(x[0] for x in r)[len(r) // 2]
+    return min(x[0] for x in r), min(x[1] for x in r), max(x[2] for x in r)
+
+json_w, json_cpu, json_rss = best("json")
+csv_w, csv_cpu, csv_rss = best("csv")
+json1_w, json1_cpu, _ = best("json1")
+stats_w, stats_cpu, _ = best("stats")
+raw_w, raw_cpu, _ = best("raw")
+big_w, big_cpu, big_rss = best("big")
+big_csv_w, big_csv_cpu, big_csv_rss = best("big_csv")
 records = json.loads(subprocess.run([exe, "stats", path, "--raw", "--format", "json"],
                                     capture_output=True, check=True).stdout)["records"]
 
-def dissect_walk():
-    """Wall and CPU seconds of dissect.etl's record walk with each record's event parsed."""
-    t = time.perf_counter(); c = time.process_time(); n = 0; parsed = 0
-    with open(path, "rb") as fh:
-        for rec in ETL(fh):
-            n += 1
-            try:
-                rec.event; parsed += 1
-            except Exception:
-                pass
-    return time.perf_counter() - t, time.process_time() - c, n, parsed
-
-# The peer's best of 3 runs too: one run of ten seconds on a shared machine takes whatever its
-# neighbours leave, and comparing etwkit's best against that would flatter the ratio.
-peer = [dissect_walk() for _ in range(3)]
 d_secs = min(r[0] for r in peer)
 d_cpu = min(r[1] for r in peer)
 n, parsed = peer[0][2], peer[0][3]
