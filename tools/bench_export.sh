@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Parquet export against the JSON-lines dump of the same trace, in one run: wall time (best of N
-# runs), CPU time (user+sys of that run), peak RSS (GNU time) and bytes.
+# runs, the two taking turns), CPU time (user+sys of that run), peak RSS (GNU time) and bytes.
 #   tools/bench_export.sh [FILE.etl] [RUNS]
 # Default: ../shared/etl-samples/perfview_net.4.5.x86.etl, 3 runs. Builds the release CLI first.
 # Goal (issue 14): the export is faster than `dump --format json` and under a fifth of its bytes.
@@ -15,20 +15,26 @@ bin=$root/target/release/etwkit
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# best CMD...: runs CMD $runs times under GNU time; prints "wall cpu rss_kb" of the fastest run.
-best() {
-  local b= line
-  for _ in $(seq "$runs"); do
-    /usr/bin/time -f '%e %U %S %M' -o "$work/time" "$@"
-    line=$(tail -1 "$work/time")
-    if [ -z "$b" ] || [ "$(echo "${line%% *} < ${b%% *}" | bc -l)" = 1 ]; then b=$line; fi
-  done
-  set -- $b
+# once CMD...: runs CMD under GNU time; prints "wall cpu rss_kb".
+once() {
+  /usr/bin/time -f '%e %U %S %M' -o "$work/time" "$@"
+  set -- $(tail -1 "$work/time")
   echo "$1 $(echo "$2 + $3" | bc -l) $4"
 }
+# keep BEST LINE: the line with the smaller wall time.
+keep() {
+  if [ -z "$1" ] || [ "$(echo "${2%% *} < ${1%% *}" | bc -l)" = 1 ]; then echo "$2"; else echo "$1"; fi
+}
 
-read -r json_t json_cpu json_rss < <(best sh -c "'$bin' dump --format json '$file' > '$work/dump.jsonl'")
-read -r pq_t pq_cpu pq_rss < <(best sh -c "rm -rf '$work/ds' && '$bin' export -o '$work/ds' '$file' 2>/dev/null")
+# The two commands take turns, run by run (the machine's speed drifts; each figure is the best of
+# its runs, taken over the same stretch of time).
+json_best= pq_best=
+for _ in $(seq "$runs"); do
+  json_best=$(keep "$json_best" "$(once sh -c "'$bin' dump --format json '$file' > '$work/dump.jsonl'")")
+  pq_best=$(keep "$pq_best" "$(once sh -c "rm -rf '$work/ds' && '$bin' export -o '$work/ds' '$file' 2>/dev/null")")
+done
+read -r json_t json_cpu json_rss <<< "$json_best"
+read -r pq_t pq_cpu pq_rss <<< "$pq_best"
 json_b=$(stat -c %s "$work/dump.jsonl")
 ev_b=$(stat -c %s "$work/ds/events.parquet")
 all_b=$(du -sb "$work/ds" | cut -f1)
