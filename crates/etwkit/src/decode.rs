@@ -199,6 +199,8 @@ fn prescan_wants(rec: &EventRecord<'_>) -> bool {
 /// events (parsed) and the records that name threads, volumes and layouts.
 pub struct Prescan {
     picked: Vec<Picked>,
+    /// The frames of the StackWalk events the buffers' `Picked` refer to.
+    frames: stacks::FrameStore,
 }
 
 impl std::fmt::Debug for Prescan {
@@ -296,13 +298,14 @@ impl Decoder {
             warm_record(h.header_type, &h.provider);
             prescan_wants_head(h)
         };
+        let frames = stacks::FrameStore::new();
         let (picked, _) = file.par_map_buffers_where(wanted, |p: &mut Picked, r| {
             warm_record(r.event.header_type, &r.event.provider);
-            if !p.stacks.observe(&r.event) && prescan_wants(&r.event) {
+            if !p.stacks.observe(&r.event, &frames) && prescan_wants(&r.event) {
                 p.other.push(r.event.to_owned_record());
             }
         });
-        Prescan { picked }
+        Prescan { picked, frames }
     }
 
     /// The decoder for the file `prescan` read: `registry` with the file's embedded layouts, its
@@ -314,7 +317,7 @@ impl Decoder {
         let mut learner = crate::schema::registry::Learner::default();
         let mut threads = threads::ThreadTable::new();
         let mut volumes = paths::VolumeMap::default();
-        let picked = prescan.picked;
+        let Prescan { picked, frames } = prescan;
         let mut stretches = Vec::with_capacity(picked.len());
         let mut others = Vec::with_capacity(picked.len());
         for p in picked {
@@ -323,7 +326,7 @@ impl Decoder {
         }
         // The stack table and the rest (thread table, volumes, embedded layouts) at once.
         let (index, summary) = rayon::join(
-            || stacks::StackIndex::from_collected(stretches),
+            || stacks::StackIndex::from_collected(stretches, frames),
             || {
                 for e in others.iter().flatten() {
                     if !threads.observe(e) && !volumes.observe(e) {

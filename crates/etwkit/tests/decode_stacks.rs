@@ -6,7 +6,9 @@ mod common;
 
 use std::ops::ControlFlow;
 
-use etwkit::decode::stacks::{parse_stackwalk, Collected, StackIndex, StackJoiner, STACKWALK_GUID};
+use etwkit::decode::stacks::{
+    parse_stackwalk, Collected, FrameStore, StackIndex, StackJoiner, STACKWALK_GUID,
+};
 use etwkit::etl::{EtlFile, Order};
 
 #[test]
@@ -163,6 +165,7 @@ fn index_built_from_collected_buffers_equals_the_observed_index_on_every_sample(
         // StackWalk events, collected on their own (as the pre-scan does on every core).
         let mut observed = StackIndex::new();
         let mut collected: Vec<Collected> = Vec::new();
+        let frames = FrameStore::new();
         let mut last_buffer = usize::MAX;
         file.for_each(Order::File, |r| {
             observed.observe(&r.event);
@@ -170,10 +173,10 @@ fn index_built_from_collected_buffers_equals_the_observed_index_on_every_sample(
                 collected.push(Collected::default());
                 last_buffer = r.buffer_index;
             }
-            collected.last_mut().unwrap().observe(&r.event);
+            collected.last_mut().unwrap().observe(&r.event, &frames);
             ControlFlow::Continue(())
         });
-        let built = StackIndex::from_collected(collected);
+        let built = StackIndex::from_collected(collected, frames);
         assert_eq!(
             (built.stackwalk_events(), built.keys_defined()),
             (observed.stackwalk_events(), observed.keys_defined()),
