@@ -212,20 +212,16 @@ struct Table {
     /// The event timestamp of each entry, ascending.
     ts: Vec<i64>,
     entries: Vec<TableEntry>,
-    /// The pieces of every entry's frames, one entry's after the other: (source, from, to), the
-    /// source an index into `shards` or [`KEY_FRAMES`].
+    /// The pieces of every entry's frames, one entry's after the other: (shard, from, to) in
+    /// `shards`.
     pieces: Vec<(u32, u32, u32)>,
-    /// The distinct frame sequences, as the [`FrameStore`]'s shards kept them.
+    /// The distinct frame sequences (a stack key's frames among them, once), as the
+    /// [`FrameStore`]'s shards kept them.
     shards: Vec<Vec<u64>>,
-    /// The frames of parts that name a stack key, resolved.
-    key_frames: Vec<u64>,
     /// One bit per hash of every timestamp in `ts` ([`table_bit`]): most records have no stack,
     /// and this table (32 KiB) says so without searching `ts`.
     seen: Vec<u64>,
 }
-
-/// The source of [`Table::pieces`] that is [`Table::key_frames`].
-const KEY_FRAMES: u32 = u32::MAX;
 
 /// Size of [`Table::seen`]: 2^18 bits.
 const TABLE_SEEN_WORDS: usize = 1 << 12;
@@ -465,7 +461,8 @@ impl StackIndex {
 
     /// The index of a file's StackWalk events, collected stretch by stretch (in file order) into
     /// `frames`: the same stacks as observing every record in file order, assembled once into one
-    /// table (the frames stay where the store keeps them, not copied).
+    /// table (the frames stay where the store keeps them, not copied; a stack key's frames join
+    /// them once, however many events name the key).
     pub fn from_collected(
         stretches: impl IntoIterator<Item = Collected>,
         frames: FrameStore,
@@ -474,13 +471,8 @@ impl StackIndex {
         let stretches: Vec<Collected> = stretches.into_iter().collect();
         let mut index = StackIndex::new();
         for c in &stretches {
-            for (t, k, frames) in &c.key_defs {
-                index
-                    .keys
-                    .defs
-                    .entry(*k)
-                    .or_default()
-                    .push((*t, frames.clone()));
+            for (t, k, f) in &c.key_defs {
+                index.keys.defs.entry(*k).or_default().push((*t, f.clone()));
             }
         }
         // Parts by event, thread and raw time; ties in file order (stretch, then position in it),
@@ -524,9 +516,7 @@ impl StackIndex {
                     PartRef::Frames(shard, a, b) => t.pieces.push((shard, a, b)),
                     PartRef::Key(key) => {
                         if let Some(f) = index.keys.resolve(key, ts) {
-                            let a = t.key_frames.len() as u32;
-                            t.key_frames.extend_from_slice(f);
-                            t.pieces.push((KEY_FRAMES, a, t.key_frames.len() as u32));
+                            t.pieces.push(frames.intern(f));
                         }
                     }
                 }
@@ -576,12 +566,8 @@ impl StackIndex {
                         None => return false,
                     }
                 };
-                for &(src, a, b) in &t.pieces[e.pieces.0 as usize..e.pieces.1 as usize] {
-                    let frames = match src {
-                        KEY_FRAMES => &t.key_frames,
-                        s => &t.shards[s as usize],
-                    };
-                    out.extend_from_slice(&frames[a as usize..b as usize]);
+                for &(s, a, b) in &t.pieces[e.pieces.0 as usize..e.pieces.1 as usize] {
+                    out.extend_from_slice(&t.shards[s as usize][a as usize..b as usize]);
                 }
                 return true;
             }
