@@ -147,14 +147,18 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut child_status = None;
     let waiter = if a.command.is_empty() {
         trace.start()?;
+        // Armed (providers enabled, pid filter in place): a script may start its workload on
+        // this line.
+        eprintln!("{}", armed_line(&a));
         None
     } else {
         let mut cmd = crate::child::command(&a.command, a.command_stdout.as_deref())?;
+        // Said before the command is started (it is traced from its first instruction), so that
+        // the line never lands among what the command writes to the same stderr.
+        eprintln!("{}", armed_line(&a));
         let child = trace.spawn(&mut cmd)?;
         Some(crate::child::stop_when_exits(child, stop.clone()))
     };
-    // Armed (providers enabled, pid filter in place): a script may start its workload on this line.
-    eprintln!("{}", armed_line(&a));
     crate::child::stop_after(a.duration, &stop);
     let format: Format = a.format.into();
     let stdout = std::io::stdout();
