@@ -277,8 +277,9 @@ const FRAME_SHARDS: usize = 16;
 
 /// The frames of a file's StackWalk stacks, each distinct sequence stored once. Stacks repeat
 /// (the same code paths are sampled again and again; perfview_net.4.5.x86.etl: 18,532 stack
-/// events, 2,967 distinct, 128 k frames of which 42 k are kept), so a file's stack table grows
-/// with its distinct stacks, not with every event's frames. Shared by the threads that collect
+/// events, 2,967 distinct, 128 k frames of which 42 k are kept), so the frames a file's stack
+/// table holds grow with its distinct stacks, not with every event's (each event still costs its
+/// entry in the table). Shared by the threads that collect
 /// ([`Collected::observe`]); sharded by a hash of the sequence.
 #[derive(Debug)]
 pub struct FrameStore {
