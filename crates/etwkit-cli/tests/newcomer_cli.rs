@@ -296,6 +296,14 @@ fn trace_stdout_is_json_only_and_the_exit_code_is_the_commands() {
         "{out}"
     );
     assert!(err.contains("hello from the command\nsecond line"), "{err}");
+    // etwkit's line about the trace comes before anything the command writes.
+    let banner = err
+        .find("etwkit: tracing winsock in session")
+        .expect("the trace's line");
+    assert!(
+        banner < err.find("hello from the command").unwrap(),
+        "{err}"
+    );
     // The command's output may also go to a file.
     let file = tmp("command_stdout.txt");
     let (code, out, err, _) = etwkit_within(
