@@ -19,5 +19,9 @@ fuzz_target!(|data: &[u8]| {
         std::hint::black_box(n);
     }
     let mut out = Vec::new();
-    let _ = etwkit::etl::compression::decompress_into(data, data.len().saturating_mul(4).min(1 << 20), &mut out);
+    let _ = etwkit::etl::compression::decompress_into(
+        data,
+        data.len().saturating_mul(4).min(1 << 20),
+        &mut out,
+    );
 });
