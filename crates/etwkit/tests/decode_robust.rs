@@ -14,17 +14,6 @@ use etwkit::etl::{EtlFile, Order};
 use etwkit::schema::Registry;
 use etwkit::sink::{renderer, Format};
 
-/// xorshift64*: deterministic randomness without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
-
 /// Decodes a file image as `dump` does; returns (records walked, JSON lines rendered).
 fn decode_all(img: Vec<u8>, what: &str) -> (u64, u64) {
     let Ok(f) = EtlFile::from_vec(img) else {
@@ -63,7 +52,7 @@ fn flipped_bits_decode_to_json_lines_for_every_record() {
     else {
         return;
     };
-    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    let mut rng = common::Rng(0xD1B5_4A32_D192_ED03);
     let mut decoded_files = 0;
     let mut records = 0u64;
     for p in files {

@@ -26,17 +26,6 @@ fn walk(bytes: Vec<u8>) -> Result<(u64, u64), EtlError> {
     Ok((n, s.bad_buffers + s.bad_records))
 }
 
-/// xorshift64*: deterministic randomness without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
-
 #[test]
 fn empty_and_foreign_files_get_clear_errors() {
     let dir = std::env::temp_dir().join(format!("etwkit-robust-{}", std::process::id()));
@@ -151,7 +140,7 @@ fn random_bit_flips_never_panic() {
     let Some(files) = common::all_samples("random_bit_flips_never_panic") else {
         return;
     };
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = common::Rng(0x9E37_79B9_7F4A_7C15);
     for p in files {
         let full = std::fs::read(&p).unwrap();
         if full.len() > 2 << 20 {
