@@ -1,8 +1,9 @@
 //! Corrupt payloads never panic the decoder, and its output stays output a script can trust: bits
 //! flipped anywhere in the buffers of every sample up to 2 MB (metadata, stack walks, thread
-//! events and payloads of every layout kind among them), then the whole file decoded the ways
-//! `dump` and `export` do (the pre-scan, the JSON and CSV renderers' route straight from the
-//! payload, the value route). Every record the reader walks is rendered, and every JSON line parses.
+//! events and payloads of every layout kind among them), then the whole file decoded as `dump` does
+//! (the pre-scan, the JSON and CSV renderers' route straight from the payload) and by the value
+//! route (`decode_etl`, serialized). Every record the reader walks is rendered, and every JSON line
+//! parses.
 //! (`fuzz/fuzz_targets/decode.rs` is the open-ended form of this test.)
 
 mod common;
@@ -58,7 +59,7 @@ fn flipped_bits_decode_to_json_lines_for_every_record() {
     for p in files {
         let full = std::fs::read(&p).unwrap();
         if full.len() > 2 << 20 {
-            continue; // keeps the test quick; the large files' layouts are in the smaller ones
+            continue; // keeps the test quick
         }
         let name = p.file_name().unwrap().to_string_lossy().to_string();
         let f = EtlFile::open(&p).unwrap();
