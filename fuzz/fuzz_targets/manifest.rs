@@ -17,11 +17,10 @@ use etwkit::Guid;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let split = data
-        .first()
-        .map_or(0, |&b| (b as usize).min(data.len() - 1));
-    let (payload, xml) =
-        data[1.min(data.len())..].split_at(split.min(data.len().saturating_sub(1)));
+    let Some((&n, rest)) = data.split_first() else {
+        return;
+    };
+    let (payload, xml) = rest.split_at((n as usize).min(rest.len()));
     let xml = String::from_utf8_lossy(xml);
     let Ok(m) = parse_manifest(&xml, SchemaSource::UserManifest) else {
         return;
