@@ -272,15 +272,17 @@ enum PartRef {
     Key(u64),
 }
 
-/// Shards of a [`FrameStore`]: threads storing frames at once seldom wait for one another.
-const FRAME_SHARDS: usize = 16;
-
 /// The frames of a file's StackWalk stacks, each distinct sequence stored once. Stacks repeat
 /// (the same code paths are sampled again and again; perfview_net.4.5.x86.etl: 18,532 stack
 /// events, 2,967 distinct, 128 k frames of which 42 k are kept), so the frames a file's stack
 /// table holds grow with its distinct stacks, not with every event's (each event still costs its
-/// entry in the table). Shared by the threads that collect
-/// ([`Collected::observe`]); sharded by a hash of the sequence.
+/// entry in the table). Shared by the threads that collect ([`Collected::observe`]), with one
+/// shard per thread of the rayon pool (and one for any other thread): a thread stores into its
+/// own shard only, so collecting threads never wait for one another's lock, and a shard's memory
+/// is grown only by the thread that allocated it (with glibc's malloc, growing or freeing memory
+/// that another thread allocated takes that thread's arena lock; on a shared store the pre-scan's
+/// threads slept on each other's arenas dozens of times per file). A sequence is stored once per
+/// thread that meets it.
 #[derive(Debug)]
 pub struct FrameStore {
     shards: Vec<Mutex<FrameShard>>,
@@ -297,7 +299,9 @@ struct FrameShard {
 impl Default for FrameStore {
     fn default() -> Self {
         FrameStore {
-            shards: (0..FRAME_SHARDS).map(|_| Mutex::default()).collect(),
+            shards: (0..rayon::current_num_threads() + 1)
+                .map(|_| Mutex::default())
+                .collect(),
         }
     }
 }
@@ -312,7 +316,7 @@ impl FrameStore {
         let mut h = FastHasher::default();
         frames.hash(&mut h);
         let h = h.finish();
-        let s = (h >> 60) as usize % FRAME_SHARDS;
+        let s = rayon::current_thread_index().map_or(0, |i| i + 1) % self.shards.len();
         let mut shard = self.shards[s].lock().unwrap_or_else(|e| e.into_inner());
         let FrameShard { frames: kept, at } = &mut *shard;
         let known = at.get(&h).copied();

@@ -45,6 +45,10 @@ struct Rendered {
     /// The buffer's size in the file (progress).
     size: u64,
     end_offset: u64,
+    /// The thread whose pool this came from, and goes back to: its vectors are grown by that
+    /// thread only (glibc's malloc locks the arena of the thread that allocated a block to grow
+    /// or free it, and a shared pool made the rendering threads sleep on each other's arenas).
+    owner: usize,
 }
 
 /// A place in a [`Rendered`]'s text: chunk index in the high 32 bits, offset in that chunk in
@@ -164,7 +168,9 @@ impl EtlFile {
         let cv = Condvar::new();
         let stop = AtomicBool::new(false);
         let (tx, rx) = mpsc::channel::<(usize, Rendered)>();
-        let pool: Mutex<Vec<Rendered>> = Mutex::new(Vec::new());
+        // One pool of rendered buffers per thread (see `Rendered::owner`): thread 0 is the
+        // calling one.
+        let pools: Vec<Mutex<Vec<Rendered>>> = (0..threads).map(|_| Mutex::default()).collect();
         let chunks: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
         let new_chunk = || {
             chunks
@@ -178,45 +184,47 @@ impl EtlFile {
             emitted: 0,
         };
         // Renders job `j` (the buffer `seq[j]`) with a thread's own state and read space.
-        let render_job = |state: &mut S, space: &mut BufferSpace, j: usize| -> Rendered {
-            let b = &self.buffers()[seq[j].1];
-            let mut r = pool
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop()
-                .unwrap_or_default();
-            r.size = b.header.buffer_size as u64;
-            r.end_offset = b.file_offset + b.header.buffer_size as u64;
-            if let Some(data) = self.read_buffer(b, space, &mut r.summary) {
-                let Rendered {
-                    chunks: done,
-                    recs,
-                    summary,
-                    emitted,
-                    ..
-                } = &mut r;
-                let mut text = new_chunk();
-                let _ = self.walk_buffer(b, data, summary, &mut |rec| {
-                    if text.len() >= CHUNK_FILL {
-                        done.push(std::mem::replace(&mut text, new_chunk()));
-                    }
-                    if render(state, rec, &mut text) {
-                        *emitted += 1;
-                    }
-                    recs.push((rec.event.raw_timestamp, pos(done.len(), text.len())));
-                    ControlFlow::Continue(())
-                });
-                done.push(text);
-            } else {
-                // Not loadable: the merge skips it without counting its bytes done.
-                r.size = 0;
-            }
-            r
-        };
+        let render_job =
+            |me: usize, state: &mut S, space: &mut BufferSpace, j: usize| -> Rendered {
+                let b = &self.buffers()[seq[j].1];
+                let mut r = pools[me]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .pop()
+                    .unwrap_or_default();
+                r.owner = me;
+                r.size = b.header.buffer_size as u64;
+                r.end_offset = b.file_offset + b.header.buffer_size as u64;
+                if let Some(data) = self.read_buffer(b, space, &mut r.summary) {
+                    let Rendered {
+                        chunks: done,
+                        recs,
+                        summary,
+                        emitted,
+                        ..
+                    } = &mut r;
+                    let mut text = new_chunk();
+                    let _ = self.walk_buffer(b, data, summary, &mut |rec| {
+                        if text.len() >= CHUNK_FILL {
+                            done.push(std::mem::replace(&mut text, new_chunk()));
+                        }
+                        if render(state, rec, &mut text) {
+                            *emitted += 1;
+                        }
+                        recs.push((rec.event.raw_timestamp, pos(done.len(), text.len())));
+                        ControlFlow::Continue(())
+                    });
+                    done.push(text);
+                } else {
+                    // Not loadable: the merge skips it without counting its bytes done.
+                    r.size = 0;
+                }
+                r
+            };
         std::thread::scope(|scope| {
             // The calling thread renders too (between merging and writing): `threads - 1`
             // workers beside it.
-            for _ in 1..threads {
+            for me in 1..threads {
                 let tx = tx.clone();
                 let (seq, next_job, admitted, sleepers, cv, stop) =
                     (&seq, &next_job, &admitted, &sleepers, &cv, &stop);
@@ -240,7 +248,7 @@ impl EtlFile {
                         if stop.load(Ordering::SeqCst) {
                             break;
                         }
-                        let r = render_job(&mut state, &mut space, j);
+                        let r = render_job(me, &mut state, &mut space, j);
                         if tx.send((j, r)).is_err() {
                             break;
                         }
@@ -261,7 +269,10 @@ impl EtlFile {
                 r.recs.clear();
                 r.summary = ReadSummary::default();
                 r.emitted = 0;
-                pool.lock().unwrap_or_else(|e| e.into_inner()).push(r);
+                pools[r.owner]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(r);
             };
             let mut state = init();
             let mut space = BufferSpace::default();
@@ -283,7 +294,7 @@ impl EtlFile {
                             .compare_exchange(k, k + 1, Ordering::SeqCst, Ordering::SeqCst)
                             .is_ok()
                     {
-                        let r = render_job(&mut state, &mut space, k);
+                        let r = render_job(0, &mut state, &mut space, k);
                         pending.insert(k, r);
                         continue;
                     }
