@@ -272,17 +272,17 @@ enum PartRef {
     Key(u64),
 }
 
-/// The frames of a file's StackWalk stacks, each distinct sequence stored once. Stacks repeat
-/// (the same code paths are sampled again and again; perfview_net.4.5.x86.etl: 18,532 stack
-/// events, 2,967 distinct, 128 k frames of which 42 k are kept), so the frames a file's stack
-/// table holds grow with its distinct stacks, not with every event's (each event still costs its
-/// entry in the table). Shared by the threads that collect ([`Collected::observe`]), with one
-/// shard per thread of the rayon pool (and one for any other thread): a thread stores into its
-/// own shard only, so collecting threads never wait for one another's lock, and a shard's memory
-/// is grown only by the thread that allocated it (with glibc's malloc, growing or freeing memory
-/// that another thread allocated takes that thread's arena lock; on a shared store the pre-scan's
-/// threads slept on each other's arenas dozens of times per file). A sequence is stored once per
-/// thread that meets it.
+/// The frames of a file's StackWalk stacks, each distinct sequence stored once per collecting
+/// thread. Stacks repeat (the same code paths are sampled again and again;
+/// perfview_net.4.5.x86.etl: 18,532 stack events, 2,967 distinct, 128 k frames of which 42 k are
+/// distinct and 46 k kept by two collecting threads), so the frames a file's stack table holds
+/// grow with its distinct stacks, not with every event's (each event still costs its entry in the
+/// table). Shared by the threads that collect ([`Collected::observe`]), with one shard per thread
+/// of the rayon pool (and one for any other thread): a thread stores into its own shard only, so
+/// collecting threads never wait for one another's lock, and a shard's memory is grown only by
+/// the thread that allocated it (with glibc's malloc, growing or freeing memory that another
+/// thread allocated takes that thread's arena lock: on one store sharded by hash, the pre-scan's
+/// threads slept on each other's arenas dozens of times per file).
 #[derive(Debug)]
 pub struct FrameStore {
     shards: Vec<Mutex<FrameShard>>,
