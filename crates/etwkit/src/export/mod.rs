@@ -4,7 +4,7 @@
 //! - `arrow` (feature `arrow`): decoded events as Arrow record batches; `typed`, one event type's
 //!   properties as typed columns.
 //! - `parquet` (feature `parquet`): decoded events as a Parquet dataset (DuckDB, Spark); `rows`
-//!   and `tape` carry decoded records between its threads as bytes.
+//!   and `tape` carry decoded records between its threads as bytes; `pq` writes the files.
 //! - `pprof` (feature `pprof`): a heap report as a pprof profile.
 //! - `flamegraph` (feature `flamegraph`): a heap report's outstanding bytes as a flame graph (SVG).
 
@@ -17,6 +17,8 @@ pub mod parquet;
 pub mod pcapng;
 #[cfg(feature = "pprof")]
 pub mod pprof;
+#[cfg(feature = "parquet")]
+pub mod pq;
 #[cfg(feature = "parquet")]
 pub mod rows;
 #[cfg(feature = "arrow")]

@@ -19,13 +19,9 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
-use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, Encoding, ZstdLevel};
-use parquet::errors::ParquetError;
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
-use parquet::schema::types::ColumnPath;
 
 use super::arrow::{Columns, EventColumns, Row, TypedColumns};
+use super::pq::{self, FileWriter, Options};
 use super::rows;
 use super::tape::TapeWriter;
 use crate::decode::{DecodedEvent, Decoder, Tee};
@@ -48,7 +44,7 @@ pub enum ExportError {
         source: std::io::Error,
     },
     #[error("writing {}: {source}", path.display())]
-    Parquet { path: PathBuf, source: ParquetError },
+    Parquet { path: PathBuf, source: pq::Error },
     #[error("building the rows of {}: {source}", path.display())]
     Arrow { path: PathBuf, source: ArrowError },
 }
@@ -112,64 +108,44 @@ const STATISTICS: [&str; 13] = [
     "cpu",
 ];
 
-/// Writer properties: `dictionary_off` columns (and the items of `lists_plain`) written plain,
-/// `statistics` columns (beside [`STATISTICS`]) with page statistics.
+/// Writer options: `dictionary_off` columns and the `lists_plain` list columns written plain,
+/// `statistics` columns (beside [`STATISTICS`]) with min/max statistics.
 fn properties(
     dictionary_off: &[&str],
     lists_plain: &[String],
     statistics: &[String],
     compress: bool,
-) -> WriterProperties {
-    let compression = if compress {
-        Compression::ZSTD(ZstdLevel::try_new(1).expect("zstd level 1"))
-    } else {
-        Compression::UNCOMPRESSED
+) -> Options {
+    let mut o = Options {
+        zstd: compress.then_some(1),
+        row_group_rows: ROW_GROUP_ROWS,
+        ..Options::default()
     };
-    let mut b = WriterProperties::builder()
-        .set_compression(compression)
-        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
-        .set_dictionary_enabled(true)
-        .set_statistics_enabled(EnabledStatistics::None)
-        .set_created_by(format!("etwkit {}", env!("CARGO_PKG_VERSION")));
     // High-cardinality columns gain nothing from a dictionary.
-    for c in dictionary_off.iter().chain(&PLAIN_INTEGERS) {
-        b = b.set_column_dictionary_enabled(ColumnPath::new(vec![c.to_string()]), false);
-    }
-    // Record indexes and times rise row by row: their differences are small (the indexes' all
-    // one), so delta encoding packs them in a few bits before zstd sees them.
-    for c in ["record", "timestamp"] {
-        b = b.set_column_encoding(
-            ColumnPath::new(vec![c.into()]),
-            Encoding::DELTA_BINARY_PACKED,
-        );
-    }
-    for l in lists_plain.iter().map(String::as_str).chain(["stack"]) {
-        b = b.set_column_dictionary_enabled(
-            ColumnPath::new(vec![l.to_string(), "list".into(), "item".into()]),
-            false,
-        );
-    }
-    for c in STATISTICS
-        .iter()
-        .map(|c| c.to_string())
-        .chain(statistics.iter().cloned())
-    {
-        b = b.set_column_statistics_enabled(ColumnPath::new(vec![c]), EnabledStatistics::Page);
-    }
-    b.build()
+    o.plain.extend(
+        dictionary_off
+            .iter()
+            .chain(&PLAIN_INTEGERS)
+            .map(|c| c.to_string())
+            .chain(lists_plain.iter().cloned())
+            .chain(["stack".to_string()]),
+    );
+    o.statistics.extend(
+        STATISTICS
+            .iter()
+            .map(|c| c.to_string())
+            .chain(statistics.iter().cloned()),
+    );
+    o
 }
 
 struct Sink {
     path: PathBuf,
-    writer: ArrowWriter<BufWriter<File>>,
+    writer: FileWriter<BufWriter<File>>,
 }
 
 impl Sink {
-    fn create(
-        path: PathBuf,
-        schema: SchemaRef,
-        props: WriterProperties,
-    ) -> Result<Sink, ExportError> {
+    fn create(path: PathBuf, schema: SchemaRef, props: Options) -> Result<Sink, ExportError> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|source| ExportError::Io {
                 path: parent.to_path_buf(),
@@ -180,12 +156,12 @@ impl Sink {
             path: path.clone(),
             source,
         })?;
-        let writer =
-            ArrowWriter::try_new(BufWriter::with_capacity(1 << 20, f), schema, Some(props))
-                .map_err(|source| ExportError::Parquet {
-                    path: path.clone(),
-                    source,
-                })?;
+        let writer = FileWriter::new(BufWriter::with_capacity(1 << 20, f), schema, props).map_err(
+            |source| ExportError::Parquet {
+                path: path.clone(),
+                source,
+            },
+        )?;
         Ok(Sink { path, writer })
     }
 
@@ -219,7 +195,7 @@ enum Job {
         id: usize,
         path: PathBuf,
         schema: SchemaRef,
-        props: Box<WriterProperties>,
+        props: Box<Options>,
     },
     Write {
         id: usize,
@@ -295,7 +271,7 @@ impl Writers {
         &mut self,
         path: PathBuf,
         schema: SchemaRef,
-        props: WriterProperties,
+        props: Options,
     ) -> Result<usize, ExportError> {
         let id = self.next;
         self.next += 1;

@@ -1,0 +1,825 @@
+//! One column chunk being written: an Arrow column's values as Parquet levels and values, cut into
+//! pages (dictionary-encoded while the dictionary stays small, plain otherwise), with its
+//! statistics and the schema elements that describe it.
+
+use std::borrow::Cow;
+use std::hash::Hasher;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{Array, ArrayRef, GenericByteArray};
+use arrow_schema::{DataType, Field, TimeUnit};
+
+use super::rle;
+use super::thrift;
+use super::Error;
+
+/// Physical types (Parquet's `Type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Physical {
+    Boolean = 0,
+    Int32 = 1,
+    Int64 = 2,
+    Float = 4,
+    Double = 5,
+    ByteArray = 6,
+}
+
+/// Encodings (Parquet's `Encoding`).
+pub const PLAIN: i32 = 0;
+pub const RLE: i32 = 3;
+pub const RLE_DICTIONARY: i32 = 8;
+
+/// A dictionary's plain size above which a column chunk goes on plain.
+pub const DICTIONARY_LIMIT: usize = 1 << 20;
+
+/// The logical type of a leaf or group, as the footer's schema gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logical {
+    None,
+    String,
+    List,
+    Integer { bits: i8, signed: bool },
+    Timestamp { utc: bool, unit: TimeUnit },
+}
+
+/// One element of the footer's schema (a leaf, or a list's groups).
+#[derive(Clone, Debug)]
+pub struct SchemaElement {
+    pub name: String,
+    pub physical: Option<Physical>,
+    /// 0 required, 1 optional, 2 repeated.
+    pub repetition: i32,
+    pub children: Option<i32>,
+    pub logical: Logical,
+}
+
+impl SchemaElement {
+    pub fn write(&self, w: &mut thrift::Writer) {
+        w.begin(None);
+        if let Some(p) = self.physical {
+            w.i32(1, p as i32);
+        }
+        w.i32(3, self.repetition);
+        w.binary(4, self.name.as_bytes());
+        if let Some(n) = self.children {
+            w.i32(5, n);
+        }
+        // Converted types beside logical ones, for readers that know only those.
+        let converted = match self.logical {
+            Logical::String => Some(0),
+            Logical::List => Some(3),
+            Logical::Integer { bits, signed } => Some(match (bits, signed) {
+                (8, false) => 11,
+                (16, false) => 12,
+                (32, false) => 13,
+                (64, false) => 14,
+                (8, true) => 15,
+                (16, true) => 16,
+                (32, true) => 17,
+                _ => 18,
+            }),
+            Logical::Timestamp {
+                utc: true,
+                unit: TimeUnit::Millisecond,
+            } => Some(9),
+            Logical::Timestamp {
+                utc: true,
+                unit: TimeUnit::Microsecond,
+            } => Some(10),
+            _ => None,
+        };
+        if let Some(c) = converted {
+            w.i32(6, c);
+        }
+        // LogicalType, a union: the member's field id names the type.
+        match self.logical {
+            Logical::None => {}
+            Logical::String => {
+                w.begin(Some(10));
+                w.begin(Some(1));
+                w.end();
+                w.end();
+            }
+            Logical::List => {
+                w.begin(Some(10));
+                w.begin(Some(3));
+                w.end();
+                w.end();
+            }
+            Logical::Integer { bits, signed } => {
+                w.begin(Some(10));
+                w.begin(Some(10));
+                w.i8(1, bits);
+                w.bool(2, signed);
+                w.end();
+                w.end();
+            }
+            Logical::Timestamp { utc, unit } => {
+                w.begin(Some(10));
+                w.begin(Some(8));
+                w.bool(1, utc);
+                w.begin(Some(2));
+                w.begin(Some(match unit {
+                    TimeUnit::Millisecond => 1,
+                    TimeUnit::Microsecond => 2,
+                    _ => 3,
+                }));
+                w.end();
+                w.end();
+                w.end();
+                w.end();
+            }
+        }
+        w.end();
+    }
+}
+
+/// How one column is written.
+#[derive(Clone, Copy, Debug)]
+pub struct ColumnOptions {
+    pub dictionary: bool,
+    pub statistics: bool,
+}
+
+/// What a leaf column's values are and where they sit in the schema.
+#[derive(Clone, Debug)]
+pub struct Leaf {
+    pub path: Vec<String>,
+    pub physical: Physical,
+    /// The schema elements this top-level column takes (one, or three for a list).
+    pub elements: Vec<SchemaElement>,
+    pub max_def: u16,
+    pub max_rep: u16,
+    /// Whether the column itself is nullable (its definition level counts it), and for a list,
+    /// whether its items are.
+    pub optional: bool,
+    pub list: Option<bool>,
+    /// Integers compared as unsigned for statistics.
+    pub unsigned: bool,
+}
+
+fn physical_of(t: &DataType) -> Result<(Physical, Logical), Error> {
+    Ok(match t {
+        DataType::Boolean => (Physical::Boolean, Logical::None),
+        DataType::Int8 => (
+            Physical::Int32,
+            Logical::Integer {
+                bits: 8,
+                signed: true,
+            },
+        ),
+        DataType::Int16 => (
+            Physical::Int32,
+            Logical::Integer {
+                bits: 16,
+                signed: true,
+            },
+        ),
+        DataType::Int32 => (Physical::Int32, Logical::None),
+        DataType::Int64 => (Physical::Int64, Logical::None),
+        DataType::UInt8 => (
+            Physical::Int32,
+            Logical::Integer {
+                bits: 8,
+                signed: false,
+            },
+        ),
+        DataType::UInt16 => (
+            Physical::Int32,
+            Logical::Integer {
+                bits: 16,
+                signed: false,
+            },
+        ),
+        DataType::UInt32 => (
+            Physical::Int32,
+            Logical::Integer {
+                bits: 32,
+                signed: false,
+            },
+        ),
+        DataType::UInt64 => (
+            Physical::Int64,
+            Logical::Integer {
+                bits: 64,
+                signed: false,
+            },
+        ),
+        DataType::Float32 => (Physical::Float, Logical::None),
+        DataType::Float64 => (Physical::Double, Logical::None),
+        DataType::Utf8 => (Physical::ByteArray, Logical::String),
+        DataType::Binary => (Physical::ByteArray, Logical::None),
+        DataType::Timestamp(
+            unit @ (TimeUnit::Millisecond | TimeUnit::Microsecond | TimeUnit::Nanosecond),
+            tz,
+        ) => (
+            Physical::Int64,
+            Logical::Timestamp {
+                utc: tz.is_some(),
+                unit: *unit,
+            },
+        ),
+        t => return Err(Error::Unsupported(format!("Arrow type {t}"))),
+    })
+}
+
+impl Leaf {
+    pub fn of(field: &Field) -> Result<Leaf, Error> {
+        let name = field.name().to_string();
+        let repetition = field.is_nullable() as i32;
+        if let DataType::List(item) = field.data_type() {
+            let (physical, logical) = physical_of(item.data_type())?;
+            let list = |n: &str, rep, children, logical| SchemaElement {
+                name: n.into(),
+                physical: None,
+                repetition: rep,
+                children: Some(children),
+                logical,
+            };
+            return Ok(Leaf {
+                path: vec![name.clone(), "list".into(), item.name().to_string()],
+                physical,
+                elements: vec![
+                    list(&name, repetition, 1, Logical::List),
+                    list("list", 2, 1, Logical::None),
+                    SchemaElement {
+                        name: item.name().to_string(),
+                        physical: Some(physical),
+                        repetition: item.is_nullable() as i32,
+                        children: None,
+                        logical,
+                    },
+                ],
+                max_def: field.is_nullable() as u16 + 1 + item.is_nullable() as u16,
+                max_rep: 1,
+                optional: field.is_nullable(),
+                list: Some(item.is_nullable()),
+                unsigned: matches!(logical, Logical::Integer { signed: false, .. }),
+            });
+        }
+        let (physical, logical) = physical_of(field.data_type())?;
+        Ok(Leaf {
+            path: vec![name.clone()],
+            physical,
+            elements: vec![SchemaElement {
+                name,
+                physical: Some(physical),
+                repetition,
+                children: None,
+                logical,
+            }],
+            max_def: field.is_nullable() as u16,
+            max_rep: 0,
+            optional: field.is_nullable(),
+            list: None,
+            unsigned: matches!(logical, Logical::Integer { signed: false, .. }),
+        })
+    }
+}
+
+/// The values of a flat array, as plain-encoded bytes per slot.
+enum Values<'a> {
+    Bool(&'a arrow_array::BooleanArray),
+    /// Little-endian values of `width` bytes, one per slot (null slots hold anything).
+    Fixed {
+        width: usize,
+        bytes: Cow<'a, [u8]>,
+    },
+    Bytes {
+        offsets: &'a [i32],
+        data: &'a [u8],
+    },
+}
+
+fn widen<T: ArrowPrimitiveType>(a: &dyn Array, f: impl Fn(T::Native) -> i32) -> Vec<u8> {
+    a.as_primitive::<T>()
+        .values()
+        .iter()
+        .flat_map(|&v| f(v).to_le_bytes())
+        .collect()
+}
+
+fn raw<T: ArrowPrimitiveType>(a: &dyn Array) -> Cow<'_, [u8]> {
+    Cow::Borrowed(a.as_primitive::<T>().values().inner().as_slice())
+}
+
+fn bytes_of<T: arrow_array::types::ByteArrayType<Offset = i32>>(
+    a: &GenericByteArray<T>,
+) -> Values<'_> {
+    Values::Bytes {
+        offsets: a.value_offsets(),
+        data: a.value_data(),
+    }
+}
+
+impl<'a> Values<'a> {
+    fn of(a: &'a dyn Array) -> Result<Values<'a>, Error> {
+        let fixed = |width, bytes| Values::Fixed { width, bytes };
+        Ok(match a.data_type() {
+            DataType::Boolean => Values::Bool(a.as_boolean()),
+            DataType::Int8 => fixed(4, Cow::Owned(widen::<Int8Type>(a, |v| v as i32))),
+            DataType::Int16 => fixed(4, Cow::Owned(widen::<Int16Type>(a, |v| v as i32))),
+            DataType::UInt8 => fixed(4, Cow::Owned(widen::<UInt8Type>(a, |v| v as i32))),
+            DataType::UInt16 => fixed(4, Cow::Owned(widen::<UInt16Type>(a, |v| v as i32))),
+            DataType::Int32 => fixed(4, raw::<Int32Type>(a)),
+            DataType::UInt32 => fixed(4, raw::<UInt32Type>(a)),
+            DataType::Float32 => fixed(4, raw::<Float32Type>(a)),
+            DataType::Int64 => fixed(8, raw::<Int64Type>(a)),
+            DataType::UInt64 => fixed(8, raw::<UInt64Type>(a)),
+            DataType::Float64 => fixed(8, raw::<Float64Type>(a)),
+            DataType::Timestamp(TimeUnit::Second, _) => fixed(8, raw::<TimestampSecondType>(a)),
+            DataType::Timestamp(TimeUnit::Millisecond, _) => {
+                fixed(8, raw::<TimestampMillisecondType>(a))
+            }
+            DataType::Timestamp(TimeUnit::Microsecond, _) => {
+                fixed(8, raw::<TimestampMicrosecondType>(a))
+            }
+            DataType::Timestamp(TimeUnit::Nanosecond, _) => {
+                fixed(8, raw::<TimestampNanosecondType>(a))
+            }
+            DataType::Utf8 => bytes_of(a.as_string::<i32>()),
+            DataType::Binary => bytes_of(a.as_binary::<i32>()),
+            t => return Err(Error::Unsupported(format!("Arrow type {t}"))),
+        })
+    }
+
+    /// The plain bytes of slot `i` (not for booleans).
+    #[inline]
+    fn slot(&self, i: usize) -> &[u8] {
+        match self {
+            Values::Fixed { width, bytes } => &bytes[i * width..(i + 1) * width],
+            Values::Bytes { offsets, data } => &data[offsets[i] as usize..offsets[i + 1] as usize],
+            Values::Bool(_) => &[],
+        }
+    }
+}
+
+/// A dictionary being built: distinct values in first-seen order, found by hash.
+#[derive(Default)]
+struct Dictionary {
+    /// Plain encoding of the values (byte arrays with their length prefix).
+    plain: Vec<u8>,
+    /// Where each value's bytes sit in `plain` (without a length prefix).
+    spans: Vec<(u32, u32)>,
+    /// Open addressing: value index + 1, 0 empty.
+    slots: Vec<u32>,
+    /// The index last returned (values come in runs).
+    last: Option<u32>,
+}
+
+impl Dictionary {
+    fn hash(v: &[u8]) -> u64 {
+        let mut h = crate::schema::registry::FastHasher::default();
+        h.write(v);
+        h.write_usize(v.len());
+        h.finish()
+    }
+
+    /// The index of `v`, added if new.
+    fn index(&mut self, v: &[u8], length_prefix: bool) -> u32 {
+        if let Some(k) = self.last {
+            let (a, b) = self.spans[k as usize];
+            if &self.plain[a as usize..b as usize] == v {
+                return k;
+            }
+        }
+        let k = self.find_or_add(v, length_prefix);
+        self.last = Some(k);
+        k
+    }
+
+    fn find_or_add(&mut self, v: &[u8], length_prefix: bool) -> u32 {
+        if self.spans.len() * 2 >= self.slots.len() {
+            self.grow();
+        }
+        let mask = self.slots.len() - 1;
+        let mut at = (Self::hash(v) >> 20) as usize & mask;
+        loop {
+            match self.slots[at] {
+                0 => break,
+                k => {
+                    let (a, b) = self.spans[k as usize - 1];
+                    if &self.plain[a as usize..b as usize] == v {
+                        return k - 1;
+                    }
+                }
+            }
+            at = (at + 1) & mask;
+        }
+        if length_prefix {
+            self.plain
+                .extend_from_slice(&(v.len() as u32).to_le_bytes());
+        }
+        let a = self.plain.len() as u32;
+        self.plain.extend_from_slice(v);
+        self.spans.push((a, self.plain.len() as u32));
+        self.slots[at] = self.spans.len() as u32;
+        self.spans.len() as u32 - 1
+    }
+
+    fn grow(&mut self) {
+        let n = (self.slots.len() * 2).max(1024);
+        self.slots = vec![0; n];
+        for (k, &(a, b)) in self.spans.iter().enumerate() {
+            let mut at = (Self::hash(&self.plain[a as usize..b as usize]) >> 20) as usize & (n - 1);
+            while self.slots[at] != 0 {
+                at = (at + 1) & (n - 1);
+            }
+            self.slots[at] = k as u32 + 1;
+        }
+    }
+}
+
+/// Minimum and maximum of a column chunk's values, as Parquet orders its type.
+#[derive(Default)]
+struct Stats {
+    min: Vec<u8>,
+    max: Vec<u8>,
+    /// Whether `min` and `max` hold a value.
+    any: bool,
+    nulls: i64,
+}
+
+impl Stats {
+    fn observe(&mut self, physical: Physical, unsigned: bool, v: &[u8]) {
+        if !self.any {
+            self.any = true;
+            self.min.extend_from_slice(v);
+            self.max.extend_from_slice(v);
+            return;
+        }
+        if less(physical, unsigned, v, &self.min) {
+            self.min.clear();
+            self.min.extend_from_slice(v);
+        } else if less(physical, unsigned, &self.max, v) {
+            self.max.clear();
+            self.max.extend_from_slice(v);
+        }
+    }
+}
+
+/// Whether `a < b` for plain values of `physical` (`unsigned`: integers as unsigned).
+fn less(physical: Physical, unsigned: bool, a: &[u8], b: &[u8]) -> bool {
+    match (physical, a.len()) {
+        (Physical::Int32, 4) if unsigned => {
+            u32::from_le_bytes(a.try_into().unwrap()) < u32::from_le_bytes(b.try_into().unwrap())
+        }
+        (Physical::Int32, 4) => {
+            i32::from_le_bytes(a.try_into().unwrap()) < i32::from_le_bytes(b.try_into().unwrap())
+        }
+        (Physical::Int64, 8) if unsigned => {
+            u64::from_le_bytes(a.try_into().unwrap()) < u64::from_le_bytes(b.try_into().unwrap())
+        }
+        (Physical::Int64, 8) => {
+            i64::from_le_bytes(a.try_into().unwrap()) < i64::from_le_bytes(b.try_into().unwrap())
+        }
+        _ => a < b,
+    }
+}
+
+/// A finished column chunk: its pages and what the footer says of it.
+pub struct Chunk {
+    pub pages: Vec<u8>,
+    /// Offsets within `pages` of the dictionary page (when there is one) and the first data page.
+    pub dictionary_page: Option<usize>,
+    pub data_page: usize,
+    pub num_values: i64,
+    pub uncompressed: i64,
+    pub encodings: Vec<i32>,
+    statistics: Option<Stats>,
+}
+
+impl Chunk {
+    /// ColumnMetaData, with `at`: the file offset of `pages`.
+    pub fn write_meta(&self, w: &mut thrift::Writer, leaf: &Leaf, zstd: bool, at: u64) {
+        w.begin(Some(3));
+        w.i32(1, leaf.physical as i32);
+        w.i32_list(2, &self.encodings);
+        w.binary_list(3, leaf.path.iter().map(|s| s.as_bytes()));
+        w.i32(4, if zstd { 6 } else { 0 });
+        w.i64(5, self.num_values);
+        w.i64(6, self.uncompressed);
+        w.i64(7, self.pages.len() as i64);
+        w.i64(9, (at + self.data_page as u64) as i64);
+        if let Some(d) = self.dictionary_page {
+            w.i64(11, (at + d as u64) as i64);
+        }
+        if let Some(s) = &self.statistics {
+            w.begin(Some(12));
+            w.i64(3, s.nulls);
+            if s.any {
+                w.binary(5, &s.max);
+                w.binary(6, &s.min);
+            }
+            w.end();
+        }
+        w.end();
+    }
+}
+
+/// One top-level column's chunk in progress.
+pub struct ColumnWriter {
+    pub leaf: Leaf,
+    opts: ColumnOptions,
+    /// Levels of the page in progress (empty when the column has none).
+    def: Vec<u8>,
+    rep: Vec<u8>,
+    /// Level entries (values and nulls) in the page in progress.
+    page_entries: usize,
+    /// Plain values of the page in progress (booleans one byte each, packed when written).
+    plain: Vec<u8>,
+    /// Dictionary indices of the page in progress.
+    indices: Vec<u32>,
+    dictionary: Dictionary,
+    /// Whether values go to the dictionary (off for booleans, for columns without one and once
+    /// the chunk's dictionary outgrew [`DICTIONARY_LIMIT`]).
+    dictionary_on: bool,
+    /// Pages written with dictionary indices in this chunk.
+    dictionary_pages: usize,
+    encodings: Vec<i32>,
+    pages: Vec<u8>,
+    data_page: Option<usize>,
+    num_values: i64,
+    uncompressed: i64,
+    stats: Stats,
+    body: Vec<u8>,
+    levels: Vec<u8>,
+}
+
+/// Shared scratch of a file's column writers: the zstd context.
+pub struct Compressor {
+    zstd: Option<zstd::bulk::Compressor<'static>>,
+    out: Vec<u8>,
+}
+
+impl Compressor {
+    pub fn new(level: Option<i32>) -> Result<Compressor, Error> {
+        Ok(Compressor {
+            zstd: match level {
+                Some(l) => Some(zstd::bulk::Compressor::new(l).map_err(Error::Io)?),
+                None => None,
+            },
+            out: Vec::new(),
+        })
+    }
+    pub fn is_zstd(&self) -> bool {
+        self.zstd.is_some()
+    }
+}
+
+/// Appends a page: its header (with `header`'s specific part) and its body, compressed.
+fn put_page(
+    pages: &mut Vec<u8>,
+    c: &mut Compressor,
+    body: &[u8],
+    header: impl FnOnce(&mut thrift::Writer),
+) -> Result<i64, Error> {
+    let compressed: &[u8] = match &mut c.zstd {
+        Some(z) => {
+            c.out.clear();
+            c.out.reserve(zstd::zstd_safe::compress_bound(body.len()));
+            z.compress_to_buffer(body, &mut c.out).map_err(Error::Io)?;
+            &c.out
+        }
+        None => body,
+    };
+    let mut w = thrift::Writer::new();
+    w.i32(2, body.len() as i32);
+    w.i32(3, compressed.len() as i32);
+    header(&mut w);
+    w.end();
+    pages.extend_from_slice(&w.out);
+    pages.extend_from_slice(compressed);
+    Ok((w.out.len() + body.len()) as i64)
+}
+
+impl ColumnWriter {
+    pub fn new(leaf: Leaf, opts: ColumnOptions) -> ColumnWriter {
+        ColumnWriter {
+            dictionary_on: opts.dictionary && leaf.physical != Physical::Boolean,
+            leaf,
+            opts,
+            def: Vec::new(),
+            rep: Vec::new(),
+            page_entries: 0,
+            plain: Vec::new(),
+            indices: Vec::new(),
+            dictionary: Dictionary::default(),
+            dictionary_pages: 0,
+            encodings: Vec::new(),
+            pages: Vec::new(),
+            data_page: None,
+            num_values: 0,
+            uncompressed: 0,
+            stats: Stats::default(),
+            body: Vec::new(),
+            levels: Vec::new(),
+        }
+    }
+
+    /// Bytes the page in progress holds, about.
+    pub fn page_bytes(&self) -> usize {
+        self.plain.len() + self.indices.len() * 4 + self.def.len() + self.rep.len()
+    }
+
+    fn value(&mut self, v: &Values<'_>, i: usize) {
+        if let Values::Bool(b) = v {
+            self.plain.push(b.value(i) as u8);
+            return;
+        }
+        let s = v.slot(i);
+        if self.opts.statistics {
+            self.stats
+                .observe(self.leaf.physical, self.leaf.unsigned, s);
+        }
+        let bytes = self.leaf.physical == Physical::ByteArray;
+        if self.dictionary_on {
+            self.indices.push(self.dictionary.index(s, bytes));
+            return;
+        }
+        if bytes {
+            self.plain
+                .extend_from_slice(&(s.len() as u32).to_le_bytes());
+        }
+        self.plain.extend_from_slice(s);
+    }
+
+    /// Appends the values of `a` (this column's array in a batch).
+    pub fn append(&mut self, a: &ArrayRef, c: &mut Compressor) -> Result<(), Error> {
+        match self.leaf.list {
+            None => {
+                let v = Values::of(a.as_ref())?;
+                let nulls = a.logical_nulls().filter(|n| n.null_count() > 0);
+                if let (None, Values::Fixed { width, bytes }) = (&nulls, &v) {
+                    if !self.dictionary_on && !self.opts.statistics {
+                        // No nulls, plain: the values as they are.
+                        if self.leaf.max_def > 0 {
+                            self.def.resize(self.def.len() + a.len(), 1);
+                        }
+                        self.plain.extend_from_slice(&bytes[..a.len() * width]);
+                        self.page_entries += a.len();
+                        return Ok(());
+                    }
+                }
+                for i in 0..a.len() {
+                    let valid = nulls.as_ref().is_none_or(|n| n.is_valid(i));
+                    if self.leaf.max_def > 0 {
+                        self.def.push(valid as u8);
+                    }
+                    if valid {
+                        self.value(&v, i);
+                    } else {
+                        self.stats.nulls += 1;
+                    }
+                }
+                self.page_entries += a.len();
+            }
+            Some(_) => {
+                let l = a.as_list::<i32>();
+                let items = l.values();
+                let v = Values::of(items.as_ref())?;
+                let item_nulls = items.logical_nulls();
+                let list_nulls = l.logical_nulls();
+                let offsets = l.value_offsets();
+                let base = self.leaf.optional as u8;
+                for i in 0..l.len() {
+                    if list_nulls.as_ref().is_some_and(|n| n.is_null(i)) {
+                        self.def.push(0);
+                        self.rep.push(0);
+                        self.page_entries += 1;
+                        self.stats.nulls += 1;
+                        continue;
+                    }
+                    let (a, b) = (offsets[i] as usize, offsets[i + 1] as usize);
+                    if a == b {
+                        self.def.push(base);
+                        self.rep.push(0);
+                        self.page_entries += 1;
+                        continue;
+                    }
+                    for k in a..b {
+                        self.rep.push((k != a) as u8);
+                        let valid = item_nulls.as_ref().is_none_or(|n| n.is_valid(k));
+                        if valid {
+                            self.def.push(self.leaf.max_def as u8);
+                            self.value(&v, k);
+                        } else {
+                            self.def.push(self.leaf.max_def as u8 - 1);
+                            self.stats.nulls += 1;
+                        }
+                    }
+                    self.page_entries += b - a;
+                }
+            }
+        }
+        if self.dictionary_on && self.dictionary.plain.len() > DICTIONARY_LIMIT {
+            // Pages written so far keep their indices; the rest of the chunk goes plain.
+            self.flush_page(c)?;
+            self.dictionary_on = false;
+        }
+        Ok(())
+    }
+
+    /// Writes the page in progress.
+    pub fn flush_page(&mut self, c: &mut Compressor) -> Result<(), Error> {
+        if self.page_entries == 0 {
+            return Ok(());
+        }
+        let body = &mut self.body;
+        body.clear();
+        for (levels, max) in [
+            (&self.rep, self.leaf.max_rep),
+            (&self.def, self.leaf.max_def),
+        ] {
+            if max > 0 {
+                self.levels.clear();
+                rle::encode(levels, rle::bit_width(max as u32), &mut self.levels);
+                body.extend_from_slice(&(self.levels.len() as u32).to_le_bytes());
+                body.extend_from_slice(&self.levels);
+            }
+        }
+        let encoding = if self.dictionary_on && !self.dictionary.spans.is_empty() {
+            let w = rle::bit_width(self.dictionary.spans.len() as u32 - 1).max(1);
+            body.push(w);
+            rle::encode(&self.indices, w, body);
+            self.dictionary_pages += 1;
+            RLE_DICTIONARY
+        } else if self.leaf.physical == Physical::Boolean {
+            for g in self.plain.chunks(8) {
+                body.push(g.iter().enumerate().fold(0, |b, (k, &v)| b | v << k));
+            }
+            PLAIN
+        } else {
+            body.extend_from_slice(&self.plain);
+            PLAIN
+        };
+        if !self.encodings.contains(&encoding) {
+            self.encodings.push(encoding);
+        }
+        self.data_page.get_or_insert(self.pages.len());
+        let entries = self.page_entries as i32;
+        self.uncompressed += put_page(&mut self.pages, c, body, |w| {
+            w.i32(1, 0);
+            w.begin(Some(5));
+            w.i32(1, entries);
+            w.i32(2, encoding);
+            w.i32(3, RLE);
+            w.i32(4, RLE);
+            w.end();
+        })?;
+        self.num_values += self.page_entries as i64;
+        self.page_entries = 0;
+        self.def.clear();
+        self.rep.clear();
+        self.plain.clear();
+        self.indices.clear();
+        Ok(())
+    }
+
+    /// Finishes the chunk (the writer starts the next row group's afresh).
+    pub fn finish(&mut self, c: &mut Compressor) -> Result<Chunk, Error> {
+        self.flush_page(c)?;
+        let mut encodings = std::mem::take(&mut self.encodings);
+        if self.leaf.max_def > 0 || self.leaf.max_rep > 0 {
+            encodings.push(RLE);
+        }
+        let mut chunk = Chunk {
+            pages: Vec::new(),
+            dictionary_page: None,
+            data_page: 0,
+            num_values: std::mem::take(&mut self.num_values),
+            uncompressed: std::mem::take(&mut self.uncompressed),
+            encodings,
+            statistics: None,
+        };
+        let data = std::mem::take(&mut self.pages);
+        if self.dictionary_pages > 0 {
+            let d = &self.dictionary;
+            let n = d.spans.len() as i32;
+            chunk.dictionary_page = Some(0);
+            chunk.uncompressed += put_page(&mut chunk.pages, c, &d.plain, |w| {
+                w.i32(1, 2);
+                w.begin(Some(7));
+                w.i32(1, n);
+                w.i32(2, PLAIN);
+                w.end();
+            })?;
+            if !chunk.encodings.contains(&PLAIN) {
+                chunk.encodings.push(PLAIN);
+            }
+        }
+        chunk.data_page = chunk.pages.len() + self.data_page.take().unwrap_or(0);
+        chunk.pages.extend_from_slice(&data);
+        chunk.encodings.sort_unstable();
+        chunk.encodings.dedup();
+        let stats = std::mem::take(&mut self.stats);
+        if self.opts.statistics {
+            chunk.statistics = Some(stats);
+        }
+        self.dictionary = Dictionary::default();
+        self.dictionary_on = self.opts.dictionary && self.leaf.physical != Physical::Boolean;
+        self.dictionary_pages = 0;
+        Ok(chunk)
+    }
+}
