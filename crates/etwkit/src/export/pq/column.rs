@@ -10,6 +10,7 @@ use arrow_array::types::*;
 use arrow_array::{Array, ArrayRef, GenericByteArray};
 use arrow_schema::{DataType, Field, TimeUnit};
 
+use super::delta;
 use super::rle;
 use super::thrift;
 use super::Error;
@@ -28,6 +29,7 @@ pub enum Physical {
 /// Encodings (Parquet's `Encoding`).
 pub const PLAIN: i32 = 0;
 pub const RLE: i32 = 3;
+pub const DELTA_BINARY_PACKED: i32 = 5;
 pub const RLE_DICTIONARY: i32 = 8;
 
 /// A dictionary's plain size above which a column chunk goes on plain.
@@ -140,6 +142,8 @@ impl SchemaElement {
 pub struct ColumnOptions {
     pub dictionary: bool,
     pub statistics: bool,
+    /// DELTA_BINARY_PACKED instead of plain (integer columns that are not lists, no dictionary).
+    pub delta: bool,
 }
 
 /// What a leaf column's values are and where they sit in the schema.
@@ -545,6 +549,8 @@ pub struct ColumnWriter {
     stats: Stats,
     body: Vec<u8>,
     levels: Vec<u8>,
+    /// A delta-encoded page's values.
+    ints: Vec<i64>,
 }
 
 /// Shared scratch of a file's column writers: the zstd context.
@@ -595,7 +601,10 @@ fn put_page(
 }
 
 impl ColumnWriter {
-    pub fn new(leaf: Leaf, opts: ColumnOptions) -> ColumnWriter {
+    pub fn new(leaf: Leaf, mut opts: ColumnOptions) -> ColumnWriter {
+        opts.delta &=
+            leaf.list.is_none() && matches!(leaf.physical, Physical::Int32 | Physical::Int64);
+        opts.dictionary &= !opts.delta;
         ColumnWriter {
             dictionary_on: opts.dictionary && leaf.physical != Physical::Boolean,
             leaf,
@@ -615,6 +624,7 @@ impl ColumnWriter {
             stats: Stats::default(),
             body: Vec::new(),
             levels: Vec::new(),
+            ints: Vec::new(),
         }
     }
 
@@ -750,6 +760,24 @@ impl ColumnWriter {
                 body.push(g.iter().enumerate().fold(0, |b, (k, &v)| b | v << k));
             }
             PLAIN
+        } else if self.opts.delta {
+            let wide = self.leaf.physical == Physical::Int64;
+            self.ints.clear();
+            if wide {
+                self.ints.extend(
+                    self.plain
+                        .chunks_exact(8)
+                        .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes"))),
+                );
+            } else {
+                self.ints.extend(
+                    self.plain
+                        .chunks_exact(4)
+                        .map(|b| i64::from(i32::from_le_bytes(b.try_into().expect("4 bytes")))),
+                );
+            }
+            delta::encode(&self.ints, body);
+            DELTA_BINARY_PACKED
         } else {
             body.extend_from_slice(&self.plain);
             PLAIN

@@ -1,7 +1,8 @@
 //! A Parquet file writer for Arrow record batches: the columns `etwkit export` writes (booleans,
 //! integers of every width, floats, text, binary, timestamps, and lists of those), data pages v1
 //! with RLE levels, dictionary encoding while a column chunk's dictionary stays under 1 MiB,
-//! zstd, and min/max statistics for chosen columns.
+//! DELTA_BINARY_PACKED for chosen integer columns, zstd, and min/max statistics for chosen
+//! columns.
 //!
 //! A file is `PAR1`, its row groups (each column's chunk in turn: its dictionary page, then its
 //! data pages), the footer (Thrift's compact protocol), the footer's length and `PAR1` again.
@@ -32,6 +33,7 @@
 //! ```
 
 mod column;
+mod delta;
 mod rle;
 mod thrift;
 
@@ -63,6 +65,8 @@ pub struct Options {
     pub row_group_rows: usize,
     /// Top-level columns written without a dictionary (plain).
     pub plain: HashSet<String>,
+    /// Top-level integer columns written DELTA_BINARY_PACKED (rising values: indexes, times).
+    pub delta: HashSet<String>,
     /// Top-level columns whose chunks carry min/max statistics.
     pub statistics: HashSet<String>,
     /// The footer's `created_by`.
@@ -75,6 +79,7 @@ impl Default for Options {
             zstd: Some(1),
             row_group_rows: 1 << 17,
             plain: HashSet::new(),
+            delta: HashSet::new(),
             statistics: HashSet::new(),
             created_by: format!("etwkit {}", env!("CARGO_PKG_VERSION")),
         }
@@ -111,6 +116,7 @@ impl<W: Write> FileWriter<W> {
                 let opts = ColumnOptions {
                     dictionary: !opts.plain.contains(f.name()),
                     statistics: opts.statistics.contains(f.name()),
+                    delta: opts.delta.contains(f.name()),
                 };
                 Leaf::of(f).map(|l| ColumnWriter::new(l, opts))
             })
