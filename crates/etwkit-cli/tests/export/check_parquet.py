@@ -6,7 +6,8 @@
       compares every row of every typed table DIR/*/*.parquet, and every row of events.parquet, with
       the records of `etwkit dump --format json` (DUMP.jsonl, the only file in DIR's dataset), and
       prints a JSON report: rows and values compared, mismatches, values null in Parquet but not in
-      the dump (the export counts those as unfit).
+      the dump (the export counts those as unfit), and column chunk statistics checked against
+      their row groups' values.
 """
 
 import calendar
@@ -105,6 +106,52 @@ COMMON = ["timestamp", "provider", "provider_name", "event_name", "id", "version
           "task", "keywords", "pid", "tid", "cpu", "activity_id"]
 
 
+def statistics(con, path, table, bad, rep):
+    """Checks the footer's min/max/null-count statistics of every chunk of `path` against the
+    values DuckDB reads from that row group."""
+    meta = con.sql(
+        "SELECT row_group_id, row_group_num_rows, path_in_schema, stats_min_value, stats_max_value, "
+        f"stats_null_count FROM parquet_metadata({q(path)}) ORDER BY row_group_id"
+    ).fetchall()
+    groups = {}
+    for g, n, col, lo, hi, nulls in meta:
+        groups.setdefault(g, (n, []))[1].append((col, lo, hi, nulls))
+    start = 0
+    for g in sorted(groups):
+        n, cols = groups[g]
+        cols = [c for c in cols if c[1] is not None or c[3] is not None]
+        cols = [c for c in cols if "," not in c[0]]  # list items: no statistics
+        if cols:
+            exprs = ", ".join(
+                f"min({qi(c)})::VARCHAR, max({qi(c)})::VARCHAR, count(*) - count({qi(c)})" for c, *_ in cols)
+            got = con.sql(
+                f"SELECT {exprs} FROM read_parquet({q(path)}, file_row_number=true) "
+                f"WHERE file_row_number >= {start} AND file_row_number < {start + n}").fetchall()[0]
+            for k, (c, lo, hi, nulls) in enumerate(cols):
+                rep["statistics"] += 1
+                want_lo, want_hi, want_nulls = got[3 * k:3 * k + 3]
+                for what, have, want in [("min", lo, want_lo), ("max", hi, want_hi)]:
+                    if have is None and want is None:
+                        continue
+                    if have is not None and want is not None and have != want:
+                        try:  # floats: -0.0 and 0.0, and the two formats of one number
+                            if float(have) == float(want):
+                                continue
+                        except ValueError:
+                            pass
+                    elif have is None and lo is None and hi is None:
+                        continue  # no min/max written (booleans): nothing claimed
+                    if have != want:
+                        bad(table, f"row group {g} column {c} {what} statistic", want, have)
+                if nulls is not None and nulls != want_nulls:
+                    bad(table, f"row group {g} column {c} null count", want_nulls, nulls)
+        start += n
+
+
+def qi(name):
+    return '"' + name.replace('"', '""') + '"'
+
+
 def typed(d, dump_path):
     dump = [json.loads(line) for line in open(dump_path, encoding="utf-8")]
     con = duckdb.connect()
@@ -114,6 +161,7 @@ def typed(d, dump_path):
     seen = set()
 
     rep["mismatch_count"] = 0
+    rep["statistics"] = 0
 
     def bad(where, what, dv, pv):
         rep["mismatch_count"] += 1
@@ -159,6 +207,9 @@ def typed(d, dump_path):
             for p, c in cols_for.items():
                 if p not in props and row[c] is not None:
                     bad(table, f"record {rec} column {c}", "absent", row[c])
+    # Every column chunk's statistics (min, max, null count) are its row group's own.
+    for path in [os.path.join(d, "events.parquet")] + sorted(glob.glob(os.path.join(d, "*", "*.parquet"))):
+        statistics(con, path, os.path.relpath(path, d), bad, rep)
     # events.parquet: every record, its payload, stack and properties.
     rows, types = select(con, os.path.join(d, "events.parquet"))
     rep["events_rows"] = len(rows)

@@ -447,6 +447,10 @@ struct Stats {
 
 impl Stats {
     fn observe(&mut self, physical: Physical, unsigned: bool, v: &[u8]) {
+        if is_nan(physical, v) {
+            // Parquet's float order leaves NaN out of min and max.
+            return;
+        }
         if !self.any {
             self.any = true;
             self.min.extend_from_slice(v);
@@ -461,9 +465,114 @@ impl Stats {
             self.max.extend_from_slice(v);
         }
     }
+
+    /// Observes the minimum and maximum of plain fixed-width `bytes` (`width` per value; only
+    /// the slots `valid` allows), folded as their type.
+    fn observe_fixed(
+        &mut self,
+        physical: Physical,
+        unsigned: bool,
+        width: usize,
+        bytes: &[u8],
+        valid: impl Fn(usize) -> bool,
+    ) {
+        fn fold<T: Copy + PartialOrd, const N: usize>(
+            bytes: &[u8],
+            valid: impl Fn(usize) -> bool,
+            of: impl Fn([u8; N]) -> T,
+        ) -> Option<([u8; N], [u8; N])> {
+            let mut best: Option<(T, [u8; N], T, [u8; N])> = None;
+            for (i, c) in bytes.chunks_exact(N).enumerate() {
+                if !valid(i) {
+                    continue;
+                }
+                let raw: [u8; N] = c.try_into().expect("width");
+                let v = of(raw);
+                match &mut best {
+                    None => best = Some((v, raw, v, raw)),
+                    Some((lo, lo_raw, hi, hi_raw)) => {
+                        if v < *lo {
+                            (*lo, *lo_raw) = (v, raw);
+                        } else if v > *hi {
+                            (*hi, *hi_raw) = (v, raw);
+                        }
+                    }
+                }
+            }
+            best.map(|(_, lo, _, hi)| (lo, hi))
+        }
+        let mut put = |lo: &[u8], hi: &[u8]| {
+            self.observe(physical, unsigned, lo);
+            self.observe(physical, unsigned, hi);
+        };
+        match (physical, width) {
+            (Physical::Int32, 4) if unsigned => {
+                if let Some((lo, hi)) = fold(bytes, valid, u32::from_le_bytes) {
+                    put(&lo, &hi)
+                }
+            }
+            (Physical::Int32, 4) => {
+                if let Some((lo, hi)) = fold(bytes, valid, i32::from_le_bytes) {
+                    put(&lo, &hi)
+                }
+            }
+            (Physical::Int64, 8) if unsigned => {
+                if let Some((lo, hi)) = fold(bytes, valid, u64::from_le_bytes) {
+                    put(&lo, &hi)
+                }
+            }
+            (Physical::Int64, 8) => {
+                if let Some((lo, hi)) = fold(bytes, valid, i64::from_le_bytes) {
+                    put(&lo, &hi)
+                }
+            }
+            _ => {
+                for (i, c) in bytes.chunks_exact(width).enumerate() {
+                    if valid(i) {
+                        self.observe(physical, unsigned, c);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The minimum and maximum as the footer gives them: a float zero is -0.0 as a minimum and
+    /// +0.0 as a maximum (Parquet's rule, since the two compare equal).
+    fn bounds(&self, physical: Physical) -> (Vec<u8>, Vec<u8>) {
+        let (mut lo, mut hi) = (self.min.clone(), self.max.clone());
+        match physical {
+            Physical::Float if lo.len() == 4 => {
+                if f32::from_le_bytes(lo[..].try_into().expect("4")) == 0.0 {
+                    lo = (-0.0f32).to_le_bytes().to_vec();
+                }
+                if f32::from_le_bytes(hi[..].try_into().expect("4")) == 0.0 {
+                    hi = 0.0f32.to_le_bytes().to_vec();
+                }
+            }
+            Physical::Double if lo.len() == 8 => {
+                if f64::from_le_bytes(lo[..].try_into().expect("8")) == 0.0 {
+                    lo = (-0.0f64).to_le_bytes().to_vec();
+                }
+                if f64::from_le_bytes(hi[..].try_into().expect("8")) == 0.0 {
+                    hi = 0.0f64.to_le_bytes().to_vec();
+                }
+            }
+            _ => {}
+        }
+        (lo, hi)
+    }
 }
 
-/// Whether `a < b` for plain values of `physical` (`unsigned`: integers as unsigned).
+fn is_nan(physical: Physical, v: &[u8]) -> bool {
+    match (physical, v.len()) {
+        (Physical::Float, 4) => f32::from_le_bytes(v.try_into().expect("4")).is_nan(),
+        (Physical::Double, 8) => f64::from_le_bytes(v.try_into().expect("8")).is_nan(),
+        _ => false,
+    }
+}
+
+/// Whether `a < b` for plain values of `physical` (`unsigned`: integers as unsigned; byte
+/// arrays compare as unsigned bytes, floats as numbers).
 fn less(physical: Physical, unsigned: bool, a: &[u8], b: &[u8]) -> bool {
     match (physical, a.len()) {
         (Physical::Int32, 4) if unsigned => {
@@ -477,6 +586,12 @@ fn less(physical: Physical, unsigned: bool, a: &[u8], b: &[u8]) -> bool {
         }
         (Physical::Int64, 8) => {
             i64::from_le_bytes(a.try_into().unwrap()) < i64::from_le_bytes(b.try_into().unwrap())
+        }
+        (Physical::Float, 4) => {
+            f32::from_le_bytes(a.try_into().unwrap()) < f32::from_le_bytes(b.try_into().unwrap())
+        }
+        (Physical::Double, 8) => {
+            f64::from_le_bytes(a.try_into().unwrap()) < f64::from_le_bytes(b.try_into().unwrap())
         }
         _ => a < b,
     }
@@ -513,8 +628,9 @@ impl Chunk {
             w.begin(Some(12));
             w.i64(3, s.nulls);
             if s.any {
-                w.binary(5, &s.max);
-                w.binary(6, &s.min);
+                let (lo, hi) = s.bounds(leaf.physical);
+                w.binary(5, &hi);
+                w.binary(6, &lo);
             }
             w.end();
         }
@@ -639,14 +755,15 @@ impl ColumnWriter {
             return;
         }
         let s = v.slot(i);
+        let bytes = self.leaf.physical == Physical::ByteArray;
+        if self.dictionary_on {
+            // Statistics come from the dictionary's distinct values when the chunk ends.
+            self.indices.push(self.dictionary.index(s, bytes));
+            return;
+        }
         if self.opts.statistics {
             self.stats
                 .observe(self.leaf.physical, self.leaf.unsigned, s);
-        }
-        let bytes = self.leaf.physical == Physical::ByteArray;
-        if self.dictionary_on {
-            self.indices.push(self.dictionary.index(s, bytes));
-            return;
         }
         if bytes {
             self.plain
@@ -661,16 +778,50 @@ impl ColumnWriter {
             None => {
                 let v = Values::of(a.as_ref())?;
                 let nulls = a.logical_nulls().filter(|n| n.null_count() > 0);
-                if let (None, Values::Fixed { width, bytes }) = (&nulls, &v) {
-                    if !self.dictionary_on && !self.opts.statistics {
-                        // No nulls, plain: the values as they are.
-                        if self.leaf.max_def > 0 {
-                            self.def.resize(self.def.len() + a.len(), 1);
-                        }
-                        self.plain.extend_from_slice(&bytes[..a.len() * width]);
-                        self.page_entries += a.len();
-                        return Ok(());
+                if let Values::Fixed { width, bytes } = &v {
+                    // Fixed-width values: statistics folded as their type over the batch, then
+                    // the values as they are (plain) or their dictionary indexes.
+                    let (width, n) = (*width, a.len());
+                    let bytes = &bytes[..n * width];
+                    let valid = |i: usize| nulls.as_ref().is_none_or(|m| m.is_valid(i));
+                    if self.opts.statistics && !self.dictionary_on {
+                        self.stats.observe_fixed(
+                            self.leaf.physical,
+                            self.leaf.unsigned,
+                            width,
+                            bytes,
+                            valid,
+                        );
                     }
+                    if self.leaf.max_def > 0 {
+                        match &nulls {
+                            None => self.def.resize(self.def.len() + n, 1),
+                            Some(m) => self.def.extend((0..n).map(|i| m.is_valid(i) as u8)),
+                        }
+                    }
+                    self.stats.nulls += nulls.as_ref().map_or(0, |m| m.null_count()) as i64;
+                    match (&nulls, self.dictionary_on) {
+                        (None, false) => self.plain.extend_from_slice(bytes),
+                        (None, true) => {
+                            for c in bytes.chunks_exact(width) {
+                                self.indices.push(self.dictionary.index(c, false));
+                            }
+                        }
+                        (Some(m), dictionary) => {
+                            for (i, c) in bytes.chunks_exact(width).enumerate() {
+                                if !m.is_valid(i) {
+                                    continue;
+                                }
+                                if dictionary {
+                                    self.indices.push(self.dictionary.index(c, false));
+                                } else {
+                                    self.plain.extend_from_slice(c);
+                                }
+                            }
+                        }
+                    }
+                    self.page_entries += n;
+                    return self.dictionary_limit(c);
                 }
                 for i in 0..a.len() {
                     let valid = nulls.as_ref().is_none_or(|n| n.is_valid(i));
@@ -693,6 +844,10 @@ impl ColumnWriter {
                 let list_nulls = l.logical_nulls();
                 let offsets = l.value_offsets();
                 let base = self.leaf.optional as u8;
+                let bulk = item_nulls.as_ref().is_none_or(|n| n.null_count() == 0)
+                    && !self.dictionary_on
+                    && !self.opts.statistics
+                    && !matches!(v, Values::Bool(_));
                 for i in 0..l.len() {
                     if list_nulls.as_ref().is_some_and(|n| n.is_null(i)) {
                         self.def.push(0);
@@ -706,6 +861,30 @@ impl ColumnWriter {
                         self.def.push(base);
                         self.rep.push(0);
                         self.page_entries += 1;
+                        continue;
+                    }
+                    if bulk {
+                        // Items all present, plain, no statistics: the list's levels and values
+                        // in runs.
+                        self.rep.push(0);
+                        self.rep.resize(self.rep.len() + b - a - 1, 1);
+                        self.def
+                            .resize(self.def.len() + b - a, self.leaf.max_def as u8);
+                        match &v {
+                            Values::Fixed { width, bytes } => {
+                                self.plain.extend_from_slice(&bytes[a * width..b * width])
+                            }
+                            Values::Bytes { offsets, data } => {
+                                for k in a..b {
+                                    let (x, y) = (offsets[k] as usize, offsets[k + 1] as usize);
+                                    self.plain
+                                        .extend_from_slice(&((y - x) as u32).to_le_bytes());
+                                    self.plain.extend_from_slice(&data[x..y]);
+                                }
+                            }
+                            Values::Bool(_) => unreachable!("no bulk path for booleans"),
+                        }
+                        self.page_entries += b - a;
                         continue;
                     }
                     for k in a..b {
@@ -723,8 +902,13 @@ impl ColumnWriter {
                 }
             }
         }
+        self.dictionary_limit(c)
+    }
+
+    /// Once the chunk's dictionary outgrew [`DICTIONARY_LIMIT`]: pages written so far keep their
+    /// indices, the rest of the chunk goes plain.
+    fn dictionary_limit(&mut self, c: &mut Compressor) -> Result<(), Error> {
         if self.dictionary_on && self.dictionary.plain.len() > DICTIONARY_LIMIT {
-            // Pages written so far keep their indices; the rest of the chunk goes plain.
             self.flush_page(c)?;
             self.dictionary_on = false;
         }
@@ -841,13 +1025,95 @@ impl ColumnWriter {
         chunk.pages.extend_from_slice(&data);
         chunk.encodings.sort_unstable();
         chunk.encodings.dedup();
-        let stats = std::mem::take(&mut self.stats);
+        let mut stats = std::mem::take(&mut self.stats);
         if self.opts.statistics {
+            // Values that went to the dictionary were not observed one by one.
+            for &(a, b) in &self.dictionary.spans {
+                stats.observe(
+                    self.leaf.physical,
+                    self.leaf.unsigned,
+                    &self.dictionary.plain[a as usize..b as usize],
+                );
+            }
             chunk.statistics = Some(stats);
         }
         self.dictionary = Dictionary::default();
         self.dictionary_on = self.opts.dictionary && self.leaf.physical != Physical::Boolean;
         self.dictionary_pages = 0;
         Ok(chunk)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounds_of(
+        physical: Physical,
+        unsigned: bool,
+        width: usize,
+        bytes: &[u8],
+    ) -> (Vec<u8>, Vec<u8>) {
+        let mut s = Stats::default();
+        s.observe_fixed(physical, unsigned, width, bytes, |_| true);
+        s.bounds(physical)
+    }
+
+    #[test]
+    fn statistics_order_values_as_their_type() {
+        let f: Vec<u8> = [1.5f64, f64::NAN, -2.0, 0.0, 300.25]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let (lo, hi) = bounds_of(Physical::Double, false, 8, &f);
+        assert_eq!(lo, (-2.0f64).to_le_bytes());
+        assert_eq!(hi, 300.25f64.to_le_bytes());
+        // A zero minimum is written -0.0, a zero maximum +0.0; NaN is left out.
+        let f: Vec<u8> = [0.0f32, f32::NAN, -0.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let (lo, hi) = bounds_of(Physical::Float, false, 4, &f);
+        assert_eq!(lo, (-0.0f32).to_le_bytes());
+        assert_eq!(hi, 0.0f32.to_le_bytes());
+        let i: Vec<u8> = [5i32, -7, 0x7fff_ffff]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(
+            bounds_of(Physical::Int32, false, 4, &i),
+            (
+                (-7i32).to_le_bytes().to_vec(),
+                0x7fff_ffffi32.to_le_bytes().to_vec()
+            )
+        );
+        // As unsigned, -7 is 0xfffffff9: the maximum.
+        assert_eq!(
+            bounds_of(Physical::Int32, true, 4, &i),
+            (5i32.to_le_bytes().to_vec(), (-7i32).to_le_bytes().to_vec())
+        );
+        // No values, no bounds; nulls' slots are skipped.
+        let mut s = Stats::default();
+        s.observe_fixed(Physical::Int64, false, 8, &[], |_| true);
+        assert!(!s.any);
+        let mut s = Stats::default();
+        let l: Vec<u8> = [9i64, -100, 3]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        s.observe_fixed(Physical::Int64, false, 8, &l, |k| k != 1);
+        assert_eq!(
+            s.bounds(Physical::Int64),
+            (3i64.to_le_bytes().to_vec(), 9i64.to_le_bytes().to_vec())
+        );
+        // Text compares as unsigned bytes.
+        let mut s = Stats::default();
+        for t in ["b", "\u{e9}", "a"] {
+            s.observe(Physical::ByteArray, false, t.as_bytes());
+        }
+        assert_eq!(
+            s.bounds(Physical::ByteArray),
+            (b"a".to_vec(), "\u{e9}".as_bytes().to_vec())
+        );
     }
 }
