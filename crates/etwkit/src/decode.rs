@@ -858,14 +858,44 @@ impl Decoder {
         &self,
         r: &crate::etl::Record<'_>,
         v: &mut V,
+        restart: impl FnMut(&mut V),
+        want_stack: bool,
+    ) -> DecodedEvent {
+        self.decode_etl_visit_memo(r, v, restart, want_stack, &mut NoMemo)
+    }
+
+    /// [`Decoder::decode_etl_visit`] with a memo of walks: a walk straight from the payload is
+    /// first asked of `memo` (which replays what the visitor wrote for the same layout and
+    /// payload bytes), and a walk that fits is offered to it. The event returned is the same.
+    pub fn decode_etl_visit_memo<V: PropertyVisitor, M: WalkMemo<V>>(
+        &self,
+        r: &crate::etl::Record<'_>,
+        v: &mut V,
         mut restart: impl FnMut(&mut V),
         want_stack: bool,
+        memo: &mut M,
     ) -> DecodedEvent {
         let rec = &r.event;
         if let Some((schema, plan)) = self.layout_route(rec) {
             if !plan.fields.is_empty() {
+                let key = WalkKey {
+                    layout: plan.id,
+                    pointer_size: rec.pointer_size,
+                    payload: &rec.payload,
+                };
+                if let Some([pid, tid]) = memo.replay(&key, v) {
+                    let ids = plan::PayloadIds {
+                        pid,
+                        tid,
+                        path: None,
+                    };
+                    return self.walked(rec, &schema, &plan, &ids, want_stack);
+                }
                 match plan.visit(&rec.payload, rec.pointer_size, v) {
                     Ok((used, ids)) if used == rec.payload.len() => {
+                        if ids.path.is_none() {
+                            memo.keep(&key, v, [ids.pid, ids.tid]);
+                        }
                         return self.walked(rec, &schema, &plan, &ids, want_stack);
                     }
                     _ => restart(v),
@@ -899,6 +929,38 @@ impl Decoder {
         }
         ev
     }
+}
+
+/// What identifies a walk's output: the layout, the pointer size it read with and the payload.
+pub struct WalkKey<'p> {
+    /// The layout's id (distinct per layout within a decoder).
+    pub layout: u64,
+    pub pointer_size: u8,
+    pub payload: &'p [u8],
+}
+
+/// A memo of what a [`PropertyVisitor`] wrote for payloads met before
+/// ([`Decoder::decode_etl_visit_memo`]): a layout's visitor calls are a function of the key, so
+/// a caller whose visitor only appends to buffers can keep them and copy them back.
+pub trait WalkMemo<V> {
+    /// If the walk of `key` was kept: writes its output into `v` (as the walk would have) and
+    /// returns the pid and tid the payload named.
+    fn replay(&mut self, key: &WalkKey<'_>, v: &mut V) -> Option<[Option<u64>; 2]>;
+    /// Offers the walk of `key` that just wrote into `v` (a walk that fit the payload and named
+    /// no file path), with the pid and tid the payload named.
+    fn keep(&mut self, key: &WalkKey<'_>, v: &V, ids: [Option<u64>; 2]);
+}
+
+/// No memo: every walk is done.
+pub struct NoMemo;
+
+impl<V> WalkMemo<V> for NoMemo {
+    #[inline]
+    fn replay(&mut self, _: &WalkKey<'_>, _: &mut V) -> Option<[Option<u64>; 2]> {
+        None
+    }
+    #[inline]
+    fn keep(&mut self, _: &WalkKey<'_>, _: &V, _: [Option<u64>; 2]) {}
 }
 
 /// The stack of `rec`: its EVENT_HEADER stack item, with kernel StackWalk frames from `index`

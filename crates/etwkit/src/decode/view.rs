@@ -172,7 +172,7 @@ struct Layout {
 /// are all different at first may repeat later (perfview_net.4.5.x86.etl's first 64
 /// GCAllocationTick events carry 64 distinct payloads, its 52,698 only 286).
 #[derive(Default)]
-struct MemoGate {
+pub(crate) struct MemoGate {
     tries: std::cell::Cell<u32>,
     hits: std::cell::Cell<u32>,
     /// Records not asked for since the gate closed.
@@ -183,7 +183,7 @@ const MEMO_TRIAL: u32 = 64;
 const MEMO_REST: u32 = 1024;
 
 impl MemoGate {
-    fn open(&self) -> bool {
+    pub(crate) fn open(&self) -> bool {
         let t = self.tries.get();
         if t < MEMO_TRIAL || self.hits.get() * 4 >= t {
             return true;
@@ -200,7 +200,7 @@ impl MemoGate {
         true
     }
 
-    fn note(&self, hit: bool) {
+    pub(crate) fn note(&self, hit: bool) {
         self.tries.set(self.tries.get().saturating_add(1));
         self.hits.set(self.hits.get() + hit as u32);
     }
@@ -232,7 +232,7 @@ struct MemoSlot {
 
 const MEMO_SLOTS: usize = 1024;
 /// Larger payloads are not kept (the memo's memory stays under a few MB per thread).
-const MEMO_MAX_PAYLOAD: usize = 1024;
+pub(crate) const MEMO_MAX_PAYLOAD: usize = 1024;
 
 impl Memo {
     fn slot_of(plan: u64, pointer_size: u8, payload: &[u8]) -> usize {

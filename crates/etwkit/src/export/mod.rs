@@ -4,7 +4,8 @@
 //! - `arrow` (feature `arrow`): decoded events as Arrow record batches; `typed`, one event type's
 //!   properties as typed columns.
 //! - `parquet` (feature `parquet`): decoded events as a Parquet dataset (DuckDB, Spark); `rows`
-//!   and `tape` carry decoded records between its threads as bytes; `pq` writes the files.
+//!   and `tape` carry decoded records between its threads as bytes, `memo` spares repeated
+//!   payloads their walk; `pq` writes the files.
 //! - `pprof` (feature `pprof`): a heap report as a pprof profile.
 //! - `flamegraph` (feature `flamegraph`): a heap report's outstanding bytes as a flame graph (SVG).
 
@@ -12,6 +13,8 @@
 pub mod arrow;
 #[cfg(feature = "flamegraph")]
 pub mod flamegraph;
+#[cfg(feature = "parquet")]
+pub mod memo;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 pub mod pcapng;

@@ -21,6 +21,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
 
 use super::arrow::{Columns, EventColumns, Row, TypedColumns};
+use super::memo::Memo;
 use super::pq::{self, FileWriter, Options};
 use super::rows;
 use super::tape::TapeWriter;
@@ -483,8 +484,8 @@ impl TypedThread {
         Ok(())
     }
 
-    /// As [`TypedThread::push`], for a record as the decode threads encoded it (its bytes are
-    /// copied as they are).
+    /// As [`TypedThread::push`], for a record as the decode threads encoded it (its common
+    /// fields' bytes and its tape are copied as they are).
     fn push_raw(
         &mut self,
         file: &str,
@@ -498,7 +499,7 @@ impl TypedThread {
             self.send()?;
             self.file = Arc::from(file);
         }
-        rows::copy_with_record(&mut self.chunk, rec.raw, record);
+        rows::copy_for_tables(&mut self.chunk, rec, record);
         if self.chunk.len() >= TYPED_CHUNK_BYTES {
             self.send()?;
         }
@@ -683,15 +684,22 @@ impl DatasetWriter {
         let want_stack = events.cols.wants_stack();
         let mut err = None;
         let mut record = 0u64;
-        type State = (Vec<u8>, String, TapeWriter);
+        type State = (Vec<u8>, String, TapeWriter, Memo);
         let rendered = file.par_render_vectored(
             Order::Time,
             crate::etl::parallel::default_threads(),
-            || -> State { (Vec::with_capacity(1024), String::new(), TapeWriter::new()) },
-            |(json, scratch, tape): &mut State, r, out| {
+            || -> State {
+                (
+                    Vec::with_capacity(1024),
+                    String::new(),
+                    TapeWriter::new(),
+                    Memo::default(),
+                )
+            },
+            |(json, scratch, tape, memo): &mut State, r, out| {
                 json.clear();
                 tape.clear();
-                let d = decoder.decode_etl_visit(
+                let d = decoder.decode_etl_visit_memo(
                     r,
                     &mut Tee(JsonProps::new(json, scratch), &mut *tape),
                     |t| {
@@ -699,6 +707,7 @@ impl DatasetWriter {
                         t.1.clear();
                     },
                     want_stack,
+                    memo,
                 );
                 rows::encode(out, &r.event, &d, want_stack, json, tape.tape());
                 true

@@ -139,13 +139,22 @@ pub struct Decoded<'a> {
     pub tape: &'a [u8],
     /// The record's bytes as [`encode`] wrote them.
     pub raw: &'a [u8],
+    /// Where in `raw` the common fields end (the payload follows).
+    names_end: usize,
 }
 
-/// Appends a record's bytes (`raw` of a [`Decoded`]) to `out` with its index set to `record`.
-pub fn copy_with_record(out: &mut Vec<u8>, raw: &[u8], record: u64) {
+/// Appends a record's common fields and tape (no payload, stack or JSON text: what the typed
+/// tables take) to `out`, with its index set to `record`. The common fields are copied as encoded.
+pub fn copy_for_tables(out: &mut Vec<u8>, rec: &Decoded<'_>, record: u64) {
     let at = out.len();
-    out.extend_from_slice(raw);
+    out.extend_from_slice(&rec.raw[..rec.names_end]);
     out[at + 4..at + 12].copy_from_slice(&record.to_ne_bytes());
+    put_bytes(out, &[]);
+    out.extend_from_slice(&NONE.to_ne_bytes());
+    put_bytes(out, &[]);
+    put_bytes(out, rec.tape);
+    let len = (out.len() - at) as u32;
+    out[at..at + 4].copy_from_slice(&len.to_ne_bytes());
 }
 
 struct Cur<'a> {
@@ -244,6 +253,7 @@ pub fn for_each<'a>(buf: &'a [u8], mut f: impl FnMut(Decoded<'a>) -> bool) {
         let event_name = c.opt_str(l1);
         let task_name = c.opt_str(l2);
         let opcode_name = c.opt_str(l3);
+        let names_end = c.at;
         let payload = c.bytes();
         let n = c.u32();
         let stack = (n != NONE).then(|| StackRef::Bytes(c.take(n as usize * 8)));
@@ -279,6 +289,7 @@ pub fn for_each<'a>(buf: &'a [u8], mut f: impl FnMut(Decoded<'a>) -> bool) {
             json,
             tape,
             raw: rec,
+            names_end,
         }) {
             return;
         }

@@ -67,6 +67,12 @@ impl TapeWriter {
         &self.out
     }
 
+    /// Appends a whole tape written before (a walk's output replayed; nothing may be open).
+    pub fn push_tape(&mut self, tape: &[u8]) {
+        debug_assert!(self.open.is_empty());
+        self.out.extend_from_slice(tape);
+    }
+
     fn op(&mut self, tag: u8) {
         self.out.push(tag);
     }

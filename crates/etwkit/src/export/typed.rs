@@ -446,6 +446,109 @@ fn append_null(kind: &Kind, b: &mut dyn ArrayBuilder) {
     }
 }
 
+/// Whether bit `i` of a validity bitmap (none: all valid) is set.
+fn valid_at(bits: Option<&[u8]>, i: usize) -> bool {
+    bits.is_none_or(|b| b[i / 8] >> (i % 8) & 1 == 1)
+}
+
+fn copy_primitive<T: arrow_array::ArrowPrimitiveType>(b: &mut dyn ArrayBuilder, i: usize) {
+    let b = down::<arrow_array::builder::PrimitiveBuilder<T>>(b);
+    if valid_at(b.validity_slice(), i) {
+        let v = b.values_slice()[i];
+        b.append_value(v);
+    } else {
+        b.append_null();
+    }
+}
+
+fn copy_bytes<T: arrow_array::types::ByteArrayType<Offset = i32>>(
+    b: &mut dyn ArrayBuilder,
+    i: usize,
+    scratch: &mut Vec<u8>,
+) -> Option<(usize, usize)> {
+    let b = down::<arrow_array::builder::GenericByteBuilder<T>>(b);
+    if !valid_at(b.validity_slice(), i) {
+        b.append_null();
+        return None;
+    }
+    let o = b.offsets_slice();
+    let (x, y) = (o[i] as usize, o[i + 1] as usize);
+    scratch.clear();
+    scratch.extend_from_slice(&b.values_slice()[x..y]);
+    Some((x, y))
+}
+
+/// Appends a copy of element `i` of `b` (a builder of `kind`) to it: a row's value repeated.
+fn copy_elem(kind: &Kind, b: &mut dyn ArrayBuilder, i: usize, scratch: &mut Vec<u8>) {
+    use arrow_array::types::*;
+    match kind {
+        Kind::Bool => {
+            let b = down::<BooleanBuilder>(b);
+            if valid_at(b.validity_slice(), i) {
+                let v = valid_at(Some(b.values_slice()), i);
+                b.append_value(v);
+            } else {
+                b.append_null();
+            }
+        }
+        Kind::I64 => copy_primitive::<Int64Type>(b, i),
+        Kind::U64 => copy_primitive::<UInt64Type>(b, i),
+        Kind::U16 => copy_primitive::<UInt16Type>(b, i),
+        Kind::U32 => copy_primitive::<UInt32Type>(b, i),
+        Kind::F32 => copy_primitive::<Float32Type>(b, i),
+        Kind::F64 => copy_primitive::<Float64Type>(b, i),
+        Kind::FileTime => copy_primitive::<TimestampNanosecondType>(b, i),
+        Kind::SystemTime => copy_primitive::<TimestampMillisecondType>(b, i),
+        Kind::Str | Kind::Json => {
+            if copy_bytes::<Utf8Type>(b, i, scratch).is_some() {
+                // Copied from a string the builder holds: valid UTF-8.
+                let s = std::str::from_utf8(scratch).expect("a string's bytes");
+                down::<StringBuilder>(b).append_value(s);
+            }
+        }
+        Kind::Binary => {
+            if copy_bytes::<BinaryType>(b, i, scratch).is_some() {
+                down::<BinaryBuilder>(b).append_value(&scratch[..]);
+            }
+        }
+        Kind::List(k) => {
+            let lb = down::<ListBuilder<Box<dyn ArrayBuilder>>>(b);
+            if !valid_at(lb.validity_slice(), i) {
+                lb.append(false);
+                return;
+            }
+            let o = lb.offsets_slice();
+            let (x, y) = (o[i] as usize, o[i + 1] as usize);
+            if **k == Kind::Str {
+                // Lists of text (stacks' frames): the items' bytes in one copy.
+                let sb = down::<StringBuilder>(lb.values().as_mut());
+                let (vo, vb) = (sb.offsets_slice(), sb.values_slice());
+                let all_valid = sb
+                    .validity_slice()
+                    .is_none_or(|_| (x..y).all(|j| valid_at(sb.validity_slice(), j)));
+                if all_valid {
+                    let base = vo[x] as usize;
+                    scratch.clear();
+                    scratch.extend_from_slice(&vb[base..vo[y] as usize]);
+                    let ends: Vec<usize> = (x..y).map(|j| vo[j + 1] as usize - base).collect();
+                    let text = std::str::from_utf8(scratch).expect("strings' bytes");
+                    let mut from = 0;
+                    for e in ends {
+                        sb.append_value(&text[from..e]);
+                        from = e;
+                    }
+                    lb.append(true);
+                    return;
+                }
+            }
+            for j in x..y {
+                copy_elem(k, lb.values().as_mut(), j, scratch);
+            }
+            lb.append(true);
+        }
+    }
+}
+
 /// The kinds a value map's unnamed values take (integers; booleans for a mapped BOOLEAN).
 fn takes_unnamed(k: &Kind) -> bool {
     matches!(
@@ -669,6 +772,14 @@ pub struct TypedColumns {
     /// Values written as null because they did not fit their column (or named a property first
     /// seen after the columns were fixed).
     pub unfit: u64,
+    /// The last row's tape while rows of this type repeat their predecessor's properties (a
+    /// .NET trace's ClrStackWalk events: 96% do): such a row copies the last row's values
+    /// instead of reading its tape. `None` (or empty) when the last row's was not kept.
+    last: Option<Vec<u8>>,
+    /// Values the last row added to `unfit`.
+    last_unfit: u64,
+    repeats: crate::decode::view::MemoGate,
+    copy: Vec<u8>,
 }
 
 impl Default for TypedColumns {
@@ -692,6 +803,10 @@ impl TypedColumns {
             fields: Vec::new(),
             tape: TapeWriter::new(),
             unfit: 0,
+            last: None,
+            last_unfit: 0,
+            repeats: Default::default(),
+            copy: Vec::new(),
         }
     }
 
@@ -726,7 +841,33 @@ impl TypedColumns {
                     self.fix_columns();
                 }
             }
-            Some(_) => self.append_props(tape),
+            Some(_) => {
+                if !self.repeats.open() {
+                    // The rows go by unremembered: the next comparison must not use `last`.
+                    self.last = None;
+                    return self.append_props(tape);
+                }
+                let rows = self.common.rows();
+                let last = self.last.get_or_insert_with(Vec::new);
+                // `last` is the previous row's tape and the builders hold that row (`rows`
+                // counts this one's common columns: the batch has one before it).
+                let repeat = rows >= 2 && !last.is_empty() && last.as_slice() == tape;
+                self.repeats.note(repeat);
+                if repeat {
+                    let TypedColumns { columns, copy, .. } = self;
+                    for c in columns.as_mut().expect("columns fixed") {
+                        let last = c.builder.len() - 1;
+                        copy_elem(&c.kind, c.builder.as_mut(), last, copy);
+                    }
+                    self.unfit += self.last_unfit;
+                    return;
+                }
+                last.clear();
+                last.extend_from_slice(tape);
+                let before = self.unfit;
+                self.append_props(tape);
+                self.last_unfit = self.unfit - before;
+            }
         }
     }
 
@@ -996,6 +1137,101 @@ mod tests {
             let mut s = String::new();
             push_hex(&mut s, v);
             assert_eq!(s, format!("{v:#x}"));
+        }
+    }
+
+    #[test]
+    fn copied_elements_equal_their_originals() {
+        let kinds = [
+            Kind::Bool,
+            Kind::I64,
+            Kind::U64,
+            Kind::U16,
+            Kind::U32,
+            Kind::F32,
+            Kind::F64,
+            Kind::Str,
+            Kind::Binary,
+            Kind::FileTime,
+            Kind::SystemTime,
+            Kind::List(Box::new(Kind::Str)),
+            Kind::List(Box::new(Kind::U64)),
+        ];
+        let values = |k: &Kind| -> Vec<Option<Value>> {
+            match k {
+                Kind::Bool => vec![Some(Value::Bool(true)), None, Some(Value::Bool(false))],
+                Kind::I64 => vec![Some(Value::I64(-7)), None, Some(Value::I64(i64::MAX))],
+                Kind::U64 => vec![Some(Value::U64(9)), None, Some(Value::U64(u64::MAX))],
+                Kind::U16 => vec![Some(Value::Port(443)), None, Some(Value::Port(0))],
+                Kind::U32 => vec![
+                    Some(Value::Win32Error(5)),
+                    None,
+                    Some(Value::NtStatus(0xc000_0022)),
+                ],
+                Kind::F32 => vec![Some(Value::F32(1.5)), None, Some(Value::F32(-0.0))],
+                Kind::F64 => vec![Some(Value::F64(1.5)), None, Some(Value::F64(-0.0))],
+                Kind::Str => vec![
+                    Some(Value::String("é1".into())),
+                    None,
+                    Some(Value::String("".into())),
+                ],
+                Kind::Binary => vec![
+                    Some(Value::Binary(vec![0, 255])),
+                    None,
+                    Some(Value::Binary(vec![])),
+                ],
+                Kind::FileTime => vec![Some(Value::FileTime(FILETIME_UNIX_EPOCH + 10)), None],
+                Kind::SystemTime => vec![
+                    Some(Value::SystemTime([2021, 9, 4, 9, 14, 59, 36, 671])),
+                    None,
+                ],
+                Kind::List(_) => vec![
+                    Some(Value::Array(vec![
+                        Value::Pointer(0x10),
+                        Value::Pointer(0xfffe),
+                    ])),
+                    None,
+                    Some(Value::Array(vec![])),
+                    Some(Value::Array(vec![Value::Pointer(1)])),
+                ],
+                Kind::Json => unreachable!(),
+            }
+        };
+        for k in &kinds {
+            let vs = values(k);
+            let k_items = match k {
+                Kind::List(i) if **i == Kind::U64 => vs
+                    .iter()
+                    .map(|v| {
+                        v.as_ref().map(|v| match v {
+                            Value::Array(a) => Value::Array(
+                                a.iter()
+                                    .map(|p| match p {
+                                        Value::Pointer(x) => Value::U64(*x),
+                                        o => o.clone(),
+                                    })
+                                    .collect(),
+                            ),
+                            o => o.clone(),
+                        })
+                    })
+                    .collect(),
+                _ => vs,
+            };
+            let mut b = k.builder();
+            let mut s = String::new();
+            for v in &k_items {
+                assert!(append(k, b.as_mut(), v.as_ref(), &mut s), "{k:?} {v:?}");
+            }
+            let n = k_items.len();
+            let mut copy = Vec::new();
+            for i in 0..n {
+                copy_elem(k, b.as_mut(), i, &mut copy);
+            }
+            let a = b.finish();
+            assert_eq!(a.len(), 2 * n, "{k:?}");
+            assert_eq!(a.slice(0, n).to_data(), a.slice(n, n).to_data(), "{k:?}");
+            assert!(a.null_count() == 2, "{k:?}: {a:?}");
         }
     }
 

@@ -431,6 +431,16 @@ impl<'b> JsonProps<'b> {
     pub fn clear(&mut self) {
         self.out.clear();
     }
+
+    /// The buffer's text.
+    pub fn text(&self) -> &[u8] {
+        self.out
+    }
+
+    /// Appends text written before (a walk's output replayed).
+    pub fn push_text(&mut self, text: &[u8]) {
+        self.out.extend_from_slice(text);
+    }
 }
 
 impl PropertyVisitor for JsonProps<'_> {
