@@ -599,8 +599,14 @@ fn less(physical: Physical, unsigned: bool, a: &[u8], b: &[u8]) -> bool {
 
 /// A finished column chunk: its pages and what the footer says of it.
 pub struct Chunk {
-    pub pages: Vec<u8>,
-    /// Offsets within `pages` of the dictionary page (when there is one) and the first data page.
+    /// The dictionary page (empty without one), then the data pages: written one after the
+    /// other, then handed back ([`ColumnWriter::recycle`]).
+    pub dictionary: Vec<u8>,
+    pub data: Vec<u8>,
+    /// Bytes of both.
+    pub size: u64,
+    /// Offsets within the chunk of the dictionary page (when there is one) and the first data
+    /// page.
     pub dictionary_page: Option<usize>,
     pub data_page: usize,
     pub num_values: i64,
@@ -619,7 +625,7 @@ impl Chunk {
         w.i32(4, if zstd { 6 } else { 0 });
         w.i64(5, self.num_values);
         w.i64(6, self.uncompressed);
-        w.i64(7, self.pages.len() as i64);
+        w.i64(7, self.size as i64);
         w.i64(9, (at + self.data_page as u64) as i64);
         if let Some(d) = self.dictionary_page {
             w.i64(11, (at + d as u64) as i64);
@@ -663,16 +669,17 @@ pub struct ColumnWriter {
     num_values: i64,
     uncompressed: i64,
     stats: Stats,
+}
+
+/// Shared scratch of a file's column writers: the zstd context, the compressed page, and the
+/// page body being encoded (one for all columns: a column keeps only its values between pages).
+pub struct Compressor {
+    zstd: Option<zstd::bulk::Compressor<'static>>,
+    out: Vec<u8>,
     body: Vec<u8>,
     levels: Vec<u8>,
     /// A delta-encoded page's values.
     ints: Vec<i64>,
-}
-
-/// Shared scratch of a file's column writers: the zstd context.
-pub struct Compressor {
-    zstd: Option<zstd::bulk::Compressor<'static>>,
-    out: Vec<u8>,
 }
 
 impl Compressor {
@@ -683,6 +690,9 @@ impl Compressor {
                 None => None,
             },
             out: Vec::new(),
+            body: Vec::new(),
+            levels: Vec::new(),
+            ints: Vec::new(),
         })
     }
     pub fn is_zstd(&self) -> bool {
@@ -693,16 +703,17 @@ impl Compressor {
 /// Appends a page: its header (with `header`'s specific part) and its body, compressed.
 fn put_page(
     pages: &mut Vec<u8>,
-    c: &mut Compressor,
+    zstd: &mut Option<zstd::bulk::Compressor<'static>>,
+    out: &mut Vec<u8>,
     body: &[u8],
     header: impl FnOnce(&mut thrift::Writer),
 ) -> Result<i64, Error> {
-    let compressed: &[u8] = match &mut c.zstd {
+    let compressed: &[u8] = match zstd {
         Some(z) => {
-            c.out.clear();
-            c.out.reserve(zstd::zstd_safe::compress_bound(body.len()));
-            z.compress_to_buffer(body, &mut c.out).map_err(Error::Io)?;
-            &c.out
+            out.clear();
+            out.reserve(zstd::zstd_safe::compress_bound(body.len()));
+            z.compress_to_buffer(body, out).map_err(Error::Io)?;
+            out
         }
         None => body,
     };
@@ -738,9 +749,6 @@ impl ColumnWriter {
             num_values: 0,
             uncompressed: 0,
             stats: Stats::default(),
-            body: Vec::new(),
-            levels: Vec::new(),
-            ints: Vec::new(),
         }
     }
 
@@ -920,17 +928,23 @@ impl ColumnWriter {
         if self.page_entries == 0 {
             return Ok(());
         }
-        let body = &mut self.body;
+        let Compressor {
+            zstd,
+            out,
+            body,
+            levels: encoded,
+            ints,
+        } = c;
         body.clear();
         for (levels, max) in [
             (&self.rep, self.leaf.max_rep),
             (&self.def, self.leaf.max_def),
         ] {
             if max > 0 {
-                self.levels.clear();
-                rle::encode(levels, rle::bit_width(max as u32), &mut self.levels);
-                body.extend_from_slice(&(self.levels.len() as u32).to_le_bytes());
-                body.extend_from_slice(&self.levels);
+                encoded.clear();
+                rle::encode(levels, rle::bit_width(max as u32), encoded);
+                body.extend_from_slice(&(encoded.len() as u32).to_le_bytes());
+                body.extend_from_slice(encoded);
             }
         }
         let encoding = if self.dictionary_on && !self.dictionary.spans.is_empty() {
@@ -946,21 +960,21 @@ impl ColumnWriter {
             PLAIN
         } else if self.opts.delta {
             let wide = self.leaf.physical == Physical::Int64;
-            self.ints.clear();
+            ints.clear();
             if wide {
-                self.ints.extend(
+                ints.extend(
                     self.plain
                         .chunks_exact(8)
                         .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes"))),
                 );
             } else {
-                self.ints.extend(
+                ints.extend(
                     self.plain
                         .chunks_exact(4)
                         .map(|b| i64::from(i32::from_le_bytes(b.try_into().expect("4 bytes")))),
                 );
             }
-            delta::encode(&self.ints, body);
+            delta::encode(ints, body);
             DELTA_BINARY_PACKED
         } else {
             body.extend_from_slice(&self.plain);
@@ -971,7 +985,7 @@ impl ColumnWriter {
         }
         self.data_page.get_or_insert(self.pages.len());
         let entries = self.page_entries as i32;
-        self.uncompressed += put_page(&mut self.pages, c, body, |w| {
+        self.uncompressed += put_page(&mut self.pages, zstd, out, body, |w| {
             w.i32(1, 0);
             w.begin(Some(5));
             w.i32(1, entries);
@@ -989,6 +1003,14 @@ impl ColumnWriter {
         Ok(())
     }
 
+    /// Takes back a written chunk's data space for the next chunk's pages.
+    pub fn recycle(&mut self, mut data: Vec<u8>) {
+        if self.pages.capacity() == 0 {
+            data.clear();
+            self.pages = data;
+        }
+    }
+
     /// Finishes the chunk (the writer starts the next row group's afresh).
     pub fn finish(&mut self, c: &mut Compressor) -> Result<Chunk, Error> {
         self.flush_page(c)?;
@@ -997,7 +1019,9 @@ impl ColumnWriter {
             encodings.push(RLE);
         }
         let mut chunk = Chunk {
-            pages: Vec::new(),
+            dictionary: Vec::new(),
+            data: std::mem::take(&mut self.pages),
+            size: 0,
             dictionary_page: None,
             data_page: 0,
             num_values: std::mem::take(&mut self.num_values),
@@ -1005,24 +1029,29 @@ impl ColumnWriter {
             encodings,
             statistics: None,
         };
-        let data = std::mem::take(&mut self.pages);
         if self.dictionary_pages > 0 {
             let d = &self.dictionary;
             let n = d.spans.len() as i32;
             chunk.dictionary_page = Some(0);
-            chunk.uncompressed += put_page(&mut chunk.pages, c, &d.plain, |w| {
-                w.i32(1, 2);
-                w.begin(Some(7));
-                w.i32(1, n);
-                w.i32(2, PLAIN);
-                w.end();
-            })?;
+            chunk.uncompressed += put_page(
+                &mut chunk.dictionary,
+                &mut c.zstd,
+                &mut c.out,
+                &d.plain,
+                |w| {
+                    w.i32(1, 2);
+                    w.begin(Some(7));
+                    w.i32(1, n);
+                    w.i32(2, PLAIN);
+                    w.end();
+                },
+            )?;
             if !chunk.encodings.contains(&PLAIN) {
                 chunk.encodings.push(PLAIN);
             }
         }
-        chunk.data_page = chunk.pages.len() + self.data_page.take().unwrap_or(0);
-        chunk.pages.extend_from_slice(&data);
+        chunk.data_page = chunk.dictionary.len() + self.data_page.take().unwrap_or(0);
+        chunk.size = (chunk.dictionary.len() + chunk.data.len()) as u64;
         chunk.encodings.sort_unstable();
         chunk.encodings.dedup();
         let mut stats = std::mem::take(&mut self.stats);

@@ -87,7 +87,7 @@ impl Default for Options {
 }
 
 /// Uncompressed bytes a data page holds before it is written.
-pub const PAGE_BYTES: usize = 1 << 20;
+pub const PAGE_BYTES: usize = 1 << 16;
 
 struct RowGroup {
     /// File offset of each column's chunk, and the chunk's metadata.
@@ -167,10 +167,14 @@ impl<W: Write> FileWriter<W> {
         }
         let mut chunks = Vec::with_capacity(self.columns.len());
         for c in &mut self.columns {
-            let chunk = c.finish(&mut self.compressor)?;
-            self.out.write_all(&chunk.pages)?;
+            let mut chunk = c.finish(&mut self.compressor)?;
+            self.out.write_all(&chunk.dictionary)?;
+            self.out.write_all(&chunk.data)?;
+            c.recycle(std::mem::take(&mut chunk.data));
+            chunk.dictionary = Vec::new();
+            let size = chunk.size;
             chunks.push((self.at, chunk));
-            self.at += chunks.last().map_or(0, |c| c.1.pages.len() as u64);
+            self.at += size;
         }
         self.groups.push(RowGroup {
             chunks,
@@ -214,7 +218,7 @@ impl<W: Write> FileWriter<W> {
             w.i64(2, g.chunks.iter().map(|c| c.1.uncompressed).sum());
             w.i64(3, g.rows);
             w.i64(5, g.chunks.first().map_or(0, |c| c.0 as i64));
-            w.i64(6, g.chunks.iter().map(|c| c.1.pages.len() as i64).sum());
+            w.i64(6, g.chunks.iter().map(|c| c.1.size as i64).sum());
             w.end();
         }
         w.binary(6, self.opts.created_by.as_bytes());
