@@ -235,3 +235,150 @@ fn unreadable_input_is_named_and_the_rest_exported() {
     assert!(err.contains("wrote 10344 events"), "{err}");
     assert!(out.join("events.parquet").is_file());
 }
+
+/// etwkit's Parquet writer (`etwkit::export::pq`) on what the samples do not reach: a text column
+/// whose dictionary outgrows its limit within a row group (the rest of the chunk goes plain),
+/// nulls in every column, negative integers and floats with statistics, a list of text with null
+/// lists, empty lists and null items, booleans, three row groups. DuckDB reads it back: counts,
+/// sums, distinct values, each row group's statistics, and filters that pruning must not break.
+#[test]
+fn pq_writer_edge_cases_read_back_by_duckdb() {
+    use std::sync::Arc;
+
+    use arrow_array::builder::{ListBuilder, StringBuilder};
+    use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+    use etwkit::export::pq::{FileWriter, Options};
+
+    let Some(py) = duckdb_python("pq_writer_edge_cases_read_back_by_duckdb") else {
+        return;
+    };
+    let dir = tmp("pq_edge");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("edge.parquet");
+    let item = Arc::new(Field::new("item", DataType::Utf8, true));
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("s", DataType::Utf8, true),
+        Field::new("n", DataType::Int64, true),
+        Field::new("f", DataType::Float64, true),
+        Field::new("b", DataType::Boolean, true),
+        Field::new("l", DataType::List(item.clone()), true),
+    ]));
+    let opts = Options {
+        statistics: ["s", "n", "f"].iter().map(|s| s.to_string()).collect(),
+        ..Options::default()
+    };
+    let mut w =
+        FileWriter::new(std::fs::File::create(&path).unwrap(), schema.clone(), opts).unwrap();
+    // Expected aggregates, computed as the rows are made.
+    let (mut rows, mut s_count, mut n_count, mut n_sum, mut f_count) = (0i64, 0i64, 0i64, 0i64, 0);
+    let (mut b_true, mut items, mut null_items, mut null_lists) = (0i64, 0i64, 0i64, 0i64);
+    for batch in 0..30i64 {
+        let n = 10_000;
+        let s: Vec<Option<String>> = (0..n)
+            .map(|i| {
+                (i % 7 != 0).then(|| format!("value {i} of batch {batch} {}", "x".repeat(i % 50)))
+            })
+            .collect();
+        let ints: Vec<Option<i64>> = (0..n)
+            .map(|i| (i % 5 != 0).then_some(i as i64 * (batch - 15)))
+            .collect();
+        let floats: Vec<Option<f64>> = (0..n)
+            .map(|i| (i % 3 != 0).then_some(i as f64 / 7.0 - 500.0))
+            .collect();
+        let bools: Vec<Option<bool>> = (0..n)
+            .map(|i| (i % 11 != 0).then_some(i % 2 == 0))
+            .collect();
+        let mut lb = ListBuilder::new(StringBuilder::new()).with_field(item.clone());
+        for i in 0..n {
+            match i % 4 {
+                0 => {
+                    lb.append(false);
+                    null_lists += 1;
+                }
+                1 => lb.append(true),
+                _ => {
+                    for k in 0..i % 13 {
+                        if k == 3 {
+                            lb.values().append_null();
+                            null_items += 1;
+                        } else {
+                            lb.values().append_value(format!("0x{:x}", i * 16 + k));
+                        }
+                        items += 1;
+                    }
+                    lb.append(true);
+                }
+            }
+        }
+        rows += n as i64;
+        s_count += s.iter().flatten().count() as i64;
+        n_count += ints.iter().flatten().count() as i64;
+        n_sum += ints.iter().flatten().sum::<i64>();
+        f_count += floats.iter().flatten().count() as i64;
+        b_true += bools.iter().filter(|b| **b == Some(true)).count() as i64;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(s)),
+            Arc::new(Int64Array::from(ints)),
+            Arc::new(Float64Array::from(floats)),
+            Arc::new(BooleanArray::from(bools)),
+            Arc::new(lb.finish()),
+        ];
+        w.write(&RecordBatch::try_new(schema.clone(), columns).unwrap())
+            .unwrap();
+    }
+    w.close().unwrap();
+    let f = path.to_str().unwrap();
+    let got = check(
+        &py,
+        &[
+            "sql",
+            &format!(
+                "SELECT count(*), count(s), count(DISTINCT s), count(n), sum(n), count(f), \
+                 count(*) FILTER (WHERE b), sum(len(l)), count(*) FILTER (WHERE l IS NULL), \
+                 (SELECT count(*) FROM (SELECT unnest(l) AS x FROM '{f}') WHERE x IS NULL), \
+                 count(*) FILTER (WHERE f < -499.9), count(*) FILTER (WHERE n = -149985), \
+                 count(*) FILTER (WHERE s = 'value 9998 of batch 29 ' || repeat('x', 48)) \
+                 FROM '{f}'"
+            ),
+        ],
+    );
+    let want = serde_json::json!([[
+        rows, s_count, s_count, n_count, n_sum, f_count, b_true, items, null_lists, null_items, 0,
+        1, 1
+    ]]);
+    assert_eq!(got, want, "DuckDB's aggregates of the written file");
+    // Each row group's statistics are its own values (check_parquet's check on this file).
+    let stats = check(
+        &py,
+        &[
+            "sql",
+            &format!(
+                "SELECT row_group_id, path_in_schema, stats_min_value, stats_max_value, \
+                 stats_null_count FROM parquet_metadata('{f}') \
+                 WHERE path_in_schema IN ('s', 'n', 'f') ORDER BY 1, 2"
+            ),
+        ],
+    );
+    let groups = stats.as_array().unwrap();
+    assert_eq!(
+        groups.len(),
+        9,
+        "three row groups of three columns: {stats}"
+    );
+    for g in groups {
+        let (id, col) = (g[0].as_i64().unwrap(), g[1].as_str().unwrap());
+        let q = format!(
+            "SELECT min({col})::VARCHAR, max({col})::VARCHAR, count(*) - count({col}) \
+             FROM read_parquet('{f}', file_row_number=true) \
+             WHERE file_row_number >= {a} AND file_row_number < {b}",
+            a = id * 131_072,
+            b = (id + 1) * 131_072
+        );
+        let want = check(&py, &["sql", &q]);
+        let want = &want[0];
+        assert_eq!(g[2], want[0], "row group {id} {col} min");
+        assert_eq!(g[3], want[1], "row group {id} {col} max");
+        assert_eq!(g[4], want[2], "row group {id} {col} null count");
+    }
+}

@@ -2,6 +2,8 @@
 
   check_parquet.py counts DIR
       prints {"file": {"provider": rows}} of DIR/events.parquet (for the comparison with `stats`).
+  check_parquet.py sql QUERY
+      prints the rows of a DuckDB query as a JSON list of lists.
   check_parquet.py typed DIR DUMP.jsonl
       compares every row of every typed table DIR/*/*.parquet, and every row of events.parquet, with
       the records of `etwkit dump --format json` (DUMP.jsonl, the only file in DIR's dataset), and
@@ -232,7 +234,10 @@ def typed(d, dump_path):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "counts":
+    if sys.argv[1] == "sql":
+        json.dump([list(r) for r in duckdb.connect().sql(sys.argv[2]).fetchall()], sys.stdout,
+                  default=str)
+    elif sys.argv[1] == "counts":
         json.dump(counts(sys.argv[2]), sys.stdout)
     else:
         typed(sys.argv[2], sys.argv[3])
