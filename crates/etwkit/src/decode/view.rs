@@ -230,25 +230,28 @@ struct MemoSlot {
     payload_text: std::cell::OnceCell<Vec<u8>>,
 }
 
-const MEMO_SLOTS: usize = 1024;
+pub(crate) const MEMO_SLOTS: usize = 1024;
+
+/// The slot of a direct-mapped memo of `MEMO_SLOTS` slots for a layout's walk of `payload` (this
+/// one's and the export's, `export::memo`).
+pub(crate) fn memo_slot(plan: u64, pointer_size: u8, payload: &[u8]) -> usize {
+    use std::hash::Hasher;
+    let mut h = crate::schema::registry::FastHasher::default();
+    h.write_u64(plan ^ (pointer_size as u64) << 56 ^ (payload.len() as u64) << 40);
+    h.write(payload);
+    (h.finish() >> (64 - MEMO_SLOTS.trailing_zeros())) as usize
+}
+
 /// Larger payloads are not kept (the memo's memory stays under a few MB per thread).
 pub(crate) const MEMO_MAX_PAYLOAD: usize = 1024;
 
 impl Memo {
-    fn slot_of(plan: u64, pointer_size: u8, payload: &[u8]) -> usize {
-        use std::hash::Hasher;
-        let mut h = crate::schema::registry::FastHasher::default();
-        h.write_u64(plan ^ (pointer_size as u64) << 56 ^ (payload.len() as u64) << 40);
-        h.write(payload);
-        (h.finish() >> (64 - MEMO_SLOTS.trailing_zeros())) as usize
-    }
-
     /// The slot for these, and whether it holds their text.
     fn find<T: 'static>(&mut self, plan: u64, pointer_size: u8, payload: &[u8]) -> (usize, bool) {
         if self.slots.is_empty() {
             self.slots.resize_with(MEMO_SLOTS, MemoSlot::default);
         }
-        let i = Self::slot_of(plan, pointer_size, payload);
+        let i = memo_slot(plan, pointer_size, payload);
         let s = &self.slots[i];
         let hit = s.plan == plan
             && s.format == Some(std::any::TypeId::of::<T>())
@@ -506,7 +509,7 @@ mod tests {
     fn memo_slots_cover_the_whole_table() {
         let mut seen = vec![false; MEMO_SLOTS];
         for i in 0..64 * MEMO_SLOTS as u64 {
-            seen[Memo::slot_of(i, 8, &i.to_le_bytes())] = true;
+            seen[memo_slot(i, 8, &i.to_le_bytes())] = true;
         }
         assert!(seen.iter().all(|&s| s));
     }

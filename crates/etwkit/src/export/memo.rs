@@ -6,15 +6,11 @@
 //! A layout is asked while its payloads are found often enough (as `dump`'s memo,
 //! [`crate::decode::view`]).
 
-use std::hash::Hasher;
-
 use super::tape::TapeWriter;
-use crate::decode::view::{MemoGate, MEMO_MAX_PAYLOAD};
+use crate::decode::view::{memo_slot, MemoGate, MEMO_MAX_PAYLOAD, MEMO_SLOTS};
 use crate::decode::{Tee, WalkKey, WalkMemo};
-use crate::schema::registry::{FastHasher, FastMap};
+use crate::schema::registry::FastMap;
 use crate::sink::json::JsonProps;
-
-const SLOTS: usize = 1024;
 
 #[derive(Default)]
 struct Slot {
@@ -35,17 +31,6 @@ pub struct Memo {
     pending: Option<usize>,
 }
 
-impl Memo {
-    fn slot_of(key: &WalkKey<'_>) -> usize {
-        let mut h = FastHasher::default();
-        h.write_u64(
-            key.layout ^ (key.pointer_size as u64) << 56 ^ (key.payload.len() as u64) << 40,
-        );
-        h.write(key.payload);
-        (h.finish() >> (64 - SLOTS.trailing_zeros())) as usize
-    }
-}
-
 impl WalkMemo<Tee<JsonProps<'_>, &mut TapeWriter>> for Memo {
     fn replay(
         &mut self,
@@ -61,9 +46,9 @@ impl WalkMemo<Tee<JsonProps<'_>, &mut TapeWriter>> for Memo {
             return None;
         }
         if self.slots.is_empty() {
-            self.slots.resize_with(SLOTS, Slot::default);
+            self.slots.resize_with(MEMO_SLOTS, Slot::default);
         }
-        let i = Self::slot_of(key);
+        let i = memo_slot(key.layout, key.pointer_size, key.payload);
         let s = &self.slots[i];
         let hit = s.layout == key.layout
             && s.pointer_size == key.pointer_size
