@@ -461,25 +461,32 @@ fn copy_primitive<T: arrow_array::ArrowPrimitiveType>(b: &mut dyn ArrayBuilder, 
     }
 }
 
+/// Element `i`'s bytes into `scratch`, or a null appended (false) when it is null.
 fn copy_bytes<T: arrow_array::types::ByteArrayType<Offset = i32>>(
     b: &mut dyn ArrayBuilder,
     i: usize,
     scratch: &mut Vec<u8>,
-) -> Option<(usize, usize)> {
+) -> bool {
     let b = down::<arrow_array::builder::GenericByteBuilder<T>>(b);
     if !valid_at(b.validity_slice(), i) {
         b.append_null();
-        return None;
+        return false;
     }
     let o = b.offsets_slice();
-    let (x, y) = (o[i] as usize, o[i + 1] as usize);
     scratch.clear();
-    scratch.extend_from_slice(&b.values_slice()[x..y]);
-    Some((x, y))
+    scratch.extend_from_slice(&b.values_slice()[o[i] as usize..o[i + 1] as usize]);
+    true
+}
+
+/// Scratch space of [`copy_elem`]: a value's bytes, a list's item ends.
+#[derive(Default)]
+struct CopyScratch {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
 }
 
 /// Appends a copy of element `i` of `b` (a builder of `kind`) to it: a row's value repeated.
-fn copy_elem(kind: &Kind, b: &mut dyn ArrayBuilder, i: usize, scratch: &mut Vec<u8>) {
+fn copy_elem(kind: &Kind, b: &mut dyn ArrayBuilder, i: usize, scratch: &mut CopyScratch) {
     use arrow_array::types::*;
     match kind {
         Kind::Bool => {
@@ -500,15 +507,15 @@ fn copy_elem(kind: &Kind, b: &mut dyn ArrayBuilder, i: usize, scratch: &mut Vec<
         Kind::FileTime => copy_primitive::<TimestampNanosecondType>(b, i),
         Kind::SystemTime => copy_primitive::<TimestampMillisecondType>(b, i),
         Kind::Str | Kind::Json => {
-            if copy_bytes::<Utf8Type>(b, i, scratch).is_some() {
+            if copy_bytes::<Utf8Type>(b, i, &mut scratch.bytes) {
                 // Copied from a string the builder holds: valid UTF-8.
-                let s = std::str::from_utf8(scratch).expect("a string's bytes");
+                let s = std::str::from_utf8(&scratch.bytes).expect("a string's bytes");
                 down::<StringBuilder>(b).append_value(s);
             }
         }
         Kind::Binary => {
-            if copy_bytes::<BinaryType>(b, i, scratch).is_some() {
-                down::<BinaryBuilder>(b).append_value(&scratch[..]);
+            if copy_bytes::<BinaryType>(b, i, &mut scratch.bytes) {
+                down::<BinaryBuilder>(b).append_value(&scratch.bytes);
             }
         }
         Kind::List(k) => {
@@ -523,17 +530,16 @@ fn copy_elem(kind: &Kind, b: &mut dyn ArrayBuilder, i: usize, scratch: &mut Vec<
                 // Lists of text (stacks' frames): the items' bytes in one copy.
                 let sb = down::<StringBuilder>(lb.values().as_mut());
                 let (vo, vb) = (sb.offsets_slice(), sb.values_slice());
-                let all_valid = sb
-                    .validity_slice()
-                    .is_none_or(|_| (x..y).all(|j| valid_at(sb.validity_slice(), j)));
-                if all_valid {
+                if (x..y).all(|j| valid_at(sb.validity_slice(), j)) {
                     let base = vo[x] as usize;
-                    scratch.clear();
-                    scratch.extend_from_slice(&vb[base..vo[y] as usize]);
-                    let ends: Vec<usize> = (x..y).map(|j| vo[j + 1] as usize - base).collect();
-                    let text = std::str::from_utf8(scratch).expect("strings' bytes");
+                    let CopyScratch { bytes, ends } = scratch;
+                    bytes.clear();
+                    bytes.extend_from_slice(&vb[base..vo[y] as usize]);
+                    ends.clear();
+                    ends.extend((x..y).map(|j| vo[j + 1] as usize - base));
+                    let text = std::str::from_utf8(bytes).expect("strings' bytes");
                     let mut from = 0;
-                    for e in ends {
+                    for &e in ends.iter() {
                         sb.append_value(&text[from..e]);
                         from = e;
                     }
@@ -774,12 +780,12 @@ pub struct TypedColumns {
     pub unfit: u64,
     /// The last row's tape while rows of this type repeat their predecessor's properties (a
     /// .NET trace's ClrStackWalk events: 96% do): such a row copies the last row's values
-    /// instead of reading its tape. `None` (or empty) when the last row's was not kept.
-    last: Option<Vec<u8>>,
+    /// instead of reading its tape. Empty when the last row's was not kept.
+    last: Vec<u8>,
     /// Values the last row added to `unfit`.
     last_unfit: u64,
     repeats: crate::decode::view::MemoGate,
-    copy: Vec<u8>,
+    copy: CopyScratch,
 }
 
 impl Default for TypedColumns {
@@ -803,10 +809,10 @@ impl TypedColumns {
             fields: Vec::new(),
             tape: TapeWriter::new(),
             unfit: 0,
-            last: None,
+            last: Vec::new(),
             last_unfit: 0,
             repeats: Default::default(),
-            copy: Vec::new(),
+            copy: CopyScratch::default(),
         }
     }
 
@@ -844,14 +850,12 @@ impl TypedColumns {
             Some(_) => {
                 if !self.repeats.open() {
                     // The rows go by unremembered: the next comparison must not use `last`.
-                    self.last = None;
+                    self.last.clear();
                     return self.append_props(tape);
                 }
-                let rows = self.common.rows();
-                let last = self.last.get_or_insert_with(Vec::new);
                 // `last` is the previous row's tape and the builders hold that row (`rows`
                 // counts this one's common columns: the batch has one before it).
-                let repeat = rows >= 2 && !last.is_empty() && last.as_slice() == tape;
+                let repeat = self.common.rows() >= 2 && !self.last.is_empty() && self.last == tape;
                 self.repeats.note(repeat);
                 if repeat {
                     let TypedColumns { columns, copy, .. } = self;
@@ -862,8 +866,8 @@ impl TypedColumns {
                     self.unfit += self.last_unfit;
                     return;
                 }
-                last.clear();
-                last.extend_from_slice(tape);
+                self.last.clear();
+                self.last.extend_from_slice(tape);
                 let before = self.unfit;
                 self.append_props(tape);
                 self.last_unfit = self.unfit - before;
@@ -1224,7 +1228,7 @@ mod tests {
                 assert!(append(k, b.as_mut(), v.as_ref(), &mut s), "{k:?} {v:?}");
             }
             let n = k_items.len();
-            let mut copy = Vec::new();
+            let mut copy = CopyScratch::default();
             for i in 0..n {
                 copy_elem(k, b.as_mut(), i, &mut copy);
             }
