@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use etwkit::etl::EtlFile;
-use etwkit::export::parquet::DatasetWriter;
+use etwkit::export::parquet::{DatasetWriter, ExportError};
+use etwkit::export::staged::{Existing, StageError};
 
 use crate::info::TextOrJson;
 
@@ -14,9 +15,14 @@ pub struct Args {
     /// The ETL files (one dataset; the `file` column says where each row came from).
     #[arg(required = true)]
     files: Vec<PathBuf>,
-    /// The dataset directory (created; earlier files of the same names are overwritten).
+    /// The dataset directory: created, or an empty one. Written whole or not at all: the files go
+    /// to a hidden directory beside it, moved into place when complete.
     #[arg(short, long)]
     output: PathBuf,
+    /// Replace the dataset OUTPUT holds (an earlier export: a directory with events.parquet),
+    /// once the new one is complete. Without it, a directory that holds files is refused.
+    #[arg(long)]
+    overwrite: bool,
     /// An instrumentation manifest (.man XML) describing providers in the traces (repeatable).
     #[arg(long)]
     manifest: Vec<PathBuf>,
@@ -26,23 +32,45 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let mut w = DatasetWriter::create(&a.output)?;
-    let mut unreadable = 0;
+    // Every input is opened before the destination is touched: when none can be read, nothing
+    // is written and an earlier dataset stays.
+    let mut inputs = Vec::with_capacity(a.files.len());
     for path in &a.files {
-        let f = match EtlFile::open(path) {
-            Ok(f) => f,
-            Err(e) => {
-                eprintln!("etwkit: warning: {e}; skipped");
-                unreadable += 1;
-                continue;
-            }
-        };
+        match EtlFile::open(path) {
+            Ok(f) => inputs.push((path, f)),
+            Err(e) => eprintln!("etwkit: warning: {e}; skipped"),
+        }
+    }
+    let unreadable = a.files.len() - inputs.len();
+    if inputs.is_empty() {
+        anyhow::bail!(
+            "none of the input files could be read; {} was left as it was",
+            a.output.display()
+        );
+    }
+    let existing = if a.overwrite {
+        Existing::Replace
+    } else {
+        Existing::Refuse
+    };
+    let mut w = match DatasetWriter::create(&a.output, existing) {
+        Ok(w) => w,
+        Err(ExportError::Destination(e @ StageError::NotEmpty { .. })) => {
+            anyhow::bail!("{e}; pass --overwrite to replace an earlier export there")
+        }
+        Err(e) => return Err(e.into()),
+    };
+    for (path, f) in &inputs {
         let (decoder, _) =
-            etwkit::decode::Decoder::for_file(crate::dump::registry(&a.manifest)?, &f);
+            etwkit::decode::Decoder::for_file(crate::dump::registry(&a.manifest)?, f);
         let name = path.to_string_lossy();
-        let summary = w
-            .add_file(&name, &f, &decoder)
-            .with_context(|| format!("exporting {}", path.display()))?;
+        let summary = w.add_file(&name, f, &decoder).with_context(|| {
+            format!(
+                "exporting {} ({} was left as it was)",
+                path.display(),
+                a.output.display()
+            )
+        })?;
         for i in &summary.issues {
             eprintln!("etwkit: warning: {}: {i}", path.display());
         }
@@ -80,9 +108,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             s.tables.len(),
             a.output.display()
         );
-    }
-    if unreadable == a.files.len() {
-        anyhow::bail!("none of the input files could be read");
     }
     if unreadable > 0 {
         anyhow::bail!(

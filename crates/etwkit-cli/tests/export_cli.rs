@@ -236,6 +236,130 @@ fn unreadable_input_is_named_and_the_rest_exported() {
     assert!(out.join("events.parquet").is_file());
 }
 
+/// Every file under `dir` (relative paths) with its bytes.
+fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// Hidden entries (staging directories) beside `dir`.
+fn hidden_beside(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.') && n.contains(dir.file_name().unwrap().to_str().unwrap()))
+        .collect()
+}
+
+/// An export never leaves a dataset half old, half new: a directory that holds files is refused
+/// (and kept) unless `--overwrite`; an export that fails keeps the earlier dataset whole; with
+/// `--overwrite` the new dataset replaces the old one entirely (no typed table of the earlier
+/// export stays beside it), and no staging directory is left behind.
+#[test]
+fn earlier_dataset_is_refused_kept_on_failure_and_replaced_when_asked() {
+    let test = "earlier_dataset_is_refused_kept_on_failure_and_replaced_when_asked";
+    let (Some(dir), Some(py)) = (samples(test), duckdb_python(test)) else {
+        return;
+    };
+    let parent = tmp("export-replace");
+    std::fs::create_dir_all(&parent).unwrap();
+    let out = parent.join("ds");
+    let out_s = out.to_str().unwrap();
+    let first = dir.join("tx_Process.etl");
+    let second = dir.join("perfview_primitive-types.etl");
+    let (ok, _, err) = etwkit(&["export", "-o", out_s, first.to_str().unwrap()]);
+    assert!(ok, "export: {err}");
+    let before = tree(&out);
+    let old_table = "Microsoft-Windows-Kernel-Process";
+    assert!(
+        before.keys().any(|k| k.starts_with(old_table)),
+        "{:?}",
+        before.keys()
+    );
+
+    // Not asked to replace: refused, one sentence naming the directory and the flag.
+    let (ok, stdout, err) = etwkit(&["export", "-o", out_s, second.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(stdout.is_empty(), "{stdout}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(out_s) && err.contains("--overwrite"), "{err}");
+    assert!(tree(&out) == before, "a refused export changed the dataset");
+
+    // Asked, but nothing readable: the earlier dataset stays, whole.
+    let missing = parent.join("missing.etl");
+    let (ok, _, err) = etwkit(&[
+        "export",
+        "--overwrite",
+        "-o",
+        out_s,
+        missing.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("none of the input files could be read"),
+        "{err}"
+    );
+    assert!(tree(&out) == before, "a failed export changed the dataset");
+
+    // Not a dataset: never replaced, even when asked.
+    let notes = parent.join("notes");
+    std::fs::create_dir_all(&notes).unwrap();
+    std::fs::write(notes.join("todo.txt"), b"keep me").unwrap();
+    let (ok, _, err) = etwkit(&[
+        "export",
+        "--overwrite",
+        "-o",
+        notes.to_str().unwrap(),
+        second.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("not a dataset"), "{err}");
+    assert_eq!(tree(&notes).len(), 1);
+
+    // Asked: replaced by the new dataset alone.
+    let (ok, summary, err) = etwkit(&[
+        "export",
+        "--overwrite",
+        "--format",
+        "json",
+        "-o",
+        out_s,
+        second.to_str().unwrap(),
+    ]);
+    assert!(ok, "export --overwrite: {err}");
+    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    let after = tree(&out);
+    assert!(
+        !after.keys().any(|k| k.starts_with(old_table)),
+        "a typed table of the earlier export stayed: {:?}",
+        after.keys()
+    );
+    let tables = summary["tables"].as_object().unwrap();
+    assert_eq!(after.len(), tables.len() + 1, "{:?}", after.keys());
+    let (ok, stats, _) = etwkit(&["stats", "--format", "json", second.to_str().unwrap()]);
+    assert!(ok);
+    let stats: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    let counts = check(&py, &["counts", out_s]);
+    let name = second.file_name().unwrap().to_str().unwrap();
+    assert_eq!(counts.as_object().unwrap().len(), 1, "{counts}");
+    let have: BTreeMap<String, u64> = serde_json::from_value(counts[name].clone()).unwrap();
+    let want: BTreeMap<String, u64> = serde_json::from_value(stats["providers"].clone()).unwrap();
+    assert_eq!(have, want);
+    assert!(hidden_beside(&out).is_empty(), "{:?}", hidden_beside(&out));
+}
+
 /// etwkit's Parquet writer (`etwkit::export::pq`) on what the samples do not reach: a text column
 /// whose dictionary outgrows its limit within a row group (the rest of the chunk goes plain),
 /// nulls in every column, negative integers and floats with statistics, a list of text with null

@@ -24,6 +24,7 @@ use super::arrow::{Columns, EventColumns, Row, TypedColumns};
 use super::memo::Memo;
 use super::pq::{self, FileWriter, Options};
 use super::rows;
+use super::staged::{Existing, StageError, Staged};
 use super::tape::TapeWriter;
 use crate::decode::{DecodedEvent, Decoder, Tee};
 use crate::etl::{EtlFile, Order, ReadSummary};
@@ -48,6 +49,9 @@ pub enum ExportError {
     Parquet { path: PathBuf, source: pq::Error },
     #[error("building the rows of {}: {source}", path.display())]
     Arrow { path: PathBuf, source: ArrowError },
+    /// The destination cannot take the dataset (it holds files, or is not a directory).
+    #[error("{0}")]
+    Destination(#[from] StageError),
 }
 
 /// What one typed table received.
@@ -403,9 +407,15 @@ struct TablesPart {
 ///
 /// `events.parquet` and the typed tables are built from one walk of each file (one decode per
 /// record feeding both), with threads encoding and compressing Parquet behind it.
+///
+/// The files are written in a staging directory beside the destination and moved into place by
+/// [`DatasetWriter::finish`] ([`super::staged`]): until then the destination is untouched, and a
+/// writer dropped unfinished (an error, a panic) leaves it as it was.
 pub struct DatasetWriter {
     events: EventsPart,
     tables: TypedThread,
+    /// None once committed.
+    staged: Option<Staged>,
 }
 
 /// Bytes of typed rows gathered before they go to the typed tables' thread.
@@ -594,18 +604,13 @@ fn event_label(r: &Row<'_>) -> String {
 }
 
 impl DatasetWriter {
-    /// Starts a dataset in `dir` (created if needed; files of an earlier export are overwritten).
-    pub fn create(dir: &Path) -> Result<DatasetWriter, ExportError> {
-        if dir.exists() && !dir.is_dir() {
-            return Err(ExportError::Io {
-                path: dir.to_path_buf(),
-                source: std::io::Error::other("it is a file, not a directory"),
-            });
-        }
-        std::fs::create_dir_all(dir).map_err(|source| ExportError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+    /// Starts a dataset for the directory `dir` (created with its parents if needed). A `dir` that
+    /// holds files is refused or, with [`Existing::Replace`] and when it holds a dataset
+    /// (`events.parquet`), replaced by [`DatasetWriter::finish`].
+    pub fn create(dir: &Path, existing: Existing) -> Result<DatasetWriter, ExportError> {
+        let staged = Staged::new(dir, existing, "events.parquet")?;
+        let dir = staged.path().to_path_buf();
+        let dir = dir.as_path();
         let schema = EventColumns::new(Columns::EVENTS)
             .finish()
             .map_err(|source| ExportError::Arrow {
@@ -642,6 +647,7 @@ impl DatasetWriter {
                 tables: Default::default(),
                 paths: HashSet::new(),
             }),
+            staged: Some(staged),
         })
     }
 
@@ -736,7 +742,7 @@ impl DatasetWriter {
         err.map_or(Ok(rendered.read), Err)
     }
 
-    /// Writes the last rows and closes every file.
+    /// Writes the last rows, closes every file and moves the dataset into place.
     pub fn finish(mut self) -> Result<ExportSummary, ExportError> {
         // events.parquet's writer drains while the typed tables are finished here.
         let closed = self.events.close();
@@ -744,11 +750,31 @@ impl DatasetWriter {
         let events = self.events.writers.finish();
         closed?;
         events?;
+        let tables = tables?;
+        if let Some(s) = self.staged.take() {
+            s.commit()?;
+        }
         Ok(ExportSummary {
             events: self.events.rows,
             untyped: self.events.untyped,
-            tables: tables?,
+            tables,
         })
+    }
+
+    /// Where the dataset goes (absolute).
+    pub fn destination(&self) -> Option<&Path> {
+        self.staged.as_ref().map(Staged::dest)
+    }
+}
+
+impl Drop for DatasetWriter {
+    fn drop(&mut self) {
+        if self.staged.is_some() {
+            // Given up before `finish`: the threads stop writing before `staged` removes their
+            // directory (its own drop, after this).
+            let _ = self.tables.finish();
+            let _ = self.events.writers.finish();
+        }
     }
 }
 
