@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Speed of etwkit against dissect.etl (PyPI dissect-etl) on the same file, in the same run.
 #   tools/bench_peers.sh [FILE]     (default: ../shared/etl-samples/perfview_net.4.5.x86.etl)
-# Prints, for the whole `etwkit` process (best of 11 runs, median beside it; output to /dev/null)
+# Prints, for the whole `etwkit` process (best of 31 runs, median beside it; output to /dev/null)
 # against dissect.etl's best of 3 runs, all configurations run in interleaved rounds with the
 # peer's runs between them (every figure samples the same stretch of the machine's time):
 # `dump --format json` and
@@ -67,9 +67,9 @@ def dissect_walk():
 # 0.92 and 1.15 from one build, minutes apart). Best of each configuration's runs (neighbours
 # only ever add time); the median wall is kept to print beside the best.
 configs = {
-    "json": (["dump", path, "--format", "json"], 11),
-    "csv": (["dump", path, "--format", "csv"], 11),
-    "json1": (["dump", path, "--format", "json", "--threads", "1"], 11),
+    "json": (["dump", path, "--format", "json"], 31),
+    "csv": (["dump", path, "--format", "csv"], 31),
+    "json1": (["dump", path, "--format", "json", "--threads", "1"], 31),
     "stats": (["stats", path], 5),
     "raw": (["stats", path, "--raw"], 5),
     "big": (["dump", big, "--format", "json"], 2),
@@ -115,7 +115,7 @@ print(f"etwkit dump --format csv:       {csv_w:6.3f} s  {mb/csv_w:7.1f} MB/s  (m
 print(f"etwkit dump json --threads 1:   {json1_w:6.3f} s  {mb/json1_w:7.1f} MB/s  (CPU {json1_cpu:.3f} s)")
 print(f"dissect.etl walk + event:       {d_secs:6.3f} s  {mb/d_secs:7.2f} MB/s  (best of 3: {', '.join(f'{r[0]:.2f}' for r in peer)} s; CPU {d_cpu:.3f} s; {n} records, {parsed} parsed)")
 print(f"ratio json dump: etwkit is {d_secs/json_w:.0f}x dissect.etl in wall time (best run; {d_secs/json_med:.0f}x for the median), "
-      f"{d_cpu/json_cpu:.0f}x in CPU time; csv/json time: {csv_w/json_w:.2f}")
+      f"{d_cpu/json_cpu:.0f}x in CPU time; csv/json time: {csv_w/json_w:.2f} (medians: {csv_med/json_med:.2f})")
 print(f"ratio csv/json CPU time: {csv_cpu/json_cpu:.2f}; json CPU per record: {json_cpu/records*1e6:.2f} us")
 print(f"peak RSS, 1x vs 4x file ({os.path.getsize(big)/1e6:.0f} MB): json {json_rss/1024:.0f} vs {big_rss/1024:.0f} MiB, "
       f"csv {csv_rss/1024:.0f} vs {big_csv_rss/1024:.0f} MiB (4x dump: {big_w:.3f} s, CPU {big_cpu:.3f} s)")

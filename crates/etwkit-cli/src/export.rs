@@ -26,6 +26,10 @@ pub struct Args {
     /// An instrumentation manifest (.man XML) describing providers in the traces (repeatable).
     #[arg(long)]
     manifest: Vec<PathBuf>,
+    /// Only the events these select (times count from each file's start); `record` then numbers
+    /// the kept events, as `dump` with the same options numbers its lines.
+    #[command(flatten)]
+    filter: crate::filter_args::FilterArgs,
     /// What was written: text on stderr, or one JSON object on stdout.
     #[arg(long, value_enum, default_value = "text")]
     format: TextOrJson,
@@ -60,17 +64,35 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         Err(e) => return Err(e.into()),
     };
+    // --provider names no input's registry knows (none of them can name a manifest provider).
+    let mut unknown: Option<Vec<String>> = None;
     for (path, f) in &inputs {
         let (decoder, _) =
             etwkit::decode::Decoder::for_file(crate::dump::registry(&a.manifest)?, f);
         let name = path.to_string_lossy();
-        let summary = w.add_file(&name, f, &decoder).with_context(|| {
-            format!(
-                "exporting {} ({} was left as it was)",
-                path.display(),
-                a.output.display()
+        let filter = if a.filter.is_empty() {
+            None
+        } else {
+            // Names resolve against what this file embeds too, as `dump` resolves them.
+            let here = a.filter.unknown_providers(decoder.registry());
+            unknown = Some(match unknown {
+                None => here,
+                Some(u) => u.into_iter().filter(|n| here.contains(n)).collect(),
+            });
+            Some(
+                a.filter
+                    .to_filter(f.header().start_time, decoder.registry())?,
             )
-        })?;
+        };
+        let summary = w
+            .add_file_where(&name, f, &decoder, filter.as_ref())
+            .with_context(|| {
+                format!(
+                    "exporting {} ({} was left as it was)",
+                    path.display(),
+                    a.output.display()
+                )
+            })?;
         for i in &summary.issues {
             eprintln!("etwkit: warning: {}: {i}", path.display());
         }
@@ -84,6 +106,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     let s = w.finish()?;
+    a.filter
+        .warn_if_nothing_kept(s.events, &unknown.unwrap_or_default());
     if a.format == TextOrJson::Json {
         println!("{}", serde_json::to_string(&s)?);
     }

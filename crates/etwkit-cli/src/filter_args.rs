@@ -1,4 +1,4 @@
-//! The event filter options `dump` and `relog` share.
+//! The event filter options `dump`, `relog` and `export` share.
 
 use etwkit::filter::{EventFilter, TimeBound};
 use etwkit::schema::Registry;
@@ -50,7 +50,8 @@ impl FilterArgs {
         Ok(f)
     }
 
-    fn is_empty(&self) -> bool {
+    /// Whether no option was given (every event is kept).
+    pub fn is_empty(&self) -> bool {
         self.begin.is_none()
             && self.end.is_none()
             && self.provider.is_empty()

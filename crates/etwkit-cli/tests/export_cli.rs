@@ -107,22 +107,32 @@ fn events_parquet_of_every_sample_has_stats_provider_counts() {
 
 /// Every typed table's values (and every events.parquet row) equal `dump --format json`.
 fn typed_tables_equal_dump(test: &str, sample: &str) {
+    typed_tables_equal_filtered_dump(test, sample, &[]);
+}
+
+/// As [`typed_tables_equal_dump`], export and dump both given `filter` (options they share);
+/// returns the rows exported (0 when the test did not run).
+fn typed_tables_equal_filtered_dump(test: &str, sample: &str, filter: &[&str]) -> u64 {
     let (Some(dir), Some(py)) = (samples(test), duckdb_python(test)) else {
-        return;
+        return 0;
     };
     let f = dir.join(sample);
-    let out = tmp(&format!("export-{sample}"));
-    let (ok, summary, err) = etwkit(&[
+    let out = tmp(&format!("export-{sample}{}", filter.len()));
+    let mut args = vec![
         "export",
         "--format",
         "json",
         "-o",
         out.to_str().unwrap(),
         f.to_str().unwrap(),
-    ]);
+    ];
+    args.extend(filter);
+    let (ok, summary, err) = etwkit(&args);
     assert!(ok, "export {sample}: {err}");
     let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
-    let (ok, dump, err) = etwkit(&["dump", "--format", "json", f.to_str().unwrap()]);
+    let mut args = vec!["dump", "--format", "json", f.to_str().unwrap()];
+    args.extend(filter);
+    let (ok, dump, err) = etwkit(&args);
     assert!(ok, "dump {sample}: {err}");
     let dump_path = out.with_extension("jsonl");
     std::fs::write(&dump_path, &dump).unwrap();
@@ -153,6 +163,51 @@ fn typed_tables_equal_dump(test: &str, sample: &str) {
     // Every chunk's min/max/null-count statistics were compared with its row group's values
     // (`file`, `record`, the header numbers and times at least: 13 in events.parquet alone).
     assert!(r["statistics"].as_u64().unwrap() >= 13, "{sample}: {r}");
+    lines
+}
+
+#[test]
+fn filtered_export_equals_filtered_dump() {
+    // dump's filter options select the same events in export: kernel records by the process id
+    // the decoder attributes to them (their headers carry none) within a time window, and a
+    // manifest provider by name; `record` numbers the kept events as dump numbers its lines.
+    let test = "filtered_export_equals_filtered_dump";
+    let Some(dir) = samples(test) else {
+        return;
+    };
+    for (sample, filter) in [
+        (
+            "perfview_net.4.5.x86.etl",
+            &["--pid", "3884", "--begin", "0.5"][..],
+        ),
+        (
+            "tx_Process.etl",
+            &[
+                "--provider",
+                "Microsoft-Windows-Kernel-Process",
+                "--id",
+                "5",
+            ][..],
+        ),
+    ] {
+        let kept = typed_tables_equal_filtered_dump(test, sample, filter);
+        if kept == 0 && duckdb_python(test).is_none() {
+            return;
+        }
+        let (ok, stats, _) = etwkit(&[
+            "stats",
+            "--format",
+            "json",
+            dir.join(sample).to_str().unwrap(),
+        ]);
+        assert!(ok);
+        let all: serde_json::Value = serde_json::from_str(&stats).unwrap();
+        let all = all["records"].as_u64().unwrap();
+        assert!(
+            kept > 0 && kept < all / 2,
+            "{sample} {filter:?}: {kept} of {all} kept"
+        );
+    }
 }
 
 #[test]

@@ -686,6 +686,20 @@ impl DatasetWriter {
         file: &EtlFile,
         decoder: &Decoder,
     ) -> Result<ReadSummary, ExportError> {
+        self.add_file_where(name, file, decoder, None)
+    }
+
+    /// As [`DatasetWriter::add_file`], the records `filter` keeps only (as
+    /// [`Decoder::matches`] matches them: a kernel record without a process id in its header by
+    /// the one the decoder attributes to it); `record` then counts the kept records (the line of
+    /// `dump` given the same filter).
+    pub fn add_file_where(
+        &mut self,
+        name: &str,
+        file: &EtlFile,
+        decoder: &Decoder,
+        filter: Option<&crate::filter::EventFilter>,
+    ) -> Result<ReadSummary, ExportError> {
         let (events, tables) = (&mut self.events, &mut self.tables);
         let want_stack = events.cols.wants_stack();
         let mut err = None;
@@ -703,6 +717,9 @@ impl DatasetWriter {
                 )
             },
             |(json, scratch, tape, memo): &mut State, r, out| {
+                if filter.is_some_and(|f| !decoder.matches(f, &r.event)) {
+                    return false;
+                }
                 json.clear();
                 tape.clear();
                 let d = decoder.decode_etl_visit_memo(
