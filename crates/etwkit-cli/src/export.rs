@@ -66,6 +66,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     // --provider names no input's registry knows (none of them can name a manifest provider).
     let mut unknown: Option<Vec<String>> = None;
+    // One bar for all inputs (on a terminal, for inputs worth one).
+    let bar = crate::progress::bar(inputs.iter().map(|(_, f)| f.len()).sum());
+    let mut base = 0;
     for (path, f) in &inputs {
         let (decoder, _) =
             etwkit::decode::Decoder::for_file(crate::dump::registry(&a.manifest)?, f);
@@ -85,7 +88,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             )
         };
         let summary = w
-            .add_file_where(&name, f, &decoder, filter.as_ref())
+            .add_file_where(&name, f, &decoder, filter.as_ref(), &mut |done| {
+                if let Some(b) = &bar {
+                    b.set_position(base + done)
+                }
+            })
             .with_context(|| {
                 format!(
                     "exporting {} ({} was left as it was)",
@@ -93,17 +100,28 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     a.output.display()
                 )
             })?;
-        for i in &summary.issues {
-            eprintln!("etwkit: warning: {}: {i}", path.display());
+        base += f.len();
+        let report = || {
+            for i in &summary.issues {
+                eprintln!("etwkit: warning: {}: {i}", path.display());
+            }
+            if summary.bad_buffers + summary.bad_records > 0 {
+                eprintln!(
+                    "etwkit: {}: {} bad buffers and {} bad records skipped; everything else was exported",
+                    path.display(),
+                    summary.bad_buffers,
+                    summary.bad_records
+                );
+            }
+        };
+        match &bar {
+            // On their own lines, the bar drawn again below them.
+            Some(b) => b.suspend(report),
+            None => report(),
         }
-        if summary.bad_buffers + summary.bad_records > 0 {
-            eprintln!(
-                "etwkit: {}: {} bad buffers and {} bad records skipped; everything else was exported",
-                path.display(),
-                summary.bad_buffers,
-                summary.bad_records
-            );
-        }
+    }
+    if let Some(b) = &bar {
+        b.finish_and_clear();
     }
     let s = w.finish()?;
     a.filter

@@ -686,19 +686,20 @@ impl DatasetWriter {
         file: &EtlFile,
         decoder: &Decoder,
     ) -> Result<ReadSummary, ExportError> {
-        self.add_file_where(name, file, decoder, None)
+        self.add_file_where(name, file, decoder, None, &mut |_| {})
     }
 
     /// As [`DatasetWriter::add_file`], the records `filter` keeps only (as
     /// [`Decoder::matches`] matches them: a kernel record without a process id in its header by
     /// the one the decoder attributes to it); `record` then counts the kept records (the line of
-    /// `dump` given the same filter).
+    /// `dump` given the same filter). `progress` hears the bytes of the file done so far.
     pub fn add_file_where(
         &mut self,
         name: &str,
         file: &EtlFile,
         decoder: &Decoder,
         filter: Option<&crate::filter::EventFilter>,
+        progress: &mut dyn FnMut(u64),
     ) -> Result<ReadSummary, ExportError> {
         let (events, tables) = (&mut self.events, &mut self.tables);
         let want_stack = events.cols.wants_stack();
@@ -735,7 +736,7 @@ impl DatasetWriter {
                 rows::encode(out, &r.event, &d, want_stack, json, tape.tape());
                 true
             },
-            &mut |_| {},
+            progress,
             &mut |slices| {
                 for s in slices {
                     rows::for_each(s, |rec| {
