@@ -36,42 +36,51 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    // Every input is opened before the destination is touched: when none can be read, nothing
-    // is written and an earlier dataset stays.
-    let mut inputs = Vec::with_capacity(a.files.len());
-    for path in &a.files {
-        match EtlFile::open(path) {
-            Ok(f) => inputs.push((path, f)),
-            Err(e) => eprintln!("etwkit: warning: {e}; skipped"),
-        }
-    }
-    let unreadable = a.files.len() - inputs.len();
-    if inputs.is_empty() {
-        anyhow::bail!(
-            "none of the input files could be read; {} was left as it was",
-            a.output.display()
-        );
-    }
     let existing = if a.overwrite {
         Existing::Replace
     } else {
         Existing::Refuse
     };
-    let mut w = match DatasetWriter::create(&a.output, existing) {
-        Ok(w) => w,
-        Err(ExportError::Destination(e @ StageError::NotEmpty { .. })) => {
-            anyhow::bail!("{e}; pass --overwrite to replace an earlier export there")
-        }
-        Err(e) => return Err(e.into()),
-    };
+    // The destination is looked at when the first input opens (and the inputs one at a time: a
+    // fleet's thousands of files are never open at once): when none can be read, nothing is
+    // written and an earlier dataset stays.
+    let mut writer: Option<DatasetWriter> = None;
+    let mut unreadable = 0;
     // --provider names no input's registry knows (none of them can name a manifest provider).
     let mut unknown: Option<Vec<String>> = None;
     // One bar for all inputs (on a terminal, for inputs worth one).
-    let bar = crate::progress::bar(inputs.iter().map(|(_, f)| f.len()).sum());
+    let total = a
+        .files
+        .iter()
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .sum();
+    let bar = crate::progress::bar(total);
     let mut base = 0;
-    for (path, f) in &inputs {
+    for path in &a.files {
+        let f = match EtlFile::open(path) {
+            Ok(f) => f,
+            Err(e) => {
+                let say = || eprintln!("etwkit: warning: {e}; skipped");
+                match &bar {
+                    Some(b) => b.suspend(say),
+                    None => say(),
+                }
+                unreadable += 1;
+                continue;
+            }
+        };
+        let w = match &mut writer {
+            Some(w) => w,
+            None => match DatasetWriter::create(&a.output, existing) {
+                Ok(w) => writer.insert(w),
+                Err(ExportError::Destination(e @ StageError::NotEmpty { .. })) => {
+                    anyhow::bail!("{e}; pass --overwrite to replace an earlier export there")
+                }
+                Err(e) => return Err(e.into()),
+            },
+        };
         let (decoder, _) =
-            etwkit::decode::Decoder::for_file(crate::dump::registry(&a.manifest)?, f);
+            etwkit::decode::Decoder::for_file(crate::dump::registry(&a.manifest)?, &f);
         let name = path.to_string_lossy();
         let filter = if a.filter.is_empty() {
             None
@@ -88,7 +97,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             )
         };
         let summary = w
-            .add_file_where(&name, f, &decoder, filter.as_ref(), &mut |done| {
+            .add_file_where(&name, &f, &decoder, filter.as_ref(), &mut |done| {
                 if let Some(b) = &bar {
                     b.set_position(base + done)
                 }
@@ -123,6 +132,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
+    let Some(w) = writer else {
+        anyhow::bail!(
+            "none of the input files could be read; {} was left as it was",
+            a.output.display()
+        );
+    };
     let s = w.finish()?;
     a.filter
         .warn_if_nothing_kept(s.events, &unknown.unwrap_or_default());
