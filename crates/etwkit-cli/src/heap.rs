@@ -118,22 +118,38 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--pprof FILE`, `--flamegraph FILE`.
+/// `--pprof FILE`, `--flamegraph FILE` (never over the trace read or written: see `out_file`).
 fn write_profiles(a: &Args, report: &HeapReport) -> anyhow::Result<()> {
-    let create = |p: &PathBuf| {
-        std::fs::File::create(p)
-            .map(std::io::BufWriter::new)
-            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", p.display()))
-    };
+    let inputs: Vec<&std::path::Path> = a
+        .report
+        .iter()
+        .chain(&a.output)
+        .map(|p| p.as_path())
+        .collect();
+    if let (Some(p), Some(f)) = (&a.pprof, &a.flamegraph) {
+        if crate::out_file::same_file(p, f) {
+            bail!(
+                "--pprof and --flamegraph name the same file {}",
+                p.display()
+            );
+        }
+    }
     if let Some(p) = &a.pprof {
-        etwkit::export::pprof::write_pprof(report, create(p)?)
+        let out = crate::out_file::Partial::new(p, &inputs)?;
+        etwkit::export::pprof::write_pprof(report, out.create()?)
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", p.display()))?;
+        out.commit()?;
         eprintln!("etwkit heap: wrote the pprof profile {}", p.display());
     }
     if let Some(p) = &a.flamegraph {
         let title = "Outstanding bytes by allocation stack (etwkit heap)";
-        etwkit::export::flamegraph::write_flamegraph(report, Some(title), create(p)?)
+        let out = crate::out_file::Partial::new(p, &inputs)?;
+        let mut w = out.create()?;
+        etwkit::export::flamegraph::write_flamegraph(report, Some(title), &mut w)
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", p.display()))?;
+        w.into_inner()
+            .map_err(|e| anyhow::anyhow!("writing {}: {}", p.display(), e.error()))?;
+        out.commit()?;
         eprintln!("etwkit heap: wrote the flame graph {}", p.display());
     }
     Ok(())

@@ -19,6 +19,7 @@ mod filter_args;
 mod heap;
 mod info;
 mod net;
+mod out_file;
 mod pcap;
 mod print;
 mod progress;

@@ -1,10 +1,8 @@
 //! `etwkit pcap FILE.etl -o OUT.pcapng`: the packets of a PktMon trace as a pcapng capture.
 
-use std::io::BufWriter;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use etwkit::etl::{EtlFile, Order};
 use etwkit::export::pcapng::{PcapngWriter, PktMonPackets, SectionInfo};
 
@@ -26,9 +24,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         hardware: None,
         application: Some(format!("etwkit {}", env!("CARGO_PKG_VERSION"))),
     };
-    let out = std::fs::File::create(&a.output)
-        .with_context(|| format!("cannot create {}", a.output.display()))?;
-    let mut w = PcapngWriter::new(BufWriter::new(out), &info)?;
+    let out = crate::out_file::Partial::new(&a.output, &[&a.file])?;
+    let mut w = PcapngWriter::new(out.create()?, &info)?;
     let mut pkts = PktMonPackets::new();
     let mut err = None;
     let summary = f.for_each(Order::Time, |r| {
@@ -44,7 +41,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(e) = err {
         return Err(anyhow::Error::new(e).context(format!("writing {}", a.output.display())));
     }
-    w.finish()?;
+    w.finish()?
+        .into_inner()
+        .map_err(|e| anyhow::anyhow!("writing {}: {}", a.output.display(), e.error()))?;
+    out.commit()?;
     for i in &summary.issues {
         eprintln!("etwkit: warning: {i}");
     }

@@ -43,16 +43,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             );
         }
     }
-    let same = |p: &std::path::Path| {
-        let q = &a.output;
-        match (p.canonicalize(), q.canonicalize()) {
-            (Ok(x), Ok(y)) => x == y,
-            _ => std::path::absolute(p).ok() == std::path::absolute(q).ok(),
-        }
-    };
-    if files.iter().any(|f| same(f.path())) {
-        anyhow::bail!("the output {} is also an input", a.output.display());
-    }
+    let inputs: Vec<&std::path::Path> = files.iter().map(|f| f.path()).collect();
+    let out = crate::out_file::Partial::new(&a.output, &inputs)?;
     let start = files
         .iter()
         .map(|f| f.header().start_time)
@@ -76,8 +68,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let threads = a
         .threads
         .unwrap_or_else(etwkit::etl::parallel::default_threads);
-    let s = relog_to_file_with(&files, &filter, &a.output, opts, threads)
+    let s = relog_to_file_with(&files, &filter, out.path(), opts, threads)
         .with_context(|| format!("relog to {}", a.output.display()))?;
+    out.commit()?;
     for i in &s.inputs {
         for issue in &i.read.issues {
             eprintln!("etwkit: warning: {}: {issue}", i.path.display());

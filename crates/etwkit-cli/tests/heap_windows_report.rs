@@ -60,3 +60,28 @@ fn report_of_a_windows_trace_shows_module_plus_offset() {
         assert!(table.contains(&want), "{want} missing from:\n{table}");
     }
 }
+
+#[test]
+fn a_profile_is_never_written_over_the_trace_it_reports() {
+    let etl = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("win_heap_same.etl");
+    windows_etl::write(&etl);
+    let before = std::fs::read(&etl).unwrap();
+    let etl = etl.to_str().unwrap();
+    for flag in ["--pprof", "--flamegraph"] {
+        let (code, out, err) = heap(&["--report", etl, flag, etl]);
+        assert_ne!(code, 0, "{flag}: {err}");
+        assert!(out.is_empty(), "{flag}: {out}");
+        assert!(err.contains("also an input"), "{flag}: {err}");
+        assert_eq!(
+            std::fs::read(etl).unwrap(),
+            before,
+            "{flag}: the trace was changed"
+        );
+    }
+    // Both profiles into one file: refused rather than one overwriting the other.
+    let both = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("win_heap_both.out");
+    let both = both.to_str().unwrap();
+    let (code, _, err) = heap(&["--report", etl, "--pprof", both, "--flamegraph", both]);
+    assert_ne!(code, 0);
+    assert!(err.contains("the same file"), "{err}");
+}

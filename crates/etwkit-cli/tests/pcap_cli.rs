@@ -201,3 +201,56 @@ fn tshark_reads_the_capture_without_complaint() {
         );
     }
 }
+
+/// Files in `dir` whose names mark an output still being written.
+fn partials(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".partial"))
+        .collect()
+}
+
+#[test]
+fn output_is_never_the_input_and_a_failed_run_keeps_the_old_output() {
+    let Some(s) = samples("output_is_never_the_input_and_a_failed_run_keeps_the_old_output") else {
+        return;
+    };
+    let dir = tmp("pcap-outputs");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("in.etl");
+    std::fs::copy(s.join("demikernel_PktMon.etl"), &input).unwrap();
+    let original = std::fs::read(&input).unwrap();
+    let input_s = input.to_str().unwrap();
+
+    // Writing the capture over the trace being read would truncate it under the reader.
+    let (ok, _, err) = etwkit(&["pcap", input_s, "-o", input_s]);
+    assert!(!ok);
+    assert!(err.contains("also an input"), "{err}");
+    assert_eq!(
+        std::fs::read(&input).unwrap(),
+        original,
+        "the trace was changed"
+    );
+
+    // A run that fails keeps the file it was to replace.
+    let out = dir.join("out.pcapng");
+    std::fs::write(&out, b"an earlier capture").unwrap();
+    let not_etl = dir.join("notes.etl");
+    std::fs::write(&not_etl, b"not a trace").unwrap();
+    let (ok, _, err) = etwkit(&[
+        "pcap",
+        not_etl.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!ok, "{err}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"an earlier capture");
+
+    // A run that succeeds replaces it whole, and leaves nothing half-written beside it.
+    let (ok, _, err) = etwkit(&["pcap", input_s, "-o", out.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert_eq!(read_pcapng(&out).packets.len(), 114);
+    assert!(partials(&dir).is_empty(), "{:?}", partials(&dir));
+}
