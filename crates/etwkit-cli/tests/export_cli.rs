@@ -413,6 +413,20 @@ fn earlier_dataset_is_refused_kept_on_failure_and_replaced_when_asked() {
     let want: BTreeMap<String, u64> = serde_json::from_value(stats["providers"].clone()).unwrap();
     assert_eq!(have, want);
     assert!(hidden_beside(&out).is_empty(), "{:?}", hidden_beside(&out));
+
+    // A trace kept inside the dataset: replacing the dataset would delete it, so it is refused.
+    let kept = out.join("trace.etl");
+    std::fs::copy(&second, &kept).unwrap();
+    let (ok, _, err) = etwkit(&["export", "--overwrite", "-o", out_s, kept.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("trace.etl") && err.contains("not replaced"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&kept).unwrap(),
+        std::fs::read(&second).unwrap()
+    );
 }
 
 /// etwkit's Parquet writer (`etwkit::export::pq`) on what the samples do not reach: a text column

@@ -28,6 +28,8 @@ pub enum StageError {
     NotEmpty { path: PathBuf },
     #[error("{} holds files but no {marker}: not a dataset, so it is not replaced", path.display())]
     NotADataset { path: PathBuf, marker: String },
+    #[error("{} holds {}, which no export writes: it is not replaced", path.display(), foreign.display())]
+    Foreign { path: PathBuf, foreign: PathBuf },
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StageError + '_ {
@@ -90,7 +92,16 @@ impl Staged {
                 match (empty, existing) {
                     (true, _) => Before::EmptyDirectory,
                     (false, Existing::Refuse) => return Err(StageError::NotEmpty { path: dest }),
-                    (false, Existing::Replace) if dest.join(marker).is_file() => Before::Dataset,
+                    (false, Existing::Replace) if dest.join(marker).is_file() => {
+                        // Replacing removes everything in it: only a dataset's own files may be.
+                        if let Some(foreign) = foreign_entry(&dest, marker)? {
+                            return Err(StageError::Foreign {
+                                path: dest,
+                                foreign,
+                            });
+                        }
+                        Before::Dataset
+                    }
                     (false, Existing::Replace) => {
                         return Err(StageError::NotADataset {
                             path: dest,
@@ -175,6 +186,33 @@ impl Staged {
         self.committed = true;
         Ok(())
     }
+}
+
+/// The first entry of the dataset `dir` that an export does not write: anything but `marker`
+/// and directories of files with `marker`'s extension (a user's trace kept beside the tables, a
+/// notes file), which replacing the dataset would delete.
+fn foreign_entry(dir: &Path, marker: &str) -> Result<Option<PathBuf>, StageError> {
+    let ext = Path::new(marker).extension();
+    for e in std::fs::read_dir(dir).map_err(io_error(dir))? {
+        let e = e.map_err(io_error(dir))?;
+        let p = e.path();
+        let t = e.file_type().map_err(io_error(&p))?;
+        if t.is_file() && e.file_name() == marker {
+            continue;
+        }
+        if !t.is_dir() {
+            return Ok(Some(p));
+        }
+        for f in std::fs::read_dir(&p).map_err(io_error(&p))? {
+            let f = f.map_err(io_error(&p))?;
+            let fp = f.path();
+            let ft = f.file_type().map_err(io_error(&fp))?;
+            if !ft.is_file() || fp.extension() != ext {
+                return Ok(Some(fp));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// Removes the staging directories (and replaced datasets) of exports to `parent/name` whose
@@ -288,7 +326,8 @@ mod tests {
         let dest = root.join("ds");
         std::fs::create_dir(&dest).unwrap();
         std::fs::write(dest.join("events.parquet"), b"old").unwrap();
-        std::fs::write(dest.join("stale.parquet"), b"old").unwrap();
+        std::fs::create_dir(dest.join("Old")).unwrap();
+        std::fs::write(dest.join("Old/stale.parquet"), b"old").unwrap();
         let s = Staged::new(&dest, Existing::Replace, "events.parquet").unwrap();
         std::fs::write(s.path().join("events.parquet"), b"new").unwrap();
         drop(s);
@@ -344,11 +383,30 @@ mod tests {
         let e = Staged::new(&dest, Existing::Replace, "events.parquet").unwrap_err();
         assert!(matches!(e, StageError::NotADataset { .. }), "{e}");
         assert!(e.to_string().contains("no events.parquet"), "{e}");
+        // A dataset with something else in it: replacing it would delete that too.
+        let kept = root.join("kept");
+        std::fs::create_dir_all(kept.join("Provider")).unwrap();
+        std::fs::write(kept.join("events.parquet"), b"old").unwrap();
+        std::fs::write(kept.join("Provider/Event.parquet"), b"old").unwrap();
+        std::fs::write(kept.join("Provider/trace.etl"), b"mine").unwrap();
+        let e = Staged::new(&kept, Existing::Replace, "events.parquet").unwrap_err();
+        assert!(matches!(e, StageError::Foreign { .. }), "{e}");
+        assert!(e.to_string().contains("trace.etl"), "{e}");
+        std::fs::remove_file(kept.join("Provider/trace.etl")).unwrap();
+        std::fs::write(kept.join("notes.txt"), b"mine").unwrap();
+        let e = Staged::new(&kept, Existing::Replace, "events.parquet").unwrap_err();
+        assert!(e.to_string().contains("notes.txt"), "{e}");
+        std::fs::remove_file(kept.join("notes.txt")).unwrap();
+        drop(Staged::new(&kept, Existing::Replace, "events.parquet").unwrap());
         let file = root.join("file");
         std::fs::write(&file, b"x").unwrap();
         let e = Staged::new(&file, Existing::Replace, "events.parquet").unwrap_err();
         assert!(matches!(e, StageError::NotADirectory { .. }), "{e}");
-        assert_eq!(names(&root), ["ds", "file"], "no staging directory made");
+        assert_eq!(
+            names(&root),
+            ["ds", "file", "kept"],
+            "no staging directory left"
+        );
         assert_eq!(names(&dest), ["notes.txt"]);
         // An empty directory takes a dataset without being asked.
         let empty = root.join("empty");
