@@ -778,11 +778,6 @@ impl DatasetWriter {
             tables,
         })
     }
-
-    /// Where the dataset goes (absolute).
-    pub fn destination(&self) -> Option<&Path> {
-        self.staged.as_ref().map(Staged::dest)
-    }
 }
 
 impl Drop for DatasetWriter {

@@ -137,11 +137,6 @@ impl Staged {
         &self.staging
     }
 
-    /// The destination (absolute).
-    pub fn dest(&self) -> &Path {
-        &self.dest
-    }
-
     /// Moves the dataset into place: the destination now holds the new dataset only (an earlier
     /// one is removed once the new one took its place). A destination directory that existed is
     /// kept (its entries are moved, not the directory: a shell whose working directory it is
