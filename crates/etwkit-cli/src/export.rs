@@ -60,11 +60,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let f = match EtlFile::open(path) {
             Ok(f) => f,
             Err(e) => {
-                let say = || eprintln!("etwkit: warning: {e}; skipped");
-                match &bar {
-                    Some(b) => b.suspend(say),
-                    None => say(),
-                }
+                crate::progress::above(bar.as_ref(), || eprintln!("etwkit: warning: {e}; skipped"));
                 unreadable += 1;
                 continue;
             }
@@ -123,11 +119,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 );
             }
         };
-        match &bar {
-            // On their own lines, the bar drawn again below them.
-            Some(b) => b.suspend(report),
-            None => report(),
-        }
+        crate::progress::above(bar.as_ref(), report);
     }
     if let Some(b) = &bar {
         b.finish_and_clear();

@@ -118,7 +118,7 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--pprof FILE`, `--flamegraph FILE` (never over the trace read or written: see `out_file`).
+/// `--pprof FILE`, `--flamegraph FILE` (never over the trace read or written: see `etwkit::export::staged`).
 fn write_profiles(a: &Args, report: &HeapReport) -> anyhow::Result<()> {
     let inputs: Vec<&std::path::Path> = a
         .report
@@ -127,7 +127,7 @@ fn write_profiles(a: &Args, report: &HeapReport) -> anyhow::Result<()> {
         .map(|p| p.as_path())
         .collect();
     if let (Some(p), Some(f)) = (&a.pprof, &a.flamegraph) {
-        if crate::out_file::same_file(p, f) {
+        if etwkit::export::staged::same_file(p, f) {
             bail!(
                 "--pprof and --flamegraph name the same file {}",
                 p.display()
@@ -135,7 +135,7 @@ fn write_profiles(a: &Args, report: &HeapReport) -> anyhow::Result<()> {
         }
     }
     if let Some(p) = &a.pprof {
-        let out = crate::out_file::Partial::new(p, &inputs)?;
+        let out = etwkit::export::staged::StagedFile::new(p, &inputs)?;
         etwkit::export::pprof::write_pprof(report, out.create()?)
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", p.display()))?;
         out.commit()?;
@@ -143,7 +143,7 @@ fn write_profiles(a: &Args, report: &HeapReport) -> anyhow::Result<()> {
     }
     if let Some(p) = &a.flamegraph {
         let title = "Outstanding bytes by allocation stack (etwkit heap)";
-        let out = crate::out_file::Partial::new(p, &inputs)?;
+        let out = etwkit::export::staged::StagedFile::new(p, &inputs)?;
         let mut w = out.create()?;
         etwkit::export::flamegraph::write_flamegraph(report, Some(title), &mut w)
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", p.display()))?;

@@ -19,7 +19,6 @@ mod filter_args;
 mod heap;
 mod info;
 mod net;
-mod out_file;
 mod pcap;
 mod print;
 mod progress;

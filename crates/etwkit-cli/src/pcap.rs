@@ -24,7 +24,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         hardware: None,
         application: Some(format!("etwkit {}", env!("CARGO_PKG_VERSION"))),
     };
-    let out = crate::out_file::Partial::new(&a.output, &[&a.file])?;
+    let out = etwkit::export::staged::StagedFile::new(&a.output, &[&a.file])?;
     let mut w = PcapngWriter::new(out.create()?, &info)?;
     let mut pkts = PktMonPackets::new();
     let mut err = None;

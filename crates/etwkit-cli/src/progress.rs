@@ -20,3 +20,11 @@ pub fn bar(total_bytes: u64) -> Option<ProgressBar> {
     );
     Some(pb)
 }
+
+/// Runs `say` (lines for stderr) with the bar, if any, lifted: they print above it, not through it.
+pub fn above(bar: Option<&ProgressBar>, say: impl FnOnce()) {
+    match bar {
+        Some(b) => b.suspend(say),
+        None => say(),
+    }
+}

@@ -44,7 +44,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     let inputs: Vec<&std::path::Path> = files.iter().map(|f| f.path()).collect();
-    let out = crate::out_file::Partial::new(&a.output, &inputs)?;
+    let out = etwkit::export::staged::StagedFile::new(&a.output, &inputs)?;
     let start = files
         .iter()
         .map(|f| f.header().start_time)

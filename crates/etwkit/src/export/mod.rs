@@ -5,8 +5,8 @@
 //!   properties as typed columns.
 //! - `parquet` (feature `parquet`): decoded events as a Parquet dataset (DuckDB, Spark); `rows`
 //!   and `tape` carry decoded records between its threads as bytes, `memo` spares repeated
-//!   payloads their walk; `pq` writes the files, `staged` makes the directory appear whole or not
-//!   at all.
+//!   payloads their walk; `pq` writes the files, `staged` makes the directory (and
+//!   any output file) appear whole or not at all.
 //! - `pprof` (feature `pprof`): a heap report as a pprof profile.
 //! - `flamegraph` (feature `flamegraph`): a heap report's outstanding bytes as a flame graph (SVG).
 
@@ -25,7 +25,6 @@ pub mod pprof;
 pub mod pq;
 #[cfg(feature = "parquet")]
 pub mod rows;
-#[cfg(feature = "parquet")]
 pub mod staged;
 #[cfg(feature = "arrow")]
 pub mod tape;

@@ -1,6 +1,6 @@
-//! A dataset directory written whole or not at all: the files go to a hidden staging directory
-//! beside the destination (same parent, so the same file system) and are moved into place once
-//! every file is complete. An export that fails (a write error, a panic, a caller that gives
+//! A dataset directory ([`Staged`]) or an output file ([`StagedFile`]) written whole or not at
+//! all: the files go to a hidden `.NAME.etwkit-<pid>.partial` beside the destination (same
+//! parent, so the same file system) and are moved into place once every file is complete. An export that fails (a write error, a panic, a caller that gives
 //! up) removes its staging directory and leaves the destination as it was; a destination that
 //! holds an earlier dataset is replaced only when asked, and only after the new one is complete.
 
@@ -30,6 +30,10 @@ pub enum StageError {
     NotADataset { path: PathBuf, marker: String },
     #[error("{} holds {}, which no export writes: it is not replaced", path.display(), foreign.display())]
     Foreign { path: PathBuf, foreign: PathBuf },
+    #[error("the output {} is also an input", path.display())]
+    IsInput { path: PathBuf },
+    #[error("the output {} is a directory", path.display())]
+    IsDirectory { path: PathBuf },
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StageError + '_ {
@@ -114,15 +118,9 @@ impl Staged {
         let (Some(parent), Some(name)) = (dest.parent(), dest.file_name()) else {
             return Err(StageError::NotADirectory { path: dest });
         };
-        let staging = parent.join(format!(
-            ".{}.etwkit-{}.partial",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
-        // Left over by earlier runs that were killed (this process id's, or on Linux any whose
-        // process is gone): not ours to keep.
+        let staging = staging_path(parent, name);
         let _ = std::fs::remove_dir_all(&staging);
-        remove_leftovers(parent, &name.to_string_lossy());
+        remove_leftovers(parent, name);
         std::fs::create_dir(&staging).map_err(io_error(&staging))?;
         Ok(Staged {
             dest,
@@ -210,10 +208,20 @@ fn foreign_entry(dir: &Path, marker: &str) -> Result<Option<PathBuf>, StageError
     Ok(None)
 }
 
-/// Removes the staging directories (and replaced datasets) of exports to `parent/name` whose
-/// process is gone: a killed export leaves its own behind.
-fn remove_leftovers(parent: &Path, name: &str) {
-    let prefix = format!(".{name}.etwkit-");
+/// Where this process stages `parent/name`: `.NAME.etwkit-<pid>.partial` beside it.
+fn staging_path(parent: &Path, name: &std::ffi::OsStr) -> PathBuf {
+    parent.join(format!(
+        ".{}.etwkit-{}.partial",
+        name.to_string_lossy(),
+        std::process::id()
+    ))
+}
+
+/// Removes what runs staging `parent/name` left whose process is gone (staging directories and
+/// files, replaced datasets): a killed run leaves its own behind. (This process's own name is
+/// the caller's to clear.)
+fn remove_leftovers(parent: &Path, name: &std::ffi::OsStr) {
+    let prefix = format!(".{}.etwkit-", name.to_string_lossy());
     let Ok(dir) = std::fs::read_dir(parent) else {
         return;
     };
@@ -226,7 +234,10 @@ fn remove_leftovers(parent: &Path, name: &str) {
             continue;
         };
         if pid.parse::<u32>().is_ok_and(|p| !process_alive(p)) {
-            let _ = std::fs::remove_dir_all(e.path());
+            let _ = match e.file_type() {
+                Ok(t) if t.is_dir() => std::fs::remove_dir_all(e.path()),
+                _ => std::fs::remove_file(e.path()),
+            };
         }
     }
 }
@@ -265,6 +276,82 @@ fn move_back(names: &[std::ffi::OsString], from: &Path, to: &Path) -> io::Result
         std::fs::rename(from.join(n), to.join(n))?;
     }
     Ok(())
+}
+
+/// Whether `a` and `b` name the same file (the same path once resolved; for a file that does not
+/// exist yet, the same absolute path).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => std::path::absolute(a).ok() == std::path::absolute(b).ok(),
+    }
+}
+
+/// One output file written whole or not at all, as [`Staged`] writes a directory: write
+/// [`StagedFile::path`] (or [`StagedFile::create`]), then [`StagedFile::commit`] renames it over
+/// the output; dropped first, it is removed. An output that is one of the inputs is refused
+/// before anything is written (writing it would truncate the file being read).
+#[derive(Debug)]
+pub struct StagedFile {
+    dest: PathBuf,
+    staging: PathBuf,
+    committed: bool,
+}
+
+impl StagedFile {
+    /// Starts `dest`, refusing it when it is one of `inputs` or a directory.
+    pub fn new(dest: &Path, inputs: &[&Path]) -> Result<StagedFile, StageError> {
+        if inputs.iter().any(|i| same_file(i, dest)) {
+            return Err(StageError::IsInput {
+                path: dest.to_path_buf(),
+            });
+        }
+        let name = match dest.file_name() {
+            Some(n) if !dest.is_dir() => n,
+            _ => {
+                return Err(StageError::IsDirectory {
+                    path: dest.to_path_buf(),
+                })
+            }
+        };
+        let parent = match dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        remove_leftovers(parent, name);
+        Ok(StagedFile {
+            dest: dest.to_path_buf(),
+            staging: staging_path(parent, name),
+            committed: false,
+        })
+    }
+
+    /// Where to write until [`StagedFile::commit`].
+    pub fn path(&self) -> &Path {
+        &self.staging
+    }
+
+    /// The staging file, created (buffered).
+    pub fn create(&self) -> Result<io::BufWriter<std::fs::File>, StageError> {
+        std::fs::File::create(&self.staging)
+            .map(io::BufWriter::new)
+            .map_err(io_error(&self.dest))
+    }
+
+    /// Renames the complete file over the output.
+    pub fn commit(mut self) -> Result<(), StageError> {
+        std::fs::rename(&self.staging, &self.dest).map_err(io_error(&self.dest))?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for StagedFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.staging);
+        }
+    }
 }
 
 impl Drop for Staged {
@@ -364,6 +451,36 @@ mod tests {
         assert!(other.exists(), "another destination's was removed");
         assert!(live.exists(), "a running export's was removed");
         drop(s);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_file_is_replaced_whole_never_over_an_input() {
+        let root = scratch("file");
+        let out = root.join("out.pcapng");
+        std::fs::write(&out, b"old").unwrap();
+        let e = StagedFile::new(&out, &[&root.join("in.etl"), &out]).unwrap_err();
+        assert!(matches!(e, StageError::IsInput { .. }), "{e}");
+        let e = StagedFile::new(&root, &[]).unwrap_err();
+        assert!(matches!(e, StageError::IsDirectory { .. }), "{e}");
+        let f = StagedFile::new(&out, &[]).unwrap();
+        std::fs::write(f.path(), b"half").unwrap();
+        drop(f);
+        assert_eq!(names(&root), ["out.pcapng"]);
+        assert_eq!(std::fs::read(&out).unwrap(), b"old");
+        let f = StagedFile::new(&out, &[]).unwrap();
+        std::io::Write::write_all(&mut f.create().unwrap(), b"new").unwrap();
+        f.commit().unwrap();
+        assert_eq!(names(&root), ["out.pcapng"]);
+        assert_eq!(std::fs::read(&out).unwrap(), b"new");
+        // A killed run's staging file is removed by the next (Linux: its process is gone).
+        #[cfg(target_os = "linux")]
+        {
+            let gone = root.join(".out.pcapng.etwkit-4294967295.partial");
+            std::fs::write(&gone, b"half").unwrap();
+            drop(StagedFile::new(&out, &[]).unwrap());
+            assert!(!gone.exists());
+        }
         std::fs::remove_dir_all(&root).unwrap();
     }
 
