@@ -1,6 +1,7 @@
 //! A file cut exactly at a buffer boundary (every buffer present is whole) is reported as truncated:
 //! an issue naming how many of the logger's buffers it holds, and `closed_cleanly` false — for every
-//! boundary of real samples.
+//! boundary of real samples. A file cut inside a buffer says the same beside the cut buffer's own
+//! issue.
 
 mod common;
 
@@ -77,4 +78,73 @@ fn dump_warns_about_a_file_cut_at_a_buffer_boundary() {
         .iter()
         .any(|i| i.reason == "file holds 2 of the 5 buffers the logger wrote"));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn samples_cut_inside_every_buffer_name_the_buffers_missing_too() {
+    let mut cuts = 0;
+    for name in [
+        "perfview_gcevents.etl",
+        "tx_WsRm01.etl",
+        "krabsetw_powershell.etl",
+        "pktmonvpn_PktMon.etl",
+    ] {
+        let Some(p) = common::sample(name, "samples_cut_inside_every_buffer") else {
+            return;
+        };
+        let bytes = std::fs::read(&p).unwrap();
+        let whole = EtlFile::open(&p).unwrap();
+        let written = whole.header().buffers_written as usize;
+        let mut per_buffer: BTreeMap<usize, u64> = BTreeMap::new();
+        whole.for_each(Order::File, |r| {
+            *per_buffer.entry(r.buffer_index).or_default() += 1;
+            ControlFlow::Continue(())
+        });
+        for (k, b) in whole.buffers().iter().enumerate() {
+            // Half way through the buffer as it lies in the file.
+            let next = whole
+                .buffers()
+                .get(k + 1)
+                .map_or(bytes.len(), |n| n.file_offset as usize);
+            let cut = b.file_offset as usize + (next - b.file_offset as usize) / 2;
+            let f = EtlFile::from_vec(bytes[..cut].to_vec()).unwrap();
+            assert_eq!(f.buffers().len(), k + 1, "{name} cut in {k}");
+            assert!(f.buffers()[k].truncated);
+            if f.header_error().is_some() {
+                // The cut went through the logfile header: its BuffersWritten is not to be trusted.
+                assert_eq!((k, f.missing_buffers()), (0, 0), "{name}");
+                continue;
+            }
+            assert_eq!(f.missing_buffers(), written - k - 1, "{name} cut in {k}");
+            let s = file_stats(&f);
+            assert!(!s.closed_cleanly, "{name} cut in {k}");
+            let cut_issue = s
+                .issues
+                .iter()
+                .any(|i| i.reason.starts_with("file ends inside this buffer"));
+            let held = format!(
+                "file holds {} of the {written} buffers the logger wrote",
+                k + 1
+            );
+            let held_issue = s.issues.iter().any(|i| i.reason == held);
+            assert!(cut_issue, "{name} cut in {k}: {:?}", s.issues);
+            // The last buffer cut: every buffer the logger wrote is there, in part.
+            assert_eq!(
+                held_issue,
+                k + 1 < written,
+                "{name} cut in {k}: {:?}",
+                s.issues
+            );
+            // Every record of the buffers before the cut one is still read, none of later ones.
+            let before: u64 = per_buffer.range(..k).map(|(_, n)| n).sum();
+            let upto: u64 = per_buffer.range(..=k).map(|(_, n)| n).sum();
+            assert!(
+                (before..=upto).contains(&s.records),
+                "{name} cut in {k}: {} records, {before}..={upto}",
+                s.records
+            );
+            cuts += 1;
+        }
+    }
+    assert!(cuts > 30, "{cuts}");
 }

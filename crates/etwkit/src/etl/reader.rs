@@ -392,11 +392,13 @@ impl EtlFile {
             time_order: std::sync::OnceLock::new(),
         };
         f.read_logfile_header();
-        // A file cut exactly at a buffer boundary: every buffer present is whole, but the logger
-        // wrote more (a copy stopped early, a disk that filled up).
+        // A file that holds fewer buffers than the logger wrote (a copy stopped early, a disk that
+        // filled up): cut at a buffer boundary (every buffer present whole) or inside its last
+        // buffer (counted as held; its own issue says how much of it is there), the buffers the
+        // logger wrote after it are missing either way.
         let held = f.buffers.len();
         let written = f.header.buffers_written as usize;
-        if f.header_error.is_none() && written > held && !f.buffers.iter().any(|b| b.truncated) {
+        if f.header_error.is_none() && written > held {
             f.missing_buffers = written - held;
             f.chain_issues.push(ReadIssue {
                 file_offset: f.data.len() as u64,
