@@ -68,8 +68,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let threads = a
         .threads
         .unwrap_or_else(etwkit::etl::parallel::default_threads);
-    let s = relog_to_file_with(&files, &filter, out.path(), opts, threads)
-        .with_context(|| format!("relog to {}", a.output.display()))?;
+    let s =
+        relog_to_file_with(&files, &filter, out.path(), opts, threads).map_err(|e| match e {
+            // The staging file is gone once this is read: name the output.
+            etwkit::etl::writer::WriteError::Io { path, source } if path == out.path() => {
+                anyhow::anyhow!("cannot write {}: {source}", a.output.display())
+            }
+            e => anyhow::Error::new(e).context(format!("relog to {}", a.output.display())),
+        })?;
     out.commit()?;
     for i in &s.inputs {
         for issue in &i.read.issues {

@@ -429,6 +429,45 @@ fn earlier_dataset_is_refused_kept_on_failure_and_replaced_when_asked() {
     );
 }
 
+/// A write that fails half way (here: the file-size limit of `ulimit -f`, with SIGXFSZ ignored so
+/// the write returns EFBIG) ends the export with exit code 1 and an error naming the file as the
+/// dataset would have held it — not the hidden staging directory, gone by then — and leaves
+/// neither the dataset nor its staging directory behind.
+#[test]
+fn a_failed_write_names_the_dataset_file_and_leaves_nothing() {
+    let Some(dir) = samples("a_failed_write_names_the_dataset_file_and_leaves_nothing") else {
+        return;
+    };
+    let parent = tmp("export-write-error");
+    std::fs::create_dir_all(&parent).unwrap();
+    let out = parent.join("ds");
+    let input = dir.join("perfview_net.4.5.x86.etl");
+    let o = Command::new("sh")
+        .args(["-c", "trap '' XFSZ; ulimit -f 64; exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_etwkit"))
+        .args([
+            "export",
+            "-o",
+            out.to_str().unwrap(),
+            input.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(o.stdout.is_empty());
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!("etwkit: writing {}/", out.display()))
+            && last.contains(".parquet"),
+        "{err}"
+    );
+    assert!(last.contains("os error 27"), "{err}");
+    assert!(!err.contains(".partial"), "{err}");
+    assert!(!out.exists());
+    assert!(hidden_beside(&out).is_empty(), "{:?}", hidden_beside(&out));
+}
+
 /// etwkit's Parquet writer (`etwkit::export::pq`) on what the samples do not reach: a text column
 /// whose dictionary outgrows its limit within a row group (the rest of the chunk goes plain),
 /// nulls in every column, negative integers and floats with statistics, a list of text with null

@@ -121,3 +121,36 @@ fn relog_command_refuses_bad_input_clearly() {
     assert!(!ok);
     assert!(stderr.contains("buffer size"), "{stderr}");
 }
+
+/// A write that fails (the file-size limit of `ulimit -f`, SIGXFSZ ignored so the write returns
+/// EFBIG) is one sentence naming the output — not the hidden file it was written as — with exit
+/// code 1, and leaves neither the output nor that file behind.
+#[test]
+fn a_failed_write_names_the_output_and_leaves_nothing() {
+    let Some(s) = samples("a_failed_write_names_the_output_and_leaves_nothing") else {
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("relog-write-error");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("out.etl");
+    let o = std::process::Command::new("sh")
+        .args(["-c", "trap '' XFSZ; ulimit -f 8; exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_etwkit"))
+        .arg("relog")
+        .arg(s.join("perfview_gcevents.etl"))
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(o.stdout.is_empty());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!("etwkit: cannot write {}: ", out.display()))
+            && err.contains("os error 27"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+}

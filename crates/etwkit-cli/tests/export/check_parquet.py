@@ -176,6 +176,12 @@ def typed(d, dump_path):
         table = os.path.relpath(path, d)
         common = set(COMMON) | {"file", "record"}
         prop_cols = [c for c in types if c not in common]
+        # One event type per table: TraceLogging events share id 0 (and often everything else
+        # in their descriptor), their name tells them apart.
+        kinds = {(r["provider"], r["event_name"], r["id"], r["version"], r["opcode"], r["task"])
+                 for r in rows}
+        if len(kinds) > 1:
+            bad(table, "event types", 1, sorted(kinds, key=str)[:4])
         for row in rows:
             rec = row["record"]
             if rec in seen:

@@ -73,6 +73,30 @@ pub struct ExportSummary {
     pub tables: BTreeMap<String, TableSummary>,
 }
 
+impl ExportError {
+    /// The same error, its path as [`Staged::shown`] names it.
+    fn shown(self, staged: Option<&Staged>) -> ExportError {
+        let Some(s) = staged else {
+            return self;
+        };
+        match self {
+            ExportError::Io { path, source } => ExportError::Io {
+                path: s.shown(&path),
+                source,
+            },
+            ExportError::Parquet { path, source } => ExportError::Parquet {
+                path: s.shown(&path),
+                source,
+            },
+            ExportError::Arrow { path, source } => ExportError::Arrow {
+                path: s.shown(&path),
+                source,
+            },
+            e @ ExportError::Destination(_) => e,
+        }
+    }
+}
+
 impl ExportSummary {
     /// Values written as null in all typed tables together.
     pub fn unfit(&self) -> u64 {
@@ -321,7 +345,9 @@ impl Writers {
     }
 }
 
-/// Which typed table a record goes to.
+/// Which typed tables a record may go to: the one among them whose event name is the record's
+/// (TraceLogging events share id 0, and often everything else in their descriptor: only their
+/// names tell them apart).
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct TableKey {
     provider: Guid,
@@ -333,6 +359,8 @@ struct TableKey {
 }
 
 struct Table {
+    /// The event name of its rows.
+    name: Option<Box<str>>,
     rel: String,
     cols: TypedColumns,
     /// Which of the typed tables' writer threads encodes it.
@@ -398,7 +426,10 @@ struct TablesPart {
     /// `buffered` at which every table with fixed columns hands its rows on.
     flush_mark: usize,
     writers: Vec<Writers>,
-    tables: crate::schema::registry::FastMap<TableKey, Table>,
+    /// The tables by key, then by event name.
+    tables: crate::schema::registry::FastMap<TableKey, Vec<Table>>,
+    /// Tables made so far (they take the writer threads in turn).
+    made: usize,
     paths: HashSet<String>,
 }
 
@@ -585,6 +616,31 @@ fn safe_name(s: &str) -> String {
     out
 }
 
+/// A path for a new table, unique among `paths` (those of the dataset's tables so far).
+fn table_path(paths: &mut HashSet<String>, r: &Row<'_>) -> String {
+    let provider = r
+        .provider_name
+        .map(str::to_string)
+        .unwrap_or_else(|| r.provider.to_string());
+    let mut stem = format!("{}/{}", safe_name(&provider), safe_name(&event_label(r)));
+    if r.descriptor.version > 0 {
+        stem.push_str(&format!(".v{}", r.descriptor.version));
+    }
+    let mut rel = format!("{stem}.parquet");
+    if !paths.insert(rel.to_ascii_lowercase()) {
+        // Another event type (another id, opcode or GUID) has the same name.
+        let k = &r.descriptor;
+        let base = format!("{stem}.id{}.op{}.task{}", k.id, k.opcode, k.task);
+        rel = format!("{base}.parquet");
+        let mut n = 2;
+        while !paths.insert(rel.to_ascii_lowercase()) {
+            rel = format!("{base}.{n}.parquet");
+            n += 1;
+        }
+    }
+    rel
+}
+
 /// The event type's name: its event name, else `Task_Opcode`, else `Event<id>` / `Opcode<n>`.
 fn event_label(r: &Row<'_>) -> String {
     if let Some(n) = r.event_name {
@@ -645,6 +701,7 @@ impl DatasetWriter {
                 flush_mark: TYPED_BUFFERED_ROWS,
                 writers: (0..TABLE_WRITERS).map(|_| Writers::start()).collect(),
                 tables: Default::default(),
+                made: 0,
                 paths: HashSet::new(),
             }),
             staged: Some(staged),
@@ -666,8 +723,10 @@ impl DatasetWriter {
             d.properties.visit(&mut tape);
         }
         let row = Row::of(e, &d);
-        self.events.push(file, record, &row, &json)?;
-        self.tables.push(file, record, &row, tape.tape())
+        self.events
+            .push(file, record, &row, &json)
+            .and_then(|()| self.tables.push(file, record, &row, tape.tape()))
+            .map_err(|e| e.shown(self.staged.as_ref()))
     }
 
     /// Adds every record of `file` in time order, decoded by `decoder`; `name` fills the `file`
@@ -757,7 +816,7 @@ impl DatasetWriter {
                 ControlFlow::Continue(())
             },
         );
-        err.map_or(Ok(rendered.read), Err)
+        err.map_or(Ok(rendered.read), |e| Err(e.shown(self.staged.as_ref())))
     }
 
     /// Writes the last rows, closes every file and moves the dataset into place.
@@ -766,9 +825,10 @@ impl DatasetWriter {
         let closed = self.events.close();
         let tables = self.tables.finish();
         let events = self.events.writers.finish();
-        closed?;
-        events?;
-        let tables = tables?;
+        let shown = |e: ExportError| e.shown(self.staged.as_ref());
+        closed.map_err(shown)?;
+        events.map_err(shown)?;
+        let tables = tables.map_err(shown)?;
         if let Some(s) = self.staged.take() {
             s.commit()?;
         }
@@ -812,20 +872,26 @@ impl TablesPart {
             version: r.descriptor.version,
             kernel: !r.header_type.is_event_header(),
         };
-        let t = match self.tables.get_mut(&key) {
-            Some(t) => t,
+        let named = match self.tables.get_mut(&key) {
+            Some(v) => v,
+            None => self.tables.entry(key).or_default(),
+        };
+        let i = match named.iter().position(|t| t.name.as_deref() == r.event_name) {
+            Some(i) => i,
             None => {
-                let rel = self.table_path(r);
-                let writer = self.tables.len() % self.writers.len();
-                self.tables.entry(key.clone()).or_insert(Table {
-                    rel,
-                    writer,
+                named.push(Table {
+                    name: r.event_name.map(Box::from),
+                    rel: table_path(&mut self.paths, r),
+                    writer: self.made % self.writers.len(),
                     cols: TypedColumns::new(),
                     sink: None,
                     rows: 0,
-                })
+                });
+                self.made += 1;
+                named.len() - 1
             }
         };
+        let t = &mut named[i];
         t.cols.push_row(file, record, r, tape);
         t.rows += 1;
         self.buffered += 1;
@@ -836,7 +902,7 @@ impl TablesPart {
         if self.buffered >= self.flush_mark {
             // Bounded memory: every table whose columns are fixed hands its rows on; the
             // others hold at most INFER_ROWS rows each until their columns are fixed.
-            for t in self.tables.values_mut() {
+            for t in self.tables.values_mut().flatten() {
                 if t.cols.columns_fixed() && t.cols.rows() > 0 {
                     self.buffered -= t.cols.rows();
                     Self::flush_table(&self.dir, &mut self.writers[t.writer], t, false)?;
@@ -845,31 +911,6 @@ impl TablesPart {
             self.flush_mark = self.buffered + TYPED_BUFFERED_ROWS;
         }
         Ok(())
-    }
-
-    /// A path for a new table, unique in this dataset.
-    fn table_path(&mut self, r: &Row<'_>) -> String {
-        let provider = r
-            .provider_name
-            .map(str::to_string)
-            .unwrap_or_else(|| r.provider.to_string());
-        let mut stem = format!("{}/{}", safe_name(&provider), safe_name(&event_label(r)));
-        if r.descriptor.version > 0 {
-            stem.push_str(&format!(".v{}", r.descriptor.version));
-        }
-        let mut rel = format!("{stem}.parquet");
-        if !self.paths.insert(rel.to_ascii_lowercase()) {
-            // Another event type (another id, opcode or GUID) has the same name.
-            let k = &r.descriptor;
-            let base = format!("{stem}.id{}.op{}.task{}", k.id, k.opcode, k.task);
-            rel = format!("{base}.parquet");
-            let mut n = 2;
-            while !self.paths.insert(rel.to_ascii_lowercase()) {
-                rel = format!("{base}.{n}.parquet");
-                n += 1;
-            }
-        }
-        rel
     }
 
     /// Sends the table's rows to its writer (creating its file first); `closing`: the last rows.
@@ -910,7 +951,7 @@ impl TablesPart {
     fn finish(&mut self) -> Result<BTreeMap<String, TableSummary>, ExportError> {
         let mut out = BTreeMap::new();
         let mut result = Ok(());
-        for (_, mut t) in self.tables.drain() {
+        for mut t in self.tables.drain().flat_map(|(_, v)| v) {
             if result.is_ok() && (t.cols.rows() > 0 || t.sink.is_none()) {
                 result = Self::flush_table(&self.dir, &mut self.writers[t.writer], &mut t, true);
             }

@@ -135,6 +135,15 @@ impl Staged {
         &self.staging
     }
 
+    /// `p` (a path in the staging directory) as it will be named once committed: what errors
+    /// show, as the hidden staging directory is gone by the time anyone reads them.
+    pub fn shown(&self, p: &Path) -> PathBuf {
+        match p.strip_prefix(&self.staging) {
+            Ok(rest) => self.dest.join(rest),
+            Err(_) => p.to_path_buf(),
+        }
+    }
+
     /// Moves the dataset into place: the destination now holds the new dataset only (an earlier
     /// one is removed once the new one took its place). A destination directory that existed is
     /// kept (its entries are moved, not the directory: a shell whose working directory it is
