@@ -139,3 +139,33 @@ def test_spark_reads_the_exported_parquet(spark, tmp_path):
     for r, line in zip(rows, want):
         assert r["ProcessID"] == line["properties"]["ProcessID"]
         assert r["ImageName"] == line["properties"]["ImageName"]
+
+
+def test_a_file_that_is_no_trace_fails_the_query_unless_ignored(spark, tmp_path):
+    good = samples_dir() / "tx_Process.etl"
+    bad = tmp_path / "notes.etl"
+    bad.write_text("not a trace\n")
+    paths = f"{good},{bad}"
+    # By default the query fails, naming the file.
+    with pytest.raises(Exception) as e:
+        spark.read.format("etl").load(paths).count()
+    assert "notes.etl" in str(e.value)
+    # ignoreCorruptFiles (any case, as Spark's options): the file is passed over, the rest read.
+    df = spark.read.format("etl").option("IgnoreCorruptFiles", "true").load(paths)
+    assert df.rdd.getNumPartitions() == 2
+    assert df.count() == stats(good)["records"]
+    lines, _ = dump_lines(good)
+    starts = sum(1 for line in lines.values()
+                 if line.get("provider_name") == "Microsoft-Windows-Kernel-Process"
+                 and line.get("event_name") == "ProcessStart")
+    event = "Microsoft-Windows-Kernel-Process/ProcessStart"
+    with pytest.raises(Exception) as e:
+        spark.read.format("etl").option("event", event).load(f"{bad},{good}").count()
+    assert "notes.etl" in str(e.value)
+    typed = (spark.read.format("etl").option("ignoreCorruptFiles", "true").option("event", event)
+             .load(f"{bad},{good}"))
+    assert "ProcessID" in typed.columns
+    assert typed.count() == starts > 0
+    with pytest.raises(Exception) as e:
+        spark.read.format("etl").option("ignoreCorruptFiles", "maybe").load(paths).count()
+    assert "ignoreCorruptFiles" in str(e.value)

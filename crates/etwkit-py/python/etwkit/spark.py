@@ -23,12 +23,17 @@ Options:
   only, with one typed column per decoded property after the common columns instead of
   ``properties``. The property columns and their types come from the first file that has the event
   (the driver reads it while planning); a later value that does not fit its column is null.
+- ``ignoreCorruptFiles``: ``true`` to pass over a file that is no ETL trace or cannot be opened
+  (as Spark's own file sources do), with a warning naming it; by default such a file fails the
+  query with etwkit's one-sentence error. A truncated or partly corrupt trace is not skipped:
+  everything readable in it is read (and warned about), as ``etwkit.read`` does.
 """
 
 import datetime
 import glob
 import json
 import os
+import warnings
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
@@ -179,6 +184,33 @@ def _json_default(v: Any) -> Any:
     return str(v)
 
 
+def _option(options: Dict[str, str], name: str, default: Optional[str] = None) -> Optional[str]:
+    """A reader option by name, in any case (Spark's option names are case-insensitive)."""
+    for k, v in options.items():
+        if k.lower() == name.lower():
+            return v
+    return default
+
+
+def _ignore_corrupt(options: Dict[str, str]) -> bool:
+    v = _option(options, "ignoreCorruptFiles", "false")
+    if v.lower() not in ("true", "false"):
+        raise ValueError(f"option ignoreCorruptFiles={v!r}: expected true or false")
+    return v.lower() == "true"
+
+
+def _open(path: str, ignore_corrupt: bool, **selection: Any) -> Optional[Any]:
+    """``etwkit.read(path, **selection)``; with ``ignore_corrupt``, None (and a warning) for a
+    file that cannot be opened or is no ETL trace."""
+    try:
+        return etwkit.read(path, **selection)
+    except (OSError, etwkit.NotEtlError) as e:
+        if not ignore_corrupt:
+            raise
+        warnings.warn(f"etwkit.spark: {path} skipped (ignoreCorruptFiles): {e}", stacklevel=2)
+        return None
+
+
 def _split_event(event: str) -> Tuple[str, str]:
     provider, sep, name = event.rpartition("/")
     if not sep or not provider or not name:
@@ -194,7 +226,8 @@ def _reserved() -> set:
     return {"file"} | {n for n, _ in _COMMON_ARROW}
 
 
-def infer_event_columns(files: Sequence[str], event: str, sample: int = 10000) -> List[Tuple[str, str, str]]:
+def infer_event_columns(files: Sequence[str], event: str, sample: int = 10000,
+                        ignore_corrupt: bool = False) -> List[Tuple[str, str, str]]:
     """(property, column, Spark type) of the event type `event` (PROVIDER/EVENT), from the first
     `sample` events of the first file that has it. A property named like a common column gets the
     column name ``prop_`` + its name."""
@@ -202,7 +235,8 @@ def infer_event_columns(files: Sequence[str], event: str, sample: int = 10000) -
     found: Dict[str, Optional[str]] = {}
     for f in files:
         seen = 0
-        for e in etwkit.read(f, providers=[provider]):
+        events = _open(f, ignore_corrupt, providers=[provider])
+        for e in events or ():
             if not _matches(e, provider, name):
                 continue
             for k, v in e.properties.items():
@@ -258,7 +292,7 @@ class EtlDataSource(DataSource):
         event = self.options.get("event")
         if not event:
             return _EVENTS_DDL
-        cols = infer_event_columns(self._files(), event)
+        cols = infer_event_columns(self._files(), event, ignore_corrupt=_ignore_corrupt(self.options))
         props = ", ".join(f"{_ddl_name(c)} {'STRING' if t == 'JSON' else t}" for _, c, t in cols)
         return _COMMON_DDL + (", " + props if props else "")
 
@@ -271,7 +305,9 @@ class EtlReader(DataSourceReader):
         self.files = files
         self.options = options
         self.event = options.get("event")
-        self.columns = infer_event_columns(files, self.event) if self.event else None
+        self.ignore_corrupt = _ignore_corrupt(options)
+        self.columns = (infer_event_columns(files, self.event, ignore_corrupt=self.ignore_corrupt)
+                        if self.event else None)
         self.schema = schema
 
     def partitions(self) -> List[InputPartition]:
@@ -287,7 +323,10 @@ class EtlReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         path = partition.path
         if self.columns is None:
-            t = etwkit.read(path, **self._selection()).to_arrow()
+            r = _open(path, self.ignore_corrupt, **self._selection())
+            if r is None:
+                return
+            t = r.to_arrow()
             names = ["file"] + [n for n, _ in _COMMON_ARROW] + ["properties"]
             arrays = _common_arrays(path, t) + [t.column("properties").combine_chunks()]
             for b in pa.Table.from_arrays(arrays, names=names).to_batches(BATCH_ROWS):
@@ -317,8 +356,11 @@ class EtlReader(DataSourceReader):
                 props[c].clear()
             return pa.RecordBatch.from_arrays(arrays, names=names)
 
+        events = _open(path, self.ignore_corrupt, **sel)
+        if events is None:
+            return
         n = 0
-        for e in etwkit.read(path, **sel):
+        for e in events:
             if not _matches(e, provider, name):
                 continue
             ft = e.filetime
