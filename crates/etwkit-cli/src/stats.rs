@@ -94,7 +94,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let Ok(g) = k.parse::<etwkit::Guid>() else {
             return String::new();
         };
-        let n = names.name_of_provider(&g).unwrap_or("");
+        // The registry's name, else the file's own (TraceLogging traits).
+        let n = names
+            .name_of_provider(&g)
+            .or_else(|| s.provider_names.get(k).map(String::as_str))
+            .unwrap_or("");
         match etwkit::schema::builtin::kernel_class_name(&g) {
             Some(class) => format!("{n} ({class})"),
             None => n.to_string(),

@@ -136,6 +136,70 @@ fn stats_and_info_json_contracts() {
     assert_eq!(h["closed_cleanly"], true);
 }
 
+/// `stats` names every provider as `dump` names its records (`provider_name`): TraceLogging
+/// providers by their traits (which the registry does not know), the others by the registry; in
+/// the text report too. With `--raw`, only the file's own names.
+#[test]
+fn stats_names_providers_as_dump_does() {
+    let Some(dir) = samples("stats_names_providers_as_dump_does") else {
+        return;
+    };
+    for name in [
+        "ebpf_ebpforwindows.etl",
+        "perfview_net.4.5.x86.etl",
+        "krabsetw_powershell.etl",
+        "perfview_SelfDescribingSingleEvent.etl",
+    ] {
+        let f = dir.join(name);
+        let f = f.to_str().unwrap();
+        let (ok, out, err) = etwkit(&["dump", f, "--format", "json"]);
+        assert!(ok, "{err}");
+        let mut want: std::collections::BTreeMap<String, String> = Default::default();
+        for e in json_lines(&out) {
+            let (Some(g), Some(n)) = (e["provider"].as_str(), e["provider_name"].as_str()) else {
+                continue;
+            };
+            let had = want.insert(g.to_string(), n.to_string());
+            assert!(
+                had.as_deref().is_none_or(|h| h == n),
+                "{name}: {g} named {had:?} and {n}"
+            );
+        }
+        let (ok, out, err) = etwkit(&["stats", f, "--format", "json"]);
+        assert!(ok, "{err}");
+        let s: Value = serde_json::from_str(&out).unwrap();
+        let have: std::collections::BTreeMap<String, String> =
+            serde_json::from_value(s["provider_names"].clone()).unwrap();
+        assert_eq!(have, want, "{name}");
+        let (ok, text, _) = etwkit(&["stats", f]);
+        assert!(ok);
+        for (g, n) in &want {
+            assert!(
+                text.lines()
+                    .any(|l| l.contains(g.as_str()) && l.contains(n.as_str())),
+                "{name}: {g} {n} not in the report"
+            );
+        }
+        if name == "ebpf_ebpforwindows.etl" {
+            assert_eq!(
+                want["394f321c-5cf4-404c-aa34-4df1428a7f9c"],
+                "EbpfForWindowsProvider"
+            );
+            // --raw: no registry, the file's own names still.
+            let (ok, out, _) = etwkit(&["stats", f, "--raw", "--format", "json"]);
+            assert!(ok);
+            let s: Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(
+                s["provider_names"]["394f321c-5cf4-404c-aa34-4df1428a7f9c"],
+                "EbpfForWindowsProvider"
+            );
+            assert!(s["provider_names"]
+                .get("9b79ee91-b5fd-41c0-a243-4248e266e9d0")
+                .is_none());
+        }
+    }
+}
+
 #[test]
 fn bad_input_gets_one_clear_sentence() {
     let dir = std::env::temp_dir().join(format!("etwkit-cli-bad-{}", std::process::id()));

@@ -79,6 +79,19 @@ pub fn file_stats(file: &crate::etl::EtlFile, decoder: &Decoder) -> crate::etl::
             a
         },
     );
+    // Names from the registry where the file's own (TraceLogging traits) gave none, as `dump`
+    // names the records.
+    for g in s.providers.keys() {
+        if !s.provider_names.contains_key(g) {
+            let name = g
+                .parse::<Guid>()
+                .ok()
+                .and_then(|g| decoder.registry().name_of_provider(&g));
+            if let Some(n) = name {
+                s.provider_names.insert(g.clone(), n.to_string());
+            }
+        }
+    }
     s.decoded = Some(a.decoded);
     s.decode_issues = Some(a.issues);
     s.pointer_size_fallbacks = Some(a.fallbacks);

@@ -17,6 +17,10 @@ pub struct FileStats {
     /// Provider GUID (lowercase, no braces) → count; kernel records under their group's GUID, classic
     /// records under their event class GUID.
     pub providers: BTreeMap<String, u64>,
+    /// Provider GUID → the name `dump` gives its records' `provider_name`, for the providers of
+    /// `providers` that have one: the file's own (TraceLogging provider traits) or, when decoding,
+    /// the registry's (built-in manifests, `--manifest`, the file's embedded metadata).
+    pub provider_names: BTreeMap<String, String>,
     /// Extended data item type name → count.
     pub ext_types: BTreeMap<String, u64>,
     pub buffers: u64,
@@ -54,6 +58,8 @@ pub struct FileStats {
 struct Acc<A> {
     header_types: [u64; 32],
     providers: BTreeMap<crate::Guid, u64>,
+    /// Providers named by their records' TraceLogging traits.
+    named: BTreeMap<crate::Guid, String>,
     ext_types: [u64; 20],
     first: i64,
     last: i64,
@@ -79,6 +85,7 @@ where
         || Acc {
             header_types: [0; 32],
             providers: BTreeMap::new(),
+            named: BTreeMap::new(),
             ext_types: [0; 20],
             first: i64::MAX,
             last: i64::MIN,
@@ -89,6 +96,13 @@ where
             *a.providers.entry(r.provider).or_default() += 1;
             for item in r.ext_items() {
                 a.ext_types[(item.ext_type as usize).min(19)] += 1;
+                if item.ext_type == crate::event::ext_type::PROV_TRAITS
+                    && !a.named.contains_key(&r.provider)
+                {
+                    if let Some(n) = r.traits_provider_name() {
+                        a.named.insert(r.provider, n.to_string());
+                    }
+                }
             }
             a.first = a.first.min(r.timestamp);
             a.last = a.last.max(r.timestamp);
@@ -103,6 +117,9 @@ where
             }
             for (k, v) in b.providers {
                 *a.providers.entry(k).or_default() += v;
+            }
+            for (k, n) in b.named {
+                a.named.entry(k).or_insert(n);
             }
             a.first = a.first.min(b.first);
             a.last = a.last.max(b.last);
@@ -133,6 +150,11 @@ where
         header_types,
         providers: acc
             .providers
+            .into_iter()
+            .map(|(g, n)| (g.to_string(), n))
+            .collect(),
+        provider_names: acc
+            .named
             .into_iter()
             .map(|(g, n)| (g.to_string(), n))
             .collect(),
