@@ -58,8 +58,10 @@ pub struct FileStats {
 struct Acc<A> {
     header_types: [u64; 32],
     providers: BTreeMap<crate::Guid, u64>,
-    /// Providers named by their records' TraceLogging traits.
+    /// Providers named by their records' TraceLogging traits, and the last one looked up (a
+    /// provider's records come in runs).
     named: BTreeMap<crate::Guid, String>,
+    last_named: Option<crate::Guid>,
     ext_types: [u64; 20],
     first: i64,
     last: i64,
@@ -86,6 +88,7 @@ where
             header_types: [0; 32],
             providers: BTreeMap::new(),
             named: BTreeMap::new(),
+            last_named: None,
             ext_types: [0; 20],
             first: i64::MAX,
             last: i64::MIN,
@@ -97,11 +100,14 @@ where
             for item in r.ext_items() {
                 a.ext_types[(item.ext_type as usize).min(19)] += 1;
                 if item.ext_type == crate::event::ext_type::PROV_TRAITS
-                    && !a.named.contains_key(&r.provider)
+                    && a.last_named != Some(r.provider)
                 {
-                    if let Some(n) = r.traits_provider_name() {
-                        a.named.insert(r.provider, n.to_string());
+                    if let (std::collections::btree_map::Entry::Vacant(v), Some(n)) =
+                        (a.named.entry(r.provider), r.traits_provider_name())
+                    {
+                        v.insert(n.to_string());
                     }
+                    a.last_named = Some(r.provider);
                 }
             }
             a.first = a.first.min(r.timestamp);
