@@ -10,30 +10,63 @@ use std::ops::ControlFlow;
 
 use etwkit::etl::{stats::file_stats, EtlFile, Order};
 
-#[test]
-fn samples_cut_at_every_buffer_boundary_report_truncation() {
-    let mut cuts = 0;
+/// A whole sample the tests cut: its bytes, the file, and its records per buffer.
+struct Whole {
+    name: &'static str,
+    bytes: Vec<u8>,
+    file: EtlFile,
+    per_buffer: BTreeMap<usize, u64>,
+}
+
+/// The samples the tests cut, each whole (closed cleanly, every buffer the logger wrote present);
+/// `None` when ../shared is missing.
+fn whole_samples(test: &str) -> Option<Vec<Whole>> {
+    let mut out = Vec::new();
     for name in [
         "perfview_gcevents.etl",
         "tx_WsRm01.etl",
         "krabsetw_powershell.etl",
         "pktmonvpn_PktMon.etl",
     ] {
-        let Some(p) = common::sample(name, "samples_cut_at_every_buffer_boundary") else {
-            return;
-        };
+        let p = common::sample(name, test)?;
         let bytes = std::fs::read(&p).unwrap();
-        let whole = EtlFile::open(&p).unwrap();
-        assert!(whole.closed_cleanly(), "{name}");
-        assert_eq!(whole.missing_buffers(), 0);
-        let written = whole.header().buffers_written as usize;
-        assert_eq!(written, whole.buffers().len(), "{name}");
-        // Records per buffer in the whole file.
+        let file = EtlFile::open(&p).unwrap();
+        assert!(file.closed_cleanly(), "{name}");
+        assert_eq!(file.missing_buffers(), 0);
+        assert_eq!(
+            file.header().buffers_written as usize,
+            file.buffers().len(),
+            "{name}"
+        );
         let mut per_buffer: BTreeMap<usize, u64> = BTreeMap::new();
-        whole.for_each(Order::File, |r| {
+        file.for_each(Order::File, |r| {
             *per_buffer.entry(r.buffer_index).or_default() += 1;
             ControlFlow::Continue(())
         });
+        out.push(Whole {
+            name,
+            bytes,
+            file,
+            per_buffer,
+        });
+    }
+    Some(out)
+}
+
+#[test]
+fn samples_cut_at_every_buffer_boundary_report_truncation() {
+    let mut cuts = 0;
+    let Some(samples) = whole_samples("samples_cut_at_every_buffer_boundary") else {
+        return;
+    };
+    for Whole {
+        name,
+        bytes,
+        file: whole,
+        per_buffer,
+    } in samples
+    {
+        let written = whole.header().buffers_written as usize;
         for k in 1..written {
             let cut = whole.buffers()[k].file_offset as usize;
             let f = EtlFile::from_vec(bytes[..cut].to_vec()).unwrap();
@@ -83,23 +116,17 @@ fn dump_warns_about_a_file_cut_at_a_buffer_boundary() {
 #[test]
 fn samples_cut_inside_every_buffer_name_the_buffers_missing_too() {
     let mut cuts = 0;
-    for name in [
-        "perfview_gcevents.etl",
-        "tx_WsRm01.etl",
-        "krabsetw_powershell.etl",
-        "pktmonvpn_PktMon.etl",
-    ] {
-        let Some(p) = common::sample(name, "samples_cut_inside_every_buffer") else {
-            return;
-        };
-        let bytes = std::fs::read(&p).unwrap();
-        let whole = EtlFile::open(&p).unwrap();
+    let Some(samples) = whole_samples("samples_cut_inside_every_buffer") else {
+        return;
+    };
+    for Whole {
+        name,
+        bytes,
+        file: whole,
+        per_buffer,
+    } in samples
+    {
         let written = whole.header().buffers_written as usize;
-        let mut per_buffer: BTreeMap<usize, u64> = BTreeMap::new();
-        whole.for_each(Order::File, |r| {
-            *per_buffer.entry(r.buffer_index).or_default() += 1;
-            ControlFlow::Continue(())
-        });
         for (k, b) in whole.buffers().iter().enumerate() {
             // Half way through the buffer as it lies in the file.
             let next = whole
