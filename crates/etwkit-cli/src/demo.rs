@@ -34,7 +34,7 @@ pub fn run() -> anyhow::Result<()> {
     let waiter = crate::child::stop_when_exits(child, stop.clone());
     let mut printer = Printer::new(
         Format::Table,
-        Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+        Box::new(std::io::BufWriter::new(crate::out::stdout())),
     );
     let mut net = crate::net::Collector::new(true);
     let r = trace.process(
@@ -54,7 +54,7 @@ pub fn run() -> anyhow::Result<()> {
         .join()
         .map_err(|_| anyhow::anyhow!("demo waiter panicked"))?
         .ok_or_else(|| anyhow::anyhow!("waiting for the demo workload failed"))?;
-    report(&sum, Format::Table, &mut std::io::stdout().lock())?;
+    report(&sum, Format::Table, &mut crate::out::stdout())?;
     net.print_table()?;
     if !st.success() {
         anyhow::bail!("the demo workload failed ({st})");

@@ -109,7 +109,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let unknown = a.filter.unknown_providers(registry);
     let keep_all = filter.is_empty();
     let format: Format = a.format.into();
-    let stdout = std::io::stdout().lock();
+    let stdout = crate::out::stdout();
     let mut lines = etwkit::sink::Lines::new(
         format,
         Box::new(std::io::BufWriter::with_capacity(1 << 16, stdout)),

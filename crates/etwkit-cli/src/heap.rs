@@ -96,7 +96,7 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
     outcome.report.top_allocating_stacks.truncate(shown);
     {
         use std::io::Write;
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::out::stdout();
         match a.format.as_str() {
             // One line: a JSON stream any line-oriented reader takes whole.
             "json" => writeln!(out, "{}", serde_json::to_string(&outcome.report)?)?,

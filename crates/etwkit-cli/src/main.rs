@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 macro_rules! outln {
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        writeln!(std::io::stdout().lock(), $($t)*)?
+        writeln!($crate::out::stdout(), $($t)*)?
     }};
 }
 
@@ -19,6 +19,7 @@ mod filter_args;
 mod heap;
 mod info;
 mod net;
+mod out;
 mod pcap;
 mod print;
 mod progress;

@@ -89,7 +89,7 @@ impl Collector {
     /// The table printed at the end of the demo.
     pub fn print_table(&self) -> anyhow::Result<()> {
         let r = self.analyzer.report();
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::out::stdout();
         writeln!(out, "\nSockets (etwkit net):")?;
         out.write_all(r.to_table(false).as_bytes())?;
         Ok(())
@@ -134,7 +134,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "etwkit net: {what} holds no Microsoft-Windows-Winsock-AFD events, so there are no sockets to report."
         );
     } else {
-        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        let mut out = std::io::BufWriter::new(crate::out::stdout());
         print(&report, &a, &mut out)?;
         out.flush()?;
         drop(out);

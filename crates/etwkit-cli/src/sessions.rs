@@ -18,7 +18,7 @@ pub struct Args {
 
 pub fn sessions(a: Args) -> anyhow::Result<()> {
     let list = Etw::new().sessions()?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::out::stdout();
     if a.format == ListFormat::Json {
         for s in &list {
             writeln!(out, "{}", serde_json::to_string(s)?)?;
@@ -58,7 +58,7 @@ pub fn sessions(a: Args) -> anyhow::Result<()> {
 
 pub fn providers(a: Args) -> anyhow::Result<()> {
     let list = Etw::new().providers()?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::out::stdout();
     if a.format == ListFormat::Json {
         for p in &list {
             writeln!(out, "{}", serde_json::to_string(p)?)?;

@@ -161,10 +161,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     crate::child::stop_after(a.duration, &stop);
     let format: Format = a.format.into();
-    let stdout = std::io::stdout();
     let mut printer = Printer::new(
         format,
-        Box::new(std::io::BufWriter::with_capacity(1 << 16, stdout.lock())),
+        Box::new(std::io::BufWriter::with_capacity(
+            1 << 16,
+            crate::out::stdout(),
+        )),
     );
     let logfile = a.output.is_some();
     let r = trace.process(
@@ -186,7 +188,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(w) = waiter {
         child_status = w.join().ok().flatten();
     }
-    report(&sum, format, &mut std::io::stdout().lock())?;
+    report(&sum, format, &mut crate::out::stdout())?;
     if let (Some(p), Some(w)) = (&a.output, &sum.logfile) {
         eprintln!(
             "etwkit: wrote {} ({} events in {} buffers, {} bytes)",

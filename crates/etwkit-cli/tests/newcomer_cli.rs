@@ -203,6 +203,68 @@ fn errors_are_one_sentence_each_fact_once() {
     assert!(!ok && err.contains("is a directory"), "{err}");
 }
 
+/// Standard output that cannot take the output (here /dev/full) is named as what failed, in one
+/// sentence with exit code 1 — a bare "No space left on device" read as if the trace were the
+/// problem — while a reader that stops early (`| head`) is no failure at all.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_stdout_is_named_and_a_closed_pipe_is_no_error() {
+    let Some(dir) = samples("a_full_stdout_is_named_and_a_closed_pipe_is_no_error") else {
+        return;
+    };
+    let f = dir.join("perfview_smallEtlFile.etl");
+    let run = |args: &[&str], out: Stdio| {
+        Command::new(env!("CARGO_BIN_EXE_etwkit"))
+            .args(args)
+            .arg(&f)
+            .stdout(out)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap()
+    };
+    for args in [
+        &["dump", "--format", "json"][..],
+        &["dump", "--format", "csv"],
+        &["stats"],
+        &["stats", "--format", "json"],
+        &["info"],
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let o = run(args, Stdio::from(full));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(
+            err.trim_end(),
+            "etwkit: writing standard output: No space left on device (os error 28)",
+            "{args:?}"
+        );
+    }
+    // A pipe whose reader has gone: exit 0, nothing on stderr.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+        .args(["dump", "--format", "json"])
+        .arg(&f)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 #[test]
 fn read_issues_are_worded_not_debug_printed() {
     let Some(s) = samples("read_issues_are_worded_not_debug_printed") else {
