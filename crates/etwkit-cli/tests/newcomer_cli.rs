@@ -205,11 +205,11 @@ fn errors_are_one_sentence_each_fact_once() {
 
 /// Standard output that cannot take the output (here /dev/full) is named as what failed, in one
 /// sentence with exit code 1 — a bare "No space left on device" read as if the trace were the
-/// problem — while a reader that stops early (`| head`) is no failure at all.
+/// problem. (A reader that stops early is no failure: `a_closed_stdout_ends_every_command_quietly`.)
 #[cfg(target_os = "linux")]
 #[test]
-fn a_full_stdout_is_named_and_a_closed_pipe_is_no_error() {
-    let Some(dir) = samples("a_full_stdout_is_named_and_a_closed_pipe_is_no_error") else {
+fn a_full_stdout_is_named() {
+    let Some(dir) = samples("a_full_stdout_is_named") else {
         return;
     };
     let f = dir.join("perfview_smallEtlFile.etl");
@@ -242,27 +242,6 @@ fn a_full_stdout_is_named_and_a_closed_pipe_is_no_error() {
             "{args:?}"
         );
     }
-    // A pipe whose reader has gone: exit 0, nothing on stderr.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_etwkit"))
-        .args(["dump", "--format", "json"])
-        .arg(&f)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(child.stdout.take());
-    let o = child.wait_with_output().unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(
-        o.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
 }
 
 #[test]
@@ -683,6 +662,8 @@ fn a_closed_stdout_ends_every_command_quietly() {
         let o = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!err.contains("panicked"), "{args:?}: {err}");
-        assert!(o.status.code().is_some(), "{args:?}: killed by a signal");
+        // Exit 0, and no word about the pipe (a command's own notes may still be there).
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("os error 32"), "{args:?}: {err}");
     }
 }
