@@ -467,9 +467,14 @@ def gen_kernel(shared):
             dup["key"] = ("mof", proc, 10, ev["key"][3])
             events.append(dup)
 
-    # Kernel bit fields named as TraceEvent names them (kernel-mof-extra.json "maps"/"fieldMaps").
+    # Kernel bit fields named as TraceEvent names them and enumerations by their documented constants
+    # (kernel-mof-extra.json "maps", "valueMaps", "fieldMaps").
     for name, m in extra.get("maps", {}).items():
         maps[name] = (True, map_entries(m))
+    for name, m in extra.get("valueMaps", {}).items():
+        if name in maps:
+            sys.exit(f"kernel-mof-extra.json: map {name} is both a bit map and a value map")
+        maps[name] = (False, map_entries(m))
     field_maps = {(fm["task"], fm["field"]): fm["map"] for fm in extra.get("fieldMaps", [])}
     used = set()
     for ev in events:
