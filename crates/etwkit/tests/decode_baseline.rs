@@ -164,6 +164,8 @@ struct Outcome {
     compared_fields: usize,
     /// Of those, enum or flag fields whose TraceEvent text equals our map name (not a number).
     mapped_fields: usize,
+    /// Equal fields (matched lines) per provider.
+    compared_by_provider: BTreeMap<String, (usize, usize)>,
     /// (event name, field, baseline value, our value)
     mismatches: Vec<(String, String, String, String, Option<u64>)>,
     /// Baseline lines of decoded providers that found no record.
@@ -244,6 +246,7 @@ fn compare_with(sample: &str, baseline: &str, test: &str, builtins: bool) -> Opt
         matched_lines: 0,
         compared_fields: 0,
         mapped_fields: 0,
+        compared_by_provider: BTreeMap::new(),
         mismatches: vec![],
         unmatched: vec![],
         undecoded: BTreeMap::new(),
@@ -283,6 +286,10 @@ fn compare_with(sample: &str, baseline: &str, test: &str, builtins: bool) -> Opt
         }
         used[i] = true;
         out.matched_lines += 1;
+        out.compared_by_provider
+            .entry(provider.to_string())
+            .or_default()
+            .1 += 1;
         let e = &evs[i];
         let _ = e.source;
         for (k, v) in &l.fields {
@@ -290,6 +297,10 @@ fn compare_with(sample: &str, baseline: &str, test: &str, builtins: bool) -> Opt
             match matches(v, ours) {
                 Some(true) => {
                     out.compared_fields += 1;
+                    out.compared_by_provider
+                        .entry(provider.to_string())
+                        .or_default()
+                        .0 += 1;
                     if matches!(ours, Value::Mapped { .. }) && num(v).is_none() {
                         out.mapped_fields += 1;
                     }
@@ -637,3 +648,92 @@ fn perfview_gc_files_match_traceevent_with_builtin_clr_manifests() {
         .collect();
     assert!(unmet.is_empty(), "listed but never met: {unmet:#?}");
 }
+
+/// perfview_net.4.5.2.x64 with the built-in manifests: its 1,627 Microsoft-Windows-DotNETRuntimePrivate
+/// records (GC settings, heap histories and mark phases, binder and NGen binding events), which the
+/// file carries no metadata for and TraceEvent decodes with its compiled-in private parser, decode
+/// with the built-in private manifest (tools/clr_private.py): TraceEvent's count per provider, every
+/// EVENT line found, every field both sides name equal.
+#[test]
+fn perfview_net_clr_private_events_match_traceevent_with_the_builtin_manifest() {
+    let t = "perfview_net_clr_private_events_match_traceevent_with_the_builtin_manifest";
+    let private = "Microsoft-Windows-DotNETRuntimePrivate";
+    let Some(o) = compare_with(
+        "perfview_net.4.5.2.x64.etl",
+        "perfview_net.4.5.2.x64.baseline.txt",
+        t,
+        true,
+    ) else {
+        return;
+    };
+    assert_eq!(o.counts.get(private), Some(&(1627, 1627)), "{:?}", o.counts);
+    assert!(!o.undecoded.contains_key(private), "{:?}", o.undecoded);
+    let unmatched: Vec<_> = o
+        .unmatched
+        .iter()
+        .filter(|l| l.starts_with(private))
+        .collect();
+    assert!(unmatched.is_empty(), "{unmatched:#?}");
+    let mut met = BTreeSet::new();
+    let wrong: Vec<_> = o
+        .mismatches
+        .iter()
+        .filter(|m| m.0.starts_with(private))
+        .filter(|m| {
+            let known = PRIVATE_TRACEEVENT_OWN_NAMES
+                .iter()
+                .position(|e| (e.0, e.1, e.2, e.3) == (&*m.0, &*m.1, &*m.2, &*m.3));
+            met.extend(known);
+            known.is_none()
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "values differ from TraceEvent: {wrong:#?}"
+    );
+    assert_eq!(met.len(), PRIVATE_TRACEEVENT_OWN_NAMES.len(), "{met:?}");
+    // (equal fields, lines): all 58 EVENT lines of the provider.
+    assert_eq!(
+        o.compared_by_provider.get(private),
+        Some(&(PRIVATE_FIELDS, 58)),
+        "{:?}",
+        o.compared_by_provider
+    );
+}
+
+/// As [`TRACEEVENT_OWN_NAMES`], for the private provider: fields its manifest declares without a
+/// map, which TraceEvent names from its own C# enums (GlobalHeapHistory Reason and
+/// GlobalMechanisms, as for the public event; NgenBind ReasonCode). Ours is the integer.
+const PRIVATE_TRACEEVENT_OWN_NAMES: &[(&str, &str, &str, &str)] = &[
+    (
+        "Microsoft-Windows-DotNETRuntimePrivate/GC/GlobalHeapHistory",
+        "Reason",
+        "AllocSmall",
+        "0",
+    ),
+    (
+        "Microsoft-Windows-DotNETRuntimePrivate/GC/GlobalHeapHistory",
+        "GlobalMechanisms",
+        "Promotion, CardBundl...",
+        "20",
+    ),
+    (
+        "Microsoft-Windows-DotNETRuntimePrivate/NgenBinder/NgenBind",
+        "ReasonCode",
+        "START_BIND",
+        "0",
+    ),
+    (
+        "Microsoft-Windows-DotNETRuntimePrivate/NgenBinder/NgenBind",
+        "ReasonCode",
+        "REJECT_IL_SIG",
+        "9",
+    ),
+];
+
+/// Fields of the private provider's 58 baseline lines that compare equal: every field both sides
+/// name, but the twelve of [`PRIVATE_TRACEEVENT_OWN_NAMES`]. (TraceEvent's lines also print fields
+/// the manifest's layouts do not have, empty: GlobalHeapHistory v1's PauseMode..Count, and all of
+/// PerHeapHistory v2, whose manifest template declares no fields; `dump` flags those records'
+/// payload as unread.)
+const PRIVATE_FIELDS: usize = 230;

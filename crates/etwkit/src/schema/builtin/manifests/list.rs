@@ -23,6 +23,12 @@ pub(crate) const MANIFESTS: &[(&str, &str, Guid, &str)] = &[
         include_str!("dotnetruntimerundown.xml"),
     ),
     (
+        "dotnetruntimeprivate.xml",
+        "Microsoft-Windows-DotNETRuntimePrivate",
+        Guid::from_str_const("763fd754-7086-4dfe-95eb-c01a46faf4ca"),
+        include_str!("dotnetruntimeprivate.xml"),
+    ),
+    (
         "diagnostics-networking.xml",
         "Microsoft-Windows-Diagnostics-Networking",
         Guid::from_str_const("36c23e18-0e66-11d9-bbeb-505054503030"),
