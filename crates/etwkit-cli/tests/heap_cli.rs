@@ -345,3 +345,82 @@ fn heap_without_root_says_so() {
         assert!(out.stdout.is_empty());
     }
 }
+
+/// A program that asks pthread_getattr_np about its own main thread before its first allocation
+/// (as every program built by a current Rust toolchain does, before `main`) is traced to its end:
+/// glibc answers by opening /proc/self/maps (an allocation) while it holds the thread's lock, and
+/// the shim asked it the same question from inside that allocation, so such programs hung for
+/// ever, `etwkit heap -- etwkit --version` among them. Both run to their end here, their leaks
+/// reported.
+#[test]
+fn heap_traces_programs_that_ask_for_their_main_stack() {
+    if !common::require_root("heap_traces_programs_that_ask_for_their_main_stack") {
+        return;
+    }
+    let bin = compile("getattr.c", "cli_getattr");
+    let (code, stdout, stderr) =
+        heap_run_within(&["--format", "json", "--", bin.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    let r = &common::json_lines(&stdout)[0];
+    let kept: Vec<_> = r["outstanding_by_stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["frames"][0]["function"] == "kept_after_getattr")
+        .map(|g| (g["count"].as_u64().unwrap(), g["bytes"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(kept, [(4, 12_000)], "{stdout}");
+    // A Rust program: etwkit itself.
+    let (code, stdout, stderr) = heap_run_within(&[
+        "--format",
+        "json",
+        "--",
+        env!("CARGO_BIN_EXE_etwkit"),
+        "--version",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let r = &common::json_lines(&stdout)[0];
+    assert!(
+        r["processes"][0]["allocs"].as_u64().unwrap() > 0,
+        "{stdout}"
+    );
+}
+
+/// As [`heap_run`], failing the test instead of waiting for ever when the traced command hangs.
+fn heap_run_within(args: &[&str]) -> (i32, String, String) {
+    use std::io::Read;
+    use std::time::{Duration, Instant};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+        .arg("heap")
+        .args(args)
+        .env_remove("ETWKIT_HEAPSHIM")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run etwkit heap");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            child.kill().ok();
+            panic!("etwkit heap {args:?} did not end within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (mut out, mut err) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status.code().unwrap_or(-1), out, err)
+}

@@ -44,6 +44,9 @@ extern "C" {
     fn __libc_memalign(align: usize, size: usize) -> *mut libc::c_void;
     fn __libc_valloc(size: usize) -> *mut libc::c_void;
     fn __libc_pvalloc(size: usize) -> *mut libc::c_void;
+    /// Where the main thread's stack starts (glibc records it at process start; it is what
+    /// pthread_getattr_np starts from for the main thread).
+    static __libc_stack_end: *mut libc::c_void;
 }
 
 /// The allocator the hooks forward to, by `R_*` index: 0 means glibc's `__libc_*` entry point (the
@@ -806,10 +809,23 @@ unsafe fn load_modules(m: &mut Modules) {
 
 static RESCANS: AtomicU32 = AtomicU32::new(0);
 
-/// The stack of this thread: [lo, hi) (hi from pthread_getattr_np, once per thread).
+/// The stack of this thread: [lo, hi) (hi found once per thread).
+///
+/// The main thread's top is glibc's record of it, rounded up to its page, not
+/// pthread_getattr_np's answer: for the main thread that function reads /proc/self/maps with
+/// fopen, whose malloc comes here, while it holds the thread's lock. A program that asks it about
+/// its own main thread (Rust's runtime does, before `main`) would be inside that lock when its
+/// first allocation reaches this function, and asking again would wait for the lock for ever.
 unsafe fn stack_hi(b: &ThreadBuf) -> u64 {
     let hi = b.stack_hi.get();
     if hi != 0 {
+        return hi;
+    }
+    if libc::gettid() == libc::getpid() {
+        // SAFETY: glibc sets the variable before any code of the program runs and never moves it.
+        let end = __libc_stack_end as u64;
+        let hi = (end | 0xfff) + 1;
+        b.stack_hi.set(hi);
         return hi;
     }
     let mut attr: libc::pthread_attr_t = std::mem::zeroed();
