@@ -346,44 +346,62 @@ fn heap_without_root_says_so() {
     }
 }
 
-/// A program that asks pthread_getattr_np about its own main thread before its first allocation
-/// (as every program built by a current Rust toolchain does, before `main`) is traced to its end:
-/// glibc answers by opening /proc/self/maps (an allocation) while it holds the thread's lock, and
-/// the shim asked it the same question from inside that allocation, so such programs hung for
-/// ever, `etwkit heap -- etwkit --version` among them. Both run to their end here, their leaks
-/// reported.
+/// Programs whose threads ask pthread_getattr_np about themselves before allocating (as every
+/// program built by a current Rust toolchain does, for the main thread before `main` and for each
+/// thread it starts) are traced to their end: glibc allocates inside that call while it holds the
+/// thread's lock, and the shim asked it the same question from inside that allocation, so such
+/// programs hung for ever, `etwkit heap -- etwkit --version` among them. A C program doing so on
+/// its main thread and three others, and etwkit itself (on one thread, then `dump` on two worker
+/// threads), run to their end here, their leaks reported.
 #[test]
-fn heap_traces_programs_that_ask_for_their_main_stack() {
-    if !common::require_root("heap_traces_programs_that_ask_for_their_main_stack") {
+fn heap_traces_programs_that_ask_for_their_own_stack() {
+    if !common::require_root("heap_traces_programs_that_ask_for_their_own_stack") {
         return;
     }
     let bin = compile("getattr.c", "cli_getattr");
-    let (code, stdout, stderr) =
-        heap_run_within(&["--format", "json", "--", bin.to_str().unwrap()]);
-    assert_eq!(code, 0, "{stderr}");
-    let r = &common::json_lines(&stdout)[0];
-    let kept: Vec<_> = r["outstanding_by_stack"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|g| g["frames"][0]["function"] == "kept_after_getattr")
-        .map(|g| (g["count"].as_u64().unwrap(), g["bytes"].as_u64().unwrap()))
-        .collect();
-    assert_eq!(kept, [(4, 12_000)], "{stdout}");
-    // A Rust program: etwkit itself.
+    let etl = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("heap_own_stack.etl");
     let (code, stdout, stderr) = heap_run_within(&[
         "--format",
         "json",
+        "-o",
+        etl.to_str().unwrap(),
         "--",
-        env!("CARGO_BIN_EXE_etwkit"),
-        "--version",
+        bin.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{stderr}");
     let r = &common::json_lines(&stdout)[0];
-    assert!(
-        r["processes"][0]["allocs"].as_u64().unwrap() > 0,
-        "{stdout}"
-    );
+    let kept = |function: &str| -> (u64, u64) {
+        r["outstanding_by_stack"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|g| g["frames"][0]["function"] == function)
+            .fold((0, 0), |(c, b), g| {
+                (
+                    c + g["count"].as_u64().unwrap(),
+                    b + g["bytes"].as_u64().unwrap(),
+                )
+            })
+    };
+    assert_eq!(kept("kept_after_getattr"), (4, 12_000), "{stdout}");
+    assert_eq!(kept("kept_in_thread"), (3, 1_500), "{stdout}");
+    assert_eq!(r["exact"], true, "{stdout}");
+    // A Rust program: etwkit itself, on one thread, then reading that ETL file on two threads.
+    let etwkit = env!("CARGO_BIN_EXE_etwkit");
+    for args in [
+        vec!["--version"],
+        vec!["dump", etl.to_str().unwrap(), "--threads", "2"],
+    ] {
+        let mut all = vec!["--format", "json", "--", etwkit];
+        all.extend(args.iter().copied());
+        let (code, stdout, stderr) = heap_run_within(&all);
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+        let r = &common::json_lines(&stdout)[0];
+        assert!(
+            r["processes"][0]["allocs"].as_u64().unwrap() > 0,
+            "{stdout}"
+        );
+    }
 }
 
 /// As [`heap_run`], failing the test instead of waiting for ever when the traced command hangs.

@@ -811,35 +811,83 @@ static RESCANS: AtomicU32 = AtomicU32::new(0);
 
 /// The stack of this thread: [lo, hi) (hi found once per thread).
 ///
-/// The main thread's top is glibc's record of it, rounded up to its page, not
-/// pthread_getattr_np's answer: for the main thread that function reads /proc/self/maps with
-/// fopen, whose malloc comes here, while it holds the thread's lock. A program that asks it about
-/// its own main thread (Rust's runtime does, before `main`) would be inside that lock when its
-/// first allocation reaches this function, and asking again would wait for the lock for ever.
+/// Not from pthread_getattr_np: glibc allocates inside it while it holds the thread's lock (for
+/// the main thread it reads /proc/self/maps with fopen, for the others it sizes a CPU set with
+/// realloc). A thread that asks it about itself (Rust's runtime does, for every thread it starts
+/// and for the main thread before `main`) is inside that lock when the allocation reaches these
+/// hooks, and asking it again from here would wait for the lock for ever. The main thread's top
+/// is glibc's record of it, rounded up to its page; another thread's is the end of the mapping
+/// that holds its stack, read from /proc/self/maps with plain system calls.
 unsafe fn stack_hi(b: &ThreadBuf) -> u64 {
     let hi = b.stack_hi.get();
     if hi != 0 {
         return hi;
     }
-    if libc::gettid() == libc::getpid() {
+    let hi = if libc::gettid() == libc::getpid() {
         // SAFETY: glibc sets the variable before any code of the program runs and never moves it.
-        let end = __libc_stack_end as u64;
-        let hi = (end | 0xfff) + 1;
-        b.stack_hi.set(hi);
-        return hi;
-    }
-    let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-    let mut hi = u64::MAX;
-    if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) == 0 {
-        let mut addr: *mut libc::c_void = std::ptr::null_mut();
-        let mut size: usize = 0;
-        if libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0 {
-            hi = addr as u64 + size as u64;
-        }
-        libc::pthread_attr_destroy(&mut attr);
-    }
+        (__libc_stack_end as u64 | 0xfff) + 1
+    } else {
+        let here = 0u8;
+        mapping_end(std::ptr::addr_of!(here) as u64).unwrap_or(u64::MAX)
+    };
     b.stack_hi.set(hi);
     hi
+}
+
+/// The end of the mapping of this process that holds `addr`, from /proc/self/maps read with
+/// open/read into buffers on the stack (no allocation: this runs inside the allocator's hooks).
+unsafe fn mapping_end(addr: u64) -> Option<u64> {
+    let fd = libc::open(
+        c"/proc/self/maps".as_ptr(),
+        libc::O_RDONLY | libc::O_CLOEXEC,
+    );
+    if fd < 0 {
+        return None;
+    }
+    let mut buf = [0u8; 4096];
+    // The start of the line being read: "start-end " is all that is needed.
+    let mut head = [0u8; 40];
+    let mut len = 0;
+    let mut found = None;
+    'read: loop {
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        if n <= 0 {
+            break;
+        }
+        for &c in &buf[..n as usize] {
+            if c != b'\n' {
+                if len < head.len() {
+                    head[len] = c;
+                    len += 1;
+                }
+                continue;
+            }
+            if let Some((lo, hi)) = maps_range(&head[..len]) {
+                if lo <= addr && addr < hi {
+                    found = Some(hi);
+                    break 'read;
+                }
+            }
+            len = 0;
+        }
+    }
+    libc::close(fd);
+    found
+}
+
+/// The address range at the start of a /proc/self/maps line (`7f01c000-7f01e000 rw-p ...`).
+fn maps_range(line: &[u8]) -> Option<(u64, u64)> {
+    let hex = |s: &[u8]| -> Option<u64> {
+        if s.is_empty() || s.len() > 16 {
+            return None;
+        }
+        s.iter().try_fold(0u64, |v, &c| {
+            Some(v << 4 | (c as char).to_digit(16)? as u64)
+        })
+    };
+    let dash = line.iter().position(|&c| c == b'-')?;
+    let end = line.iter().position(|&c| c == b' ').unwrap_or(line.len());
+    Some((hex(&line[..dash])?, hex(line.get(dash + 1..end)?)?))
 }
 
 /// Unwinds the current thread's stack into `out` (the shim's own frames skipped) and the offsets
