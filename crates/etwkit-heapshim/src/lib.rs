@@ -602,7 +602,9 @@ unsafe fn agg_add_slow(b: &ThreadBuf, stack: u64, api: u8, size: u64) {
     let slot = &mut t[i];
     if slot.count > 0 && (slot.stack != stack || slot.api != api) {
         let old = *slot;
+        // The slot starts afresh: its bytes were sent with its count.
         slot.count = 0;
+        slot.bytes = 0;
         push(
             b,
             &[
@@ -661,6 +663,7 @@ unsafe fn spill(b: &ThreadBuf, min_age: u64) {
             if a.count > 0 {
                 let r = [hdr(T_TRANSIENT, a.api, 0), a.stack, a.count, a.bytes];
                 a.count = 0;
+                a.bytes = 0;
                 push_raw(b, &r);
             }
         }
