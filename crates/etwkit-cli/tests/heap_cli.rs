@@ -74,14 +74,19 @@ fn expected_bytes() -> u64 {
         .sum()
 }
 
-/// The groups attributed to leaky_allocation_site: (count, bytes).
+/// The outstanding groups attributed to leaky_allocation_site: (count, bytes).
 fn leak_of_site(r: &serde_json::Value) -> (u64, u64) {
+    leak_of(r, "leaky_allocation_site")
+}
+
+/// The outstanding groups whose innermost frame is `function`: (count, bytes).
+fn leak_of(r: &serde_json::Value, function: &str) -> (u64, u64) {
     let groups = r["outstanding_by_stack"]
         .as_array()
         .expect("outstanding_by_stack");
     groups
         .iter()
-        .filter(|g| g["frames"][0]["function"] == "leaky_allocation_site")
+        .filter(|g| g["frames"][0]["function"] == function)
         .fold((0, 0), |(c, b), g| {
             (
                 c + g["count"].as_u64().unwrap(),
@@ -370,21 +375,8 @@ fn heap_traces_programs_that_ask_for_their_own_stack() {
     ]);
     assert_eq!(code, 0, "{stderr}");
     let r = &common::json_lines(&stdout)[0];
-    let kept = |function: &str| -> (u64, u64) {
-        r["outstanding_by_stack"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|g| g["frames"][0]["function"] == function)
-            .fold((0, 0), |(c, b), g| {
-                (
-                    c + g["count"].as_u64().unwrap(),
-                    b + g["bytes"].as_u64().unwrap(),
-                )
-            })
-    };
-    assert_eq!(kept("kept_after_getattr"), (4, 12_000), "{stdout}");
-    assert_eq!(kept("kept_in_thread"), (3, 1_500), "{stdout}");
+    assert_eq!(leak_of(r, "kept_after_getattr"), (4, 12_000), "{stdout}");
+    assert_eq!(leak_of(r, "kept_in_thread"), (3, 1_500), "{stdout}");
     assert_eq!(r["exact"], true, "{stdout}");
     // A Rust program: etwkit itself, on one thread, then reading that ETL file on two threads.
     let etwkit = env!("CARGO_BIN_EXE_etwkit");
