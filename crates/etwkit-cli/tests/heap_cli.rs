@@ -38,22 +38,6 @@ fn compile(src: &str, out: &str) -> PathBuf {
     bin
 }
 
-/// Runs `etwkit heap ARGS` with the allocator shim built into etwkit (no ETWKIT_HEAPSHIM):
-/// (exit code, stdout, stderr).
-fn heap_run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_etwkit"))
-        .arg("heap")
-        .args(args)
-        .env_remove("ETWKIT_HEAPSHIM")
-        .output()
-        .expect("run etwkit heap");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// `etwkit heap ARGS --format json` must succeed; its report. stdout holds exactly one JSON line.
 fn heap(args: &[&str]) -> serde_json::Value {
     let (code, stdout, stderr) = heap_run(args);
@@ -365,7 +349,7 @@ fn heap_traces_programs_that_ask_for_their_own_stack() {
     }
     let bin = compile("getattr.c", "cli_getattr");
     let etl = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("heap_own_stack.etl");
-    let (code, stdout, stderr) = heap_run_within(&[
+    let (code, stdout, stderr) = heap_run(&[
         "--format",
         "json",
         "-o",
@@ -386,7 +370,7 @@ fn heap_traces_programs_that_ask_for_their_own_stack() {
     ] {
         let mut all = vec!["--format", "json", "--", etwkit];
         all.extend(args.iter().copied());
-        let (code, stdout, stderr) = heap_run_within(&all);
+        let (code, stdout, stderr) = heap_run(&all);
         assert_eq!(code, 0, "{args:?}: {stderr}");
         let r = &common::json_lines(&stdout)[0];
         assert!(
@@ -396,8 +380,10 @@ fn heap_traces_programs_that_ask_for_their_own_stack() {
     }
 }
 
-/// As [`heap_run`], failing the test instead of waiting for ever when the traced command hangs.
-fn heap_run_within(args: &[&str]) -> (i32, String, String) {
+/// Runs `etwkit heap ARGS` with the allocator shim built into etwkit (no ETWKIT_HEAPSHIM):
+/// (exit code, stdout, stderr). A run that does not end within 60 s fails the test instead of
+/// waiting for ever (a traced command that hangs).
+fn heap_run(args: &[&str]) -> (i32, String, String) {
     use std::io::Read;
     use std::time::{Duration, Instant};
     let mut child = Command::new(env!("CARGO_BIN_EXE_etwkit"))
