@@ -238,6 +238,29 @@ def clr_template_maps(provider_name, p, facts):
     return out, ids
 
 
+def task_lines(name, value, ops):
+    """A <task> with its opcodes [(name, value)] (self-closing without any)."""
+    head = "<task" + attrs([("name", name), ("value", str(value))])
+    if not ops:
+        return [head + "/>"]
+    return [head + "><opcodes>"] + \
+        ["<opcode" + attrs([("name", o), ("value", str(v))]) + "/>" for o, v in ops] + \
+        ["</opcodes></task>"]
+
+
+def map_lines(name, kind, entries):
+    """A value or bit map from [(value, text)]."""
+    return [f"<{kind} name={quoteattr(name)}>"] + \
+        ["<map" + attrs([("value", f"0x{v:x}"), ("message", t)]) + "/>" for v, t in entries] + \
+        [f"</{kind}>"]
+
+
+def event_line(value, version, symbol, level, task, opcode, keywords, template):
+    return "<event" + attrs(
+        [("value", value), ("version", version), ("symbol", symbol), ("level", level),
+         ("task", task), ("opcode", opcode), ("keywords", keywords), ("template", template)]) + "/>"
+
+
 def convert(path, provider_name):
     root = ET.parse(path).getroot()
     strings = {s.get("id"): s.get("value") for s in root.iter(NS + "string")}
@@ -273,19 +296,9 @@ def convert(path, provider_name):
             ops = [(o.get("name"), o.get("value"))
                    for os_ in kids(t, "opcodes") for o in kids(os_, "opcode")]
             ops += [(n, str(v)) for n, v in (facts or {}).get("opcodes", {}).get(t.get("name"), [])]
-            head = "<task" + attrs([("name", t.get("name")), ("value", t.get("value"))])
-            if not ops:
-                lines.append(head + "/>")
-                continue
-            lines.append(head + "><opcodes>")
-            for name, value in ops:
-                lines.append("<opcode" + attrs([("name", name), ("value", value)]) + "/>")
-            lines.append("</opcodes></task>")
+            lines += task_lines(t.get("name"), t.get("value"), ops)
         for name, value, ops in (facts or {}).get("tasks", []):
-            lines.append("<task" + attrs([("name", name), ("value", value)]) + "><opcodes>")
-            for on, ov in ops:
-                lines.append("<opcode" + attrs([("name", on), ("value", ov)]) + "/>")
-            lines.append("</opcodes></task>")
+            lines += task_lines(name, value, ops)
         lines.append("</tasks>")
     for group in kids(p, "opcodes"):
         lines.append("<opcodes>")
@@ -310,10 +323,7 @@ def convert(path, provider_name):
         if facts:
             for name, (kind, entries) in facts["maps"].items():
                 map_names.add(name)
-                lines.append(f"<{kind} name={quoteattr(name)}>")
-                for v, text in entries:
-                    lines.append("<map" + attrs([("value", f"0x{v:x}"), ("message", text)]) + "/>")
-                lines.append(f"</{kind}>")
+                lines += map_lines(name, kind, entries)
         lines.append("</maps>")
     field_maps, template_ids = clr_template_maps(provider_name, p, facts) if facts else ({}, {})
     applied = set()
@@ -376,17 +386,13 @@ def convert(path, provider_name):
                 skipped.append(f"event {e.get('value')} v{e.get('version', '0')}: template {t} left out")
                 continue
             n_events += 1
-            lines.append("<event" + attrs(
-                [("value", e.get("value")), ("version", e.get("version")), ("symbol", e.get("symbol")),
-                 ("level", e.get("level")), ("task", e.get("task")), ("opcode", e.get("opcode")),
-                 ("keywords", e.get("keywords")), ("template", t)]) + "/>")
-        for value, version, symbol, level, task, opcode, keywords, t in (facts or {}).get("events", []):
-            if (value, version) in have:
-                sys.exit(f"{provider_name}: event {value} v{version} is in the dump and the CLR facts")
+            lines.append(event_line(*(e.get(k) for k in ("value", "version", "symbol", "level",
+                                                          "task", "opcode", "keywords")), t))
+        for ev in (facts or {}).get("events", []):
+            if (ev[0], ev[1]) in have:
+                sys.exit(f"{provider_name}: event {ev[0]} v{ev[1]} is in the dump and the CLR facts")
             n_events += 1
-            lines.append("<event" + attrs(
-                [("value", value), ("version", version), ("symbol", symbol), ("level", level),
-                 ("task", task), ("opcode", opcode), ("keywords", keywords), ("template", t)]) + "/>")
+            lines.append(event_line(*ev))
         lines.append("</events>")
     lines.append("</provider></events></instrumentation></instrumentationManifest>")
     for line in lines:
@@ -412,13 +418,7 @@ def convert_facts(f):
     opcodes = {}
     for tname, value, ops in f["tasks"]:
         opcodes[tname] = {o for o, _ in ops}
-        head = "<task" + attrs([("name", tname), ("value", str(value))])
-        if not ops:
-            lines.append(head + "/>")
-            continue
-        lines.append(head + "><opcodes>")
-        lines += ["<opcode" + attrs([("name", o), ("value", str(v))]) + "/>" for o, v in ops]
-        lines.append("</opcodes></task>")
+        lines += task_lines(tname, value, ops)
     lines.append("</tasks>")
     if f["opcodes"]:
         lines.append("<opcodes>")
@@ -427,9 +427,7 @@ def convert_facts(f):
     global_ops = {o for o, _ in f["opcodes"]}
     lines.append("<maps>")
     for mname, (kind, entries) in f["maps"].items():
-        lines.append(f"<{kind} name={quoteattr(mname)}>")
-        lines += ["<map" + attrs([("value", f"0x{v:x}"), ("message", t)]) + "/>" for v, t in entries]
-        lines.append(f"</{kind}>")
+        lines += map_lines(mname, kind, entries)
     lines.append("</maps>")
     lines.append("<templates>")
     for tid, fields in f["templates"].items():
@@ -449,9 +447,7 @@ def convert_facts(f):
         if opcode is not None and not opcode.startswith("win:") and opcode not in global_ops \
                 and opcode not in opcodes.get(task, set()):
             sys.exit(f"{name}: event {value} v{version}: no opcode {opcode} in task {task}")
-        lines.append("<event" + attrs(
-            [("value", str(value)), ("version", str(version)), ("symbol", symbol), ("level", level),
-             ("task", task), ("opcode", opcode), ("keywords", keywords), ("template", t)]) + "/>")
+        lines.append(event_line(value, version, symbol, level, task, opcode, keywords, t))
     lines.append("</events>")
     lines.append("</provider></events></instrumentation></instrumentationManifest>")
     for line in lines:
