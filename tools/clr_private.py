@@ -163,10 +163,9 @@ PRIVATE = {
             ("Reserved1", "win:UInt8", {}),
             ("Reserved2", "win:UInt8", {}),
             ("FrameCount", "win:UInt32", {}),
-            # The manifest writes count="2"; the runtime writes FrameCount frames, as in the
-            # public provider's ClrStackWalk (gen_manifests.COUNT_FIXES, checked on every
-            # ClrStackWalk record of perfview_net.4.5.x86.etl).
-            ("Stack", "win:Pointer", {"count": "FrameCount"}),
+            # As the manifest writes it; the runtime writes FrameCount frames, which etwkit
+            # mends at run time (crates/etwkit/src/schema/mend.rs).
+            ("Stack", "win:Pointer", {"count": "2"}),
         ],
         "EvidenceGenerated": [
             ("Type", "win:UInt32", {"outType": "xs:unsignedInt"}),

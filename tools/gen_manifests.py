@@ -21,7 +21,8 @@ in-types carry non-standard names. They are restored here:
     Binary + outType IPv6, WChar with max=N -> UnicodeString of N characters, max=N -> count/length);
   * OUT_TYPE_FIXES / COUNT_FIXES below restore the out-types, widths and counts the providers'
     manifests declare for a few fields (Kernel-Network addresses, ports and connection id;
-    ClrStackWalk's frame array), each checked against the byte sizes of real records;
+    ClrStackWalk's frame array, as declared: etwkit mends its count at run time), each checked
+    against the byte sizes of real records;
   * LOSSY_TEMPLATES lists templates the dump flattens beyond repair; they are left out.
   * The CLR providers (Microsoft-Windows-DotNETRuntime and -Rundown) get the facts of
     tools/clr_facts.py merged in (written from the CLR's own public manifest, ClrEtwAll.man): all
@@ -110,10 +111,12 @@ OUT_TYPE_FIXES = {
     ("Microsoft-Windows-Kernel-Network", "connid", "UInt32"): ("win:Pointer", None, None),
 }
 
-# (provider, template, field) -> count attribute the dump drops: ClrStackWalk's Stack holds
-# FrameCount pointers (every ClrStackWalk record of perfview_net.4.5.x86.etl is consumed exactly).
+# (provider, template, field) -> count attribute the dump drops: ClrStackWalk's Stack, declared
+# count="2" in the CLR's manifest. The runtime writes FrameCount pointers; etwkit mends that at
+# run time for every source of the layout (crates/etwkit/src/schema/mend.rs), this one included.
 COUNT_FIXES = {
-    ("Microsoft-Windows-DotNETRuntime", "ClrStackWalkArgs", "Stack"): "FrameCount",
+    ("Microsoft-Windows-DotNETRuntime", "ClrStackWalkArgs", "Stack"): "2",
+    ("Microsoft-Windows-DotNETRuntimeRundown", "ClrStackWalkArgs", "Stack"): "2",
 }
 
 # Providers no dump carries, written whole from facts (tools/clr_private.py: the CLR's private

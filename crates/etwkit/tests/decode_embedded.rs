@@ -327,3 +327,74 @@ fn streaming_learning_matches_the_metadata_placement() {
         }
     }
 }
+
+/// perfview_net.4.5.2.x64.etl embeds the TRACE_EVENT_INFO of the CLR's ClrStackWalk event, built
+/// by TDH from the runtime's manifest: `Stack` as two pointers. The runtime writes `FrameCount` of
+/// them, and the layout is mended whatever its source (`schema::mend`): every stack walk of the
+/// file is read whole, its frames the payload's pointers in order.
+#[test]
+fn embedded_clr_stack_walks_read_frame_count_frames() {
+    let t = "embedded_clr_stack_walks_read_frame_count_frames";
+    let Some(path) = common::sample("perfview_net.4.5.2.x64.etl", t) else {
+        return;
+    };
+    const CLR: Guid = Guid::from_str_const("e13c0d23-ccbc-4e12-931b-d9cc2eee27e4");
+    let file = EtlFile::open(path).unwrap();
+    let mut reg = Registry::with_builtins();
+    reg.learn_from_file(&file);
+    let key = SchemaKey::Manifest {
+        provider: CLR,
+        id: 82,
+        version: 0,
+    };
+    let schema = reg.get(&key).unwrap();
+    assert_eq!(schema.source, SchemaSource::Embedded);
+    let names: Vec<&str> = schema.properties.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "ClrInstanceID",
+            "Reserved1",
+            "Reserved2",
+            "FrameCount",
+            "Stack"
+        ]
+    );
+    assert_eq!(
+        schema.properties[4].count,
+        etwkit::schema::Count::FromProperty(3)
+    );
+    let dec = Decoder::new(reg);
+
+    let (mut walks, mut frames, mut longest) = (0u64, 0u64, 0usize);
+    file.for_each(Order::Time, |r| {
+        let e = &r.event;
+        if e.provider != CLR || e.descriptor.id != 82 {
+            return ControlFlow::Continue(());
+        }
+        let d = dec.decode(e);
+        assert!(
+            d.is_decoded() && d.decode_issue.is_none() && d.unread_bytes == 0,
+            "{d:?}"
+        );
+        let n = d.properties.get("FrameCount").unwrap().as_u64().unwrap() as usize;
+        let ps = e.pointer_size as usize;
+        assert_eq!(e.payload.len(), 8 + n * ps);
+        let Some(Value::Array(stack)) = d.properties.get("Stack") else {
+            panic!("no Stack array: {d:?}");
+        };
+        let want: Vec<u64> = e.payload[8..]
+            .chunks_exact(ps)
+            .map(|c| c.iter().rev().fold(0u64, |v, &b| v << 8 | b as u64))
+            .collect();
+        let got: Vec<u64> = stack.iter().map(|v| v.as_u64().unwrap()).collect();
+        assert_eq!(got, want);
+        walks += 1;
+        frames += n as u64;
+        longest = longest.max(n);
+        ControlFlow::Continue(())
+    });
+    eprintln!("{walks} stack walks, {frames} frames, longest {longest}");
+    assert_eq!(walks, 14_983);
+    assert!(longest > 2, "longest stack walk {longest} frames");
+}

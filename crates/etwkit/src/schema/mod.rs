@@ -124,6 +124,7 @@ pub enum SchemaKey {
 }
 
 pub mod manifest;
+pub mod mend;
 pub mod registry;
 pub mod tdh;
 pub mod tracelogging;

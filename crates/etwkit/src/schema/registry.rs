@@ -302,8 +302,9 @@ impl Registry {
 
     /// Adds a layout. A schema from a more specific source replaces one from a less specific source
     /// (user manifest > embedded > built-in); equal sources: the newer one wins. Returns whether it was
-    /// stored.
-    pub fn insert(&mut self, key: SchemaKey, schema: EventSchema) -> bool {
+    /// stored. Layouts the producer's own description gets wrong are mended first ([`super::mend`]).
+    pub fn insert(&mut self, key: SchemaKey, mut schema: EventSchema) -> bool {
+        super::mend::mend(&mut schema);
         if let Some(old) = self.schemas.get(&key) {
             if priority(old.source) > priority(schema.source) {
                 return false;

@@ -56,7 +56,15 @@ fn events(i: usize) -> Result<Vec<(SchemaKey, EventSchema)>, SchemaError> {
 
 fn table(i: usize) -> &'static Table {
     TABLES[i].get_or_init(|| {
-        events(i).map(|events| events.into_iter().map(|(k, s)| (k, Arc::new(s))).collect())
+        events(i).map(|events| {
+            events
+                .into_iter()
+                .map(|(k, mut s)| {
+                    crate::schema::mend::mend(&mut s);
+                    (k, Arc::new(s))
+                })
+                .collect()
+        })
     })
 }
 
