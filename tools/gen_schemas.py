@@ -60,6 +60,8 @@ def parse_token_fields(specs):
         f = parse_token_field(" ".join(parts[:2]))
         if len(parts) == 3 and parts[2].startswith("*"):
             f["count"] = ("field", index_of(parts[2][1:], names, spec))
+        elif len(parts) == 3 and parts[2] == "?":
+            f["count"] = ("ifroom",)
         elif len(parts) != 2:
             sys.exit(f"kernel-mof-extra.json: bad field {spec!r}")
         out.append(f)
@@ -164,7 +166,7 @@ class Emitter:
         out = []
         for f in fields:
             count = {"one": "CountDef::One", "fixed": "CountDef::Fixed({})", "field": "CountDef::Field({})",
-                     "toend": "CountDef::ToEnd"}[
+                     "toend": "CountDef::ToEnd", "ifroom": "CountDef::IfRoom"}[
                 f["count"][0]].format(*f["count"][1:])
             length = {"natural": "LengthDef::Natural", "fixed": "LengthDef::Fixed({})",
                       "field": "LengthDef::Field({})"}[f["length"][0]].format(*f["length"][1:])
@@ -456,6 +458,15 @@ def gen_kernel(shared):
         fields = parse_token_fields(a["fields"])
         for t, n in a["types"].items():
             add(a["task"], class_guid[a["task"]], int(t), n, a["versions"], fields)
+    # Last fields that later builds append to a version's layout, read while the payload holds them.
+    for a in extra["appended"]:
+        fields = parse_token_fields(a["fields"])
+        keys = {("mof", guid_const(class_guid[a["task"]]), t, v) for t in a["types"] for v in a["versions"]}
+        found = [ev for ev in events if ev["key"] in keys]
+        if len(found) != len(keys):
+            sys.exit(f"kernel-mof-extra.json appended: {len(found)} of the {len(keys)} layouts of {a['task']} exist")
+        for ev in found:
+            ev["fields"] = ev["fields"] + fields
 
     # HookId 0x030A (Process group, type 10) is Image/Load: register Image Load layouts under the Process
     # class key too, so a reader that maps the group literally still finds them.

@@ -161,6 +161,8 @@ impl Compiled {
                         })
                     }
                 }
+                // Present or not by the payload's length: the generic walk decides.
+                Count::IfRoom => return None,
                 _ if f.members.is_some() || f.map.is_some() || f.fast == Fast::No => return None,
                 _ if matches!(f.length, Length::FromProperty(_)) => return None,
                 Count::Fixed(n) => Kind::Array(f.fast, ArrCount::Fixed(n as u64)),

@@ -524,6 +524,9 @@ pub(crate) fn decode_level<V: PropertyVisitor>(
     };
     for (idx, f) in fields.iter().enumerate() {
         let start = cur.pos;
+        if f.count == Count::IfRoom && start >= cur.d.len() {
+            continue;
+        }
         let fail = |reason: String, at: usize| Fail {
             path: f.name.to_string(),
             offset: at,
@@ -543,7 +546,7 @@ pub(crate) fn decode_level<V: PropertyVisitor>(
             Length::FromProperty(j) => Some(referenced(j, "length")?),
         };
         let n = match f.count {
-            Count::One => None,
+            Count::One | Count::IfRoom => None,
             Count::Fixed(n) => Some(n as u64),
             Count::FromProperty(j) => Some(referenced(j, "count")?),
             Count::Prefixed => Some(
@@ -989,5 +992,29 @@ mod tests {
             j,
             r#"{"Len":3,"N":2,"Data":"0xaabbcc","Ports":[80,443],"Ok":true,"Addr":"10.0.0.1","P":"0xdeadbeef","Sid":"S-1-5-18"}"#
         );
+    }
+
+    #[test]
+    fn a_field_read_if_room_is_there_or_left_out() {
+        let mut name = Property::scalar("ThreadName", it::UNICODESTRING, 0);
+        name.count = Count::IfRoom;
+        let s = schema(vec![Property::scalar("Tid", it::UINT32, 0), name]);
+        let plan = Plan::new(&s);
+        // An older build's payload ends before the field: no property, nothing unread.
+        let (v, used) = plan.decode_counted(&[7, 0, 0, 0], 8).unwrap();
+        assert_eq!(
+            (serde_json::to_string(&v).unwrap(), used),
+            (r#"{"Tid":7}"#.into(), 4)
+        );
+        // A newer one carries it, empty or not.
+        let (v, used) = plan.decode_counted(&[7, 0, 0, 0, 0, 0], 8).unwrap();
+        assert_eq!(
+            (serde_json::to_string(&v).unwrap(), used),
+            (r#"{"Tid":7,"ThreadName":""}"#.into(), 6)
+        );
+        let (v, _) = plan
+            .decode_counted(&[7, 0, 0, 0, b'a', 0, b'b', 0, 0, 0], 8)
+            .unwrap();
+        assert_eq!(v.get("ThreadName"), Some(&Value::String("ab".into())));
     }
 }

@@ -34,6 +34,10 @@ pub enum Count {
     Prefixed,
     /// As many elements as the rest of the payload holds (kernel StackWalk frames).
     ToEnd,
+    /// One value while payload bytes remain; at the payload's end none, and the property is left
+    /// out: a last field that later builds of a producer append without a new event version
+    /// (Thread v3's ThreadName, which Windows 10 kernels log and older ones do not).
+    IfRoom,
 }
 
 /// How many bytes (or characters, for strings) a single value takes, when the type does not say.

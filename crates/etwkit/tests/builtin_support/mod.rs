@@ -115,6 +115,9 @@ pub fn layout_from(
             }
             // Whole pointer-size frames to the end of the payload (StackWalk).
             Count::ToEnd => payload.len().saturating_sub(off) / ptr,
+            // A last field later builds append (Thread v3's ThreadName): there or not at all.
+            Count::IfRoom if off < payload.len() => 1,
+            Count::IfRoom => continue,
         };
         let len = match p.length {
             Length::Natural => None,

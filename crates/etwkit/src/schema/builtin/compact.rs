@@ -186,6 +186,7 @@ fn properties(
                 2 => Count::FromProperty(r.num()? as usize),
                 3 => Count::Prefixed,
                 4 => Count::ToEnd,
+                5 => Count::IfRoom,
                 t => return Err(format!("unknown count kind {t}")),
             };
             let length = match r.byte()? {
@@ -336,6 +337,7 @@ impl Encoder {
                 }
                 Count::Prefixed => out.push(3),
                 Count::ToEnd => out.push(4),
+                Count::IfRoom => out.push(5),
             }
             match p.length {
                 Length::Natural => out.push(0),

@@ -1647,7 +1647,7 @@ const T24424039: &[FieldDef] = &[
         members: &[],
     },
 ];
-const TFA65B91F: &[FieldDef] = &[
+const T6AA9BFD2: &[FieldDef] = &[
     FieldDef {
         name: "ProcessId",
         in_type: 8,
@@ -1770,6 +1770,15 @@ const TFA65B91F: &[FieldDef] = &[
         in_type: 4,
         out_type: 0,
         count: CountDef::One,
+        length: LengthDef::Natural,
+        map: None,
+        members: &[],
+    },
+    FieldDef {
+        name: "ThreadName",
+        in_type: 1,
+        out_type: 0,
+        count: CountDef::IfRoom,
         length: LengthDef::Natural,
         map: None,
         members: &[],
@@ -6902,7 +6911,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("Thread"),
         opcode_name: Some("Start"),
         keywords_name: None,
-        fields: TFA65B91F,
+        fields: T6AA9BFD2,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -6916,7 +6925,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("Thread"),
         opcode_name: Some("End"),
         keywords_name: None,
-        fields: TFA65B91F,
+        fields: T6AA9BFD2,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -6930,7 +6939,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("Thread"),
         opcode_name: Some("DCStart"),
         keywords_name: None,
-        fields: TFA65B91F,
+        fields: T6AA9BFD2,
     },
     EventDef {
         key: SchemaKey::Mof {
@@ -6944,7 +6953,7 @@ pub(crate) static EVENTS: &[EventDef] = &[
         task_name: Some("Thread"),
         opcode_name: Some("DCEnd"),
         keywords_name: None,
-        fields: TFA65B91F,
+        fields: T6AA9BFD2,
     },
     EventDef {
         key: SchemaKey::Mof {

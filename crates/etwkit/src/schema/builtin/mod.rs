@@ -40,6 +40,8 @@ pub(crate) enum CountDef {
     Field(usize),
     /// To the end of the payload.
     ToEnd,
+    /// One value while payload bytes remain (see [`Count::IfRoom`]).
+    IfRoom,
 }
 
 /// Length of a table field's single value (see [`Length`]).
@@ -130,6 +132,7 @@ impl Converter {
                 CountDef::Fixed(n) => Count::Fixed(n),
                 CountDef::Field(i) => Count::FromProperty(i),
                 CountDef::ToEnd => Count::ToEnd,
+                CountDef::IfRoom => Count::IfRoom,
             },
             length: match f.length {
                 LengthDef::Natural => Length::Natural,
