@@ -17,10 +17,13 @@
 //! CLOCK_MONOTONIC ns}, 6 MODULE {start, end, file offset, path bytes}, 7 TRANSIENT {stack, count,
 //! bytes}, 8 MARK {tsc}.
 //!
-//! With `ETWKIT_HEAP_FULL=1` every operation is sent (nothing paired in process) and a flusher
-//! thread sends, every 20 ms, every thread's unsent records followed by a MARK: the process has sent
-//! every record stamped before the MARK's tsc, so the reader can put records of all threads in time
-//! order without holding the whole trace. The last MARK (tsc `u64::MAX`) goes at process exit.
+//! A flusher thread sends, every 20 ms, every thread's unsent records followed by a MARK: the
+//! process has sent every record stamped before the MARK's tsc, so the reader can put records of
+//! all threads in time order without holding the whole trace. The last MARK (tsc `u64::MAX`) goes
+//! at process exit. With `ETWKIT_HEAP_FULL=1` every operation is sent (nothing paired in process)
+//! and the reader delivers them all in that order; otherwise allocations are kept back in process
+//! (`kept`) and only the frees need the order: a free must meet the allocation it frees, not one of
+//! an earlier life of its address whose own free is still in another thread's buffer.
 #![allow(clippy::missing_safety_doc)]
 
 use std::cell::{Cell, UnsafeCell};
@@ -235,9 +238,8 @@ unsafe fn init() {
             libc::pthread_atfork(None, None, Some(after_fork_child));
             libc::atexit(at_exit);
             STATE.store(2, Ordering::Release);
-            if FULL.load(Ordering::Relaxed) {
-                start_flusher();
-            }
+            // Both modes: the reader pairs frees in time order up to the marks.
+            start_flusher();
         }
         _ => STATE.store(3, Ordering::Release),
     }
@@ -261,14 +263,14 @@ extern "C" fn after_fork_child() {
         let _ = p;
     }
     BUF.with(|b| b.set(std::ptr::null_mut()));
-    if FULL.load(Ordering::Relaxed) && STATE.load(Ordering::Acquire) == 2 && !attach::attached() {
+    if STATE.load(Ordering::Acquire) == 2 && !attach::attached() {
         // SAFETY: fork has re-initialized the allocator and thread machinery in this child.
         unsafe { start_flusher() };
     }
 }
 
 /// Runs when the shim is loaded (after libc's own constructors): turns tracing on before the
-/// program's first allocation of its own, and starts the flusher in full mode.
+/// program's first allocation of its own, and starts the flusher.
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = on_load;
@@ -277,10 +279,13 @@ extern "C" fn on_load() {
     unsafe { init() };
 }
 
-/// Full mode: every 20 ms, sends what every thread recorded and a MARK (see the crate docs).
+/// Every 20 ms, sends what every thread recorded and a MARK (see the crate docs): in full mode the
+/// reader releases operations in time order up to it, otherwise it pairs frees in time order.
 unsafe fn start_flusher() {
     extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
-        // This thread never allocates through the hooks it flushes for.
+        // This thread never allocates through the hooks it flushes for, and what glibc frees for
+        // it when it ends (its TLS) is not the program's: it is never traced.
+        let _ = IN_HOOK.try_with(|h| h.set(true));
         let ts = libc::timespec {
             tv_sec: 0,
             tv_nsec: 20_000_000,
@@ -300,7 +305,16 @@ unsafe fn start_flusher() {
     libc::pthread_attr_init(&mut attr);
     libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
     libc::pthread_attr_setstacksize(&mut attr, 64 * 1024);
-    libc::pthread_create(&mut t, &attr, run, std::ptr::null_mut());
+    // What glibc allocates for the new thread (its TLS vector) is the shim's, not the program's:
+    // made inside a hook, it is not traced.
+    let mut created = false;
+    guarded(|_| {
+        libc::pthread_create(&mut t, &attr, run, std::ptr::null_mut());
+        created = true;
+    });
+    if !created {
+        libc::pthread_create(&mut t, &attr, run, std::ptr::null_mut());
+    }
     libc::pthread_attr_destroy(&mut attr);
 }
 
@@ -343,7 +357,7 @@ static FINI: extern "C" fn() = fini;
 extern "C" fn fini() {
     flush_all();
     FINISHED.store(true, Ordering::Release);
-    if (FULL.load(Ordering::Relaxed) || attach::attached()) && STATE.load(Ordering::Acquire) == 2 {
+    if STATE.load(Ordering::Acquire) == 2 {
         // Everything of this process is sent: the reader may release all it holds of it.
         // SAFETY: send only writes to the socket.
         unsafe { send_mark(u64::MAX) };

@@ -209,10 +209,14 @@ pub struct ShimTrace {
     /// Every-op mode: operations not yet released, and per process the tsc before which it has
     /// sent everything (`u64::MAX` once it exited).
     held: std::collections::BinaryHeap<Held>,
-    /// Attach mode, pairing in process: frees (and the free half of reallocations) wait here until
-    /// every thread has sent what came before them (the marks), then pair in time order. Allocations
-    /// kept back in process may come much later, but never a free: so a free always meets the
-    /// allocation it follows, not one of a later life of the same address.
+    /// Pairing in process (every mode but every-op): frees (and the free half of reallocations)
+    /// wait here until every thread has sent what came before them (the marks), then pair in time
+    /// order. Allocations kept back in process may come much later, but never a free, and an
+    /// allocation arriving late pairs with the earliest free after it still waiting: so a free
+    /// meets the allocation it frees. Paired as they arrived, a free sent early could take the
+    /// allocation of an earlier life of its address whose own free was still in another thread's
+    /// buffer (`etwkit export` traced: ~1,000 frees left unpaired and as many blocks reported
+    /// outstanding in 264 k allocations).
     held_frees: std::collections::BinaryHeap<Held>,
     marks: HashMap<u32, u64>,
     seq: u64,
@@ -642,10 +646,8 @@ impl ShimTrace {
                 }
                 continue;
             }
-            if self.attached.is_some() {
-                let w = self.marks.values().copied().min().unwrap_or(0);
-                self.apply_frees(w);
-            }
+            let w = self.marks.values().copied().min().unwrap_or(0);
+            self.apply_frees(w);
             // Completed pairs can go now (their order does not matter to the analysis).
             let ready = std::mem::take(&mut self.ready);
             for op in &ready {
@@ -707,18 +709,14 @@ impl ShimTrace {
         }
     }
 
-    /// A free to pair: at once, or (attach mode) once every thread has sent what came before it.
-    fn free_record(&mut self, tsc: u64, op: HeapOp, address: u64) {
-        if self.attached.is_some() {
-            self.seq += 1;
-            self.held_frees.push(Held {
-                tsc,
-                seq: self.seq,
-                op,
-            });
-        } else {
-            self.add_free(tsc, op, address);
-        }
+    /// A free to pair once every thread of its process has sent what came before it (the marks).
+    fn free_record(&mut self, tsc: u64, op: HeapOp) {
+        self.seq += 1;
+        self.held_frees.push(Held {
+            tsc,
+            seq: self.seq,
+            op,
+        });
     }
 
     fn hold(&mut self, tsc: u64, op: HeapOp) {
@@ -825,9 +823,7 @@ impl ShimTrace {
             Some(ns) => ns.ours(pid),
             None => pid,
         };
-        if self.every_op || self.attached.is_some() {
-            self.marks.entry(pid).or_insert(0);
-        }
+        self.marks.entry(pid).or_insert(0);
         let end = (16 + len as usize).min(msg.len());
         let mut o = 16;
         while o + 8 <= end {
@@ -923,7 +919,7 @@ impl ShimTrace {
                         kind: HeapOpKind::Free { address: at(2) },
                         stack: None,
                     };
-                    self.free_record(at(1), free, at(2));
+                    self.free_record(at(1), free);
                     let alloc = HeapOp {
                         pid,
                         tid,
@@ -955,7 +951,7 @@ impl ShimTrace {
                     if self.every_op {
                         self.hold(at(1), op);
                     } else {
-                        self.free_record(at(1), op, at(2));
+                        self.free_record(at(1), op);
                     }
                 }
                 T_TRANSIENT => {
