@@ -219,6 +219,9 @@ pub struct ShimTrace {
     /// outstanding in 264 k allocations).
     held_frees: std::collections::BinaryHeap<Held>,
     marks: HashMap<u32, u64>,
+    /// When `retire_dead_marks` last looked, and the processes it found ended.
+    marks_checked: Option<std::time::Instant>,
+    ended: std::collections::HashSet<u32>,
     seq: u64,
     /// Last delivered FILETIME (every-op mode delivers non-decreasing times).
     last_time: i64,
@@ -436,6 +439,8 @@ impl ShimTrace {
             held: Default::default(),
             held_frees: Default::default(),
             marks: HashMap::new(),
+            marks_checked: None,
+            ended: Default::default(),
             seq: 0,
             last_time: i64::MIN,
             child,
@@ -627,6 +632,7 @@ impl ShimTrace {
                     if self.bye && !self.follow {
                         break; // nothing more queued
                     }
+                    self.retire_dead_marks();
                     continue;
                 }
                 return Err(HeapError::Io {
@@ -680,6 +686,26 @@ impl ShimTrace {
             }
         }
         Ok(())
+    }
+
+    /// With nothing queued: a process that ended without its last mark (killed, `_exit`) has sent
+    /// all it ever will, so its mark no longer holds the others' frees (or operations) back. Looked
+    /// at every 200 ms at most; a process is retired once found ended at one look and the queue
+    /// empty at a later one (whatever it sent while ending has been read by then).
+    fn retire_dead_marks(&mut self) {
+        let now = std::time::Instant::now();
+        if self
+            .marks_checked
+            .is_some_and(|t| now.duration_since(t) < std::time::Duration::from_millis(200))
+        {
+            return;
+        }
+        self.marks_checked = Some(now);
+        for (&pid, m) in self.marks.iter_mut() {
+            if *m != u64::MAX && !super::process_alive(pid) && !self.ended.insert(pid) {
+                *m = u64::MAX;
+            }
+        }
     }
 
     /// Every-op mode: delivers, in time order, the held operations stamped before `w`.
