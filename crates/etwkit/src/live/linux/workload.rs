@@ -38,7 +38,14 @@ pub struct Facts {
     /// Every successful bind, in order, as the kernel reported it (`getsockname`): `addr:port`.
     #[serde(default)]
     pub bound: Vec<String>,
+    /// Sockets bound and closed again only because the kernel gave them a port an earlier step
+    /// used (IPv4 and IPv6 ports are chosen apart): each is one more socket in a trace of the run.
+    #[serde(default)]
+    pub port_retries: u32,
 }
+
+/// Sockets given up for their port so far (see [`Facts::port_retries`]).
+static RETRIES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// Successful binds of this run (the binds happen in one thread, but helpers have no `Facts`).
 static BOUND: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
@@ -117,6 +124,7 @@ fn listener_except(used: &[u16]) -> std::io::Result<TcpListener> {
         if !used.contains(&l.local_addr()?.port()) {
             return Ok(l);
         }
+        RETRIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -144,6 +152,7 @@ pub fn run() -> std::io::Result<Facts> {
     step("peer reset", reset(&mut f))?;
     step("UDP burst", udp_burst(&mut f))?;
     f.bound = std::mem::take(&mut *BOUND.lock().unwrap_or_else(|e| e.into_inner()));
+    f.port_retries = RETRIES.swap(0, std::sync::atomic::Ordering::Relaxed);
     Ok(f)
 }
 
@@ -190,6 +199,7 @@ fn unlistened_port_except(used: &[u16]) -> std::io::Result<(OwnedFd, u16)> {
         if !used.contains(&port) {
             return Ok((fd, port));
         }
+        RETRIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
