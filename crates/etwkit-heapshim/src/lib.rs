@@ -307,13 +307,9 @@ unsafe fn start_flusher() {
     libc::pthread_attr_setstacksize(&mut attr, 64 * 1024);
     // What glibc allocates for the new thread (its TLS vector) is the shim's, not the program's:
     // made inside a hook, it is not traced.
-    let mut created = false;
-    guarded(|_| {
-        libc::pthread_create(&mut t, &attr, run, std::ptr::null_mut());
-        created = true;
-    });
-    if !created {
-        libc::pthread_create(&mut t, &attr, run, std::ptr::null_mut());
+    let mut create = || libc::pthread_create(&mut t, &attr, run, std::ptr::null_mut());
+    if guarded(|_| create()).is_none() {
+        create();
     }
     libc::pthread_attr_destroy(&mut attr);
 }

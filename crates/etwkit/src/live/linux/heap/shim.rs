@@ -737,21 +737,24 @@ impl ShimTrace {
 
     /// A free to pair once every thread of its process has sent what came before it (the marks).
     fn free_record(&mut self, tsc: u64, op: HeapOp) {
-        self.seq += 1;
-        self.held_frees.push(Held {
-            tsc,
-            seq: self.seq,
-            op,
-        });
+        let h = self.next_held(tsc, op);
+        self.held_frees.push(h);
     }
 
+    /// Every-op mode: an operation to release in time order once the marks pass it.
     fn hold(&mut self, tsc: u64, op: HeapOp) {
+        let h = self.next_held(tsc, op);
+        self.held.push(h);
+    }
+
+    /// `op` stamped `tsc`, numbered in arrival order (ties of `tsc` keep that order).
+    fn next_held(&mut self, tsc: u64, op: HeapOp) -> Held {
         self.seq += 1;
-        self.held.push(Held {
+        Held {
             tsc,
             seq: self.seq,
             op,
-        });
+        }
     }
 
     /// Alloc/free pairs the shim counted without sending them: (pid, stack, api, count, bytes).
