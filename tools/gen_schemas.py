@@ -45,6 +45,9 @@ TOKENS = {
     "u64": (10, 0), "i64": (9, 0), "x16": (6, 17), "x32": (8, 18), "x64": (10, 19), "ptr": (16, 0),
     "sizet": (308, 0), "wstr": (1, 0), "astr": (2, 0), "guid": (15, 0), "wsid": (310, 0),
     "filetime": (17, 0), "ipv4": (8, 23), "ipv6": (14, 24), "port": (6, 22), "bool32": (13, 0),
+    # etwkit's own in-types (schema::types::in_type::LZNT1_*): the rest of the payload is
+    # LZNT1-compressed text, UTF-16 or 8-bit; out-type win:Xml (TDH_OUTTYPE_XML)
+    "lznt1wstr": (0x7F01, 28), "lznt1astr": (0x7F02, 28),
 }
 
 
@@ -62,6 +65,9 @@ def parse_token_fields(specs):
             f["count"] = ("field", index_of(parts[2][1:], names, spec))
         elif len(parts) == 3 and parts[2] == "?":
             f["count"] = ("ifroom",)
+        elif len(parts) == 3 and parts[2].startswith("%") and parts[1].startswith("lznt1"):
+            # the inflated size in bytes, stated by an earlier field
+            f["length"] = ("field", index_of(parts[2][1:], names, spec))
         elif len(parts) != 2:
             sys.exit(f"kernel-mof-extra.json: bad field {spec!r}")
         out.append(f)

@@ -1,8 +1,8 @@
 //! Fuzzes everything above the container: the pre-scan (stack table, thread table, embedded
 //! EventInfo/EventMapInfo and EventSource manifests), every layout's decode (MOF, manifest,
-//! TraceLogging metadata), the JSON and CSV renderers' fast route, the value route and the export's
-//! typed columns. Any byte string must decode to values, an `undecoded` reason or a
-//! `decode_issue`, never a panic, hang or unbounded allocation.
+//! TraceLogging metadata, LZNT1-compressed text), the JSON and CSV renderers' fast route, the
+//! value route and the export's typed columns. Any byte string must decode to values, an
+//! `undecoded` reason or a `decode_issue`, never a panic, hang or unbounded allocation.
 //! Run: `cargo +nightly fuzz run decode -- -max_len=262144` (seed the corpus with ../shared samples
 //! cut to their first buffers: `tools/fuzz_seeds.sh`).
 #![no_main]
@@ -19,6 +19,11 @@ use etwkit::sink::{renderer, Format};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    // The payload codec on its own (KernelTraceControl's compressed XML): any bytes inflate within
+    // the limit or fail.
+    if let Ok(t) = etwkit::decode::lznt1::decompress(data, 1 << 16) {
+        assert!(t.len() <= 1 << 16);
+    }
     let Ok(f) = EtlFile::from_vec(data.to_vec()) else {
         return;
     };

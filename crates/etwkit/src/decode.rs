@@ -61,6 +61,7 @@
 mod bitmaps;
 mod compiled;
 pub mod heap;
+pub mod lznt1;
 pub mod paths;
 mod plan;
 mod records;

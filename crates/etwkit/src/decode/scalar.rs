@@ -292,8 +292,33 @@ pub(crate) fn span<'a>(
                 sid_span(cur)?
             }
         }
+        it::LZNT1_UNICODESTRING | it::LZNT1_ANSISTRING => {
+            let b = cur.rest();
+            inflate(b, len)?;
+            b
+        }
         other => return Err(format!("in-type {other} is not supported")),
     })
+}
+
+/// Output an LZNT1 in-type may inflate to when its layout does not state the size.
+const MAX_INFLATED: usize = 16 << 20;
+
+/// The text of an LZNT1 in-type ([`it::LZNT1_UNICODESTRING`]), inflated: exactly `len` bytes when
+/// the layout states the size.
+fn inflate(b: &[u8], len: Option<u64>) -> Result<Vec<u8>, String> {
+    let limit = match len {
+        Some(n) => usize::try_from(n).map_err(|_| format!("length {n} is too large"))?,
+        None => MAX_INFLATED,
+    };
+    let text = super::lznt1::decompress(b, limit).map_err(|e| e.to_string())?;
+    match len {
+        Some(n) if text.len() as u64 != n => Err(format!(
+            "LZNT1 data inflates to {} bytes, not the {n} stated",
+            text.len()
+        )),
+        _ => Ok(text),
+    }
 }
 
 /// Little-endian unsigned integer of up to 8 bytes.
@@ -402,6 +427,15 @@ pub(crate) fn build_value(
         it::HEXDUMP => Value::Binary(b.to_vec()),
         it::WBEMSID if b.is_empty() => Value::Null,
         it::WBEMSID => Value::Sid(sid_string(b)),
+        // (`span` checked that it inflates.)
+        it::LZNT1_UNICODESTRING => match inflate(b, len) {
+            Ok(t) => Value::String(utf16(trim_nuls_utf16(&t))),
+            Err(_) => Value::Null,
+        },
+        it::LZNT1_ANSISTRING => match inflate(b, len) {
+            Ok(t) => Value::String(ansi(trim_nuls(&t))),
+            Err(_) => Value::Null,
+        },
         _ => Value::Null,
     }
 }

@@ -45,6 +45,12 @@ pub mod in_type {
     pub const SIZET: InType = 308;
     pub const HEXDUMP: InType = 309;
     pub const WBEMSID: InType = 310;
+    /// etwkit's own (no TDH metadata carries it): the rest of the payload is LZNT1-compressed
+    /// UTF-16LE text ([`crate::decode::lznt1`]); a length, when the layout gives one, is the
+    /// inflated size in bytes. KernelTraceControl's WinSAT XML.
+    pub const LZNT1_UNICODESTRING: InType = 0x7f01;
+    /// As [`LZNT1_UNICODESTRING`], inflating to 8-bit text (UTF-8, else Latin-1): PerfTrack XML.
+    pub const LZNT1_ANSISTRING: InType = 0x7f02;
 }
 
 /// `TDH_OUTTYPE_*`.
@@ -151,7 +157,8 @@ pub mod tl_out {
     pub const DATETIME_UTC: u8 = 38;
 }
 
-/// The `TDH_INTYPE_*` suffix for an in-type, or `None` for an unknown number.
+/// The `TDH_INTYPE_*` suffix for an in-type (etwkit's own `LZNT1_*` by their constant names), or
+/// `None` for an unknown number.
 pub fn in_type_name(t: InType) -> Option<&'static str> {
     use in_type::*;
     Some(match t {
@@ -192,6 +199,8 @@ pub fn in_type_name(t: InType) -> Option<&'static str> {
         SIZET => "SIZET",
         HEXDUMP => "HEXDUMP",
         WBEMSID => "WBEMSID",
+        LZNT1_UNICODESTRING => "LZNT1_UNICODESTRING",
+        LZNT1_ANSISTRING => "LZNT1_ANSISTRING",
         _ => return None,
     })
 }

@@ -178,6 +178,11 @@ pub const SYSTEM_TRACE_PROVIDER: Guid =
 pub const KTC_SYS_CONFIG: Guid = Guid::from_str_const("9b79ee91-b5fd-41c0-a243-4248e266e9d0");
 /// KernelTraceControl ImageID event class.
 pub const KTC_IMAGE_ID: Guid = Guid::from_str_const("b3e675d7-2554-4f18-830b-2762732560de");
+/// KernelTraceControl WinSat event class.
+pub const KTC_WIN_SAT: Guid = Guid::from_str_const("ed54dff8-c409-4cf6-bf83-05e1e61a09c4");
+/// KernelTraceControl PerfTrackMetaData event class.
+pub const KTC_PERF_TRACK_META_DATA: Guid =
+    Guid::from_str_const("bf6ef1cb-89b5-490a-80ac-b180cfbcff0f");
 
 pub(crate) static MAP_PROCESSFLAGS: MapDef = MapDef {
     name: "ProcessFlags",
@@ -6174,6 +6179,55 @@ const TFB7046AD: &[FieldDef] = &[
         members: &[],
     },
 ];
+const T7538288A: &[FieldDef] = &[
+    FieldDef {
+        name: "State",
+        in_type: 8,
+        out_type: 0,
+        count: CountDef::One,
+        length: LengthDef::Natural,
+        map: None,
+        members: &[],
+    },
+    FieldDef {
+        name: "UncompressedSize",
+        in_type: 8,
+        out_type: 0,
+        count: CountDef::One,
+        length: LengthDef::Natural,
+        map: None,
+        members: &[],
+    },
+    FieldDef {
+        name: "Xml",
+        in_type: 32513,
+        out_type: 28,
+        count: CountDef::One,
+        length: LengthDef::Field(1),
+        map: None,
+        members: &[],
+    },
+];
+const T4491C61C: &[FieldDef] = &[
+    FieldDef {
+        name: "UncompressedSize",
+        in_type: 8,
+        out_type: 0,
+        count: CountDef::One,
+        length: LengthDef::Natural,
+        map: None,
+        members: &[],
+    },
+    FieldDef {
+        name: "Xml",
+        in_type: 32514,
+        out_type: 28,
+        count: CountDef::One,
+        length: LengthDef::Field(0),
+        map: None,
+        members: &[],
+    },
+];
 const T84BE64E3: &[FieldDef] = &[FieldDef {
     name: "HypercallPageVa",
     in_type: 16,
@@ -8998,6 +9052,62 @@ pub(crate) static EVENTS: &[EventDef] = &[
         opcode_name: Some("FileVersion"),
         keywords_name: None,
         fields: TFB7046AD,
+    },
+    EventDef {
+        key: SchemaKey::Mof {
+            class: Guid::from_str_const("ed54dff8-c409-4cf6-bf83-05e1e61a09c4"),
+            opcode: 33,
+            version: 0,
+        },
+        provider: Guid::from_str_const("ed54dff8-c409-4cf6-bf83-05e1e61a09c4"),
+        provider_name: "KernelTraceControl",
+        event_name: None,
+        task_name: Some("WinSat"),
+        opcode_name: Some("WinSPR"),
+        keywords_name: None,
+        fields: T7538288A,
+    },
+    EventDef {
+        key: SchemaKey::Mof {
+            class: Guid::from_str_const("ed54dff8-c409-4cf6-bf83-05e1e61a09c4"),
+            opcode: 35,
+            version: 0,
+        },
+        provider: Guid::from_str_const("ed54dff8-c409-4cf6-bf83-05e1e61a09c4"),
+        provider_name: "KernelTraceControl",
+        event_name: None,
+        task_name: Some("WinSat"),
+        opcode_name: Some("Metrics"),
+        keywords_name: None,
+        fields: T7538288A,
+    },
+    EventDef {
+        key: SchemaKey::Mof {
+            class: Guid::from_str_const("ed54dff8-c409-4cf6-bf83-05e1e61a09c4"),
+            opcode: 37,
+            version: 0,
+        },
+        provider: Guid::from_str_const("ed54dff8-c409-4cf6-bf83-05e1e61a09c4"),
+        provider_name: "KernelTraceControl",
+        event_name: None,
+        task_name: Some("WinSat"),
+        opcode_name: Some("SystemConfig"),
+        keywords_name: None,
+        fields: T7538288A,
+    },
+    EventDef {
+        key: SchemaKey::Mof {
+            class: Guid::from_str_const("bf6ef1cb-89b5-490a-80ac-b180cfbcff0f"),
+            opcode: 33,
+            version: 0,
+        },
+        provider: Guid::from_str_const("bf6ef1cb-89b5-490a-80ac-b180cfbcff0f"),
+        provider_name: "KernelTraceControl",
+        event_name: None,
+        task_name: Some("PerfTrackMetaData"),
+        opcode_name: Some("Manifest"),
+        keywords_name: None,
+        fields: T4491C61C,
     },
     EventDef {
         key: SchemaKey::Mof {
