@@ -132,14 +132,18 @@ fn every_format_names_kernel_events_and_providers() {
     let mut named = 0;
     let mut dos = 0;
     for (i, e) in events.iter().enumerate() {
-        // The last CSV column is the JSON's `dos_paths` object, a quoted field; empty without.
-        let want = match e.get("dos_paths") {
+        // The last CSV columns are the JSON's `dos_paths` object, a quoted field, and its
+        // `process_name`; each empty without.
+        let dos_field = match e.get("dos_paths") {
             Some(d) => {
                 dos += 1;
-                format!(",\"{}\"", d.to_string().replace('"', "\"\""))
+                format!("\"{}\"", d.to_string().replace('"', "\"\""))
             }
-            None => ",".into(),
+            None => String::new(),
         };
+        let name = e.get("process_name").and_then(|n| n.as_str()).unwrap_or("");
+        assert!(!name.contains([',', '"']), "{name}");
+        let want = format!(",{dos_field},{name}");
         assert!(csv_rows[i].ends_with(&want), "csv row {i}: {want}");
         let (Some(t), Some(o)) = (e["task_name"].as_str(), e["opcode_name"].as_str()) else {
             continue;

@@ -29,7 +29,8 @@ impl OwnedEvent {
         if decoded.provider_name.is_none() {
             decoded.provider_name = rec.traits_provider_name().map(Arc::from);
         }
-        // Kernel records whose header has no pid/tid: the ids the decoder attributed (as dump).
+        // Kernel records: the ids the decoder attributed (as dump: the payload's process, the
+        // thread table's where the header has none).
         let (pid, tid) = decoded.ids.map_or((rec.pid, rec.tid), |i| (i.pid, i.tid));
         OwnedEvent {
             header_type: rec.header_type,
@@ -200,6 +201,12 @@ impl PyEventRecord {
     #[getter]
     fn pid(&self) -> Option<u32> {
         (self.ev.pid != u32::MAX).then_some(self.ev.pid)
+    }
+    /// The image name of the event's process by the trace's kernel Process events
+    /// (`"PerfView.exe"`), or None when the trace does not name it.
+    #[getter]
+    fn process_name(&self) -> Option<&str> {
+        self.ev.decoded.process_name.as_deref()
     }
     /// The thread id, or None when the record has none (0xFFFFFFFF).
     #[getter]

@@ -56,7 +56,7 @@ def check_event(ev, line, where):
     us = (ev.timestamp - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)) // datetime.timedelta(microseconds=1)
     assert us == (ev.filetime - EPOCH_FT) // 10, where
     assert ev.guid == line["provider"], where
-    for k in ("provider_name", "event_name", "task_name", "opcode_name"):
+    for k in ("provider_name", "event_name", "task_name", "opcode_name", "process_name"):
         assert getattr(ev, k) == line.get(k), f"{where}: {k}"
     for k in ("id", "version", "level", "opcode", "task", "channel", "pid", "tid", "cpu",
               "header_type", "activity_id"):

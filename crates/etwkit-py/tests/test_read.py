@@ -64,7 +64,7 @@ def test_to_arrow_matches_dump():
     cols = {c: table.column(c).to_pylist() for c in
             ("id", "version", "level", "opcode", "task", "channel", "pid", "tid", "cpu", "keywords",
              "provider", "provider_name", "event_name", "task_name", "opcode_name", "header_type",
-             "activity_id", "properties")}
+             "activity_id", "properties", "process_name")}
     ts = table.column("timestamp").cast(pa.int64()).to_pylist()
     import json
     for i in range(n):
@@ -73,7 +73,7 @@ def test_to_arrow_matches_dump():
         for c in ("id", "version", "level", "opcode", "task", "channel", "pid", "tid", "cpu",
                   "provider", "header_type", "activity_id"):
             assert cols[c][i] == line[c], f"row {i} column {c}"
-        for c in ("provider_name", "event_name", "task_name", "opcode_name"):
+        for c in ("provider_name", "event_name", "task_name", "opcode_name", "process_name"):
             assert cols[c][i] == line.get(c), f"row {i} column {c}"
         assert cols["keywords"][i] == int(line["keywords"], 16), f"row {i}"
         p = cols["properties"][i]

@@ -64,6 +64,7 @@ pub mod heap;
 pub mod lznt1;
 pub mod paths;
 mod plan;
+pub mod processes;
 mod records;
 mod scalar;
 pub mod stacks;
@@ -118,6 +119,10 @@ pub struct DecodedEvent {
     /// where they came from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ids: Option<Ids>,
+    /// The image name of the record's process (its pid, shown or attributed), by the trace's
+    /// kernel Process events (see [`Decoder::process_name`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_name: Option<Arc<str>>,
     /// A file path field (FileName, OpenPath; as logged, an NT path) and its DOS form, when the
     /// trace's own volume mapping (KernelTraceControl VolumeMapping events) covers it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -179,18 +184,21 @@ pub struct Decoder {
     plans: RwLock<PlanCache>,
     stacks: Option<stacks::StackIndex>,
     threads: Option<threads::ThreadTable>,
+    processes: Option<processes::ProcessTable>,
     volumes: Option<paths::VolumeMap>,
     live: crate::schema::registry::Learner,
 }
 
 /// Records the file pre-scan of [`Decoder::for_file`] learns from: kernel StackWalk events (stacks and
-/// stack keys), kernel Thread events (the thread table), KernelTraceControl VolumeMapping (DOS paths)
-/// and embedded metadata (EventInfo/EventMapInfo, EventSource manifest chunks).
+/// stack keys), kernel Thread events (the thread table), kernel Process events that name a process
+/// (the process table), KernelTraceControl VolumeMapping (DOS paths) and embedded metadata
+/// (EventInfo/EventMapInfo, EventSource manifest chunks).
 fn prescan_wants(rec: &EventRecord<'_>) -> bool {
     let kernel_group =
         |g: u16| rec.header_type.is_kernel() && rec.hook_id.is_some_and(|h| h >> 8 == g);
     (rec.header_type.is_kernel() && rec.provider == stacks::STACKWALK_GUID)
         || kernel_group(0x05)
+        || (rec.header_type.is_kernel() && rec.hook_id.is_some_and(processes::names_a_process))
         || (rec.header_type.is_classic()
             && rec.provider == crate::schema::builtin::kernel_mof::KTC_SYS_CONFIG)
         || crate::schema::registry::Learner::is_metadata(rec)
@@ -221,7 +229,9 @@ struct Picked {
 /// [`prescan_wants`] from a record's head alone (the same answer).
 fn prescan_wants_head(h: &crate::etl::record::Head) -> bool {
     (h.header_type.is_kernel()
-        && (h.provider == stacks::STACKWALK_GUID || h.hook_id.is_some_and(|k| k >> 8 == 0x05)))
+        && (h.provider == stacks::STACKWALK_GUID
+            || h.hook_id
+                .is_some_and(|k| k >> 8 == 0x05 || processes::names_a_process(k))))
         || (h.header_type.is_classic()
             && (h.provider == crate::schema::builtin::kernel_mof::KTC_SYS_CONFIG
                 || h.provider == crate::schema::tdh::METADATA_CLASS))
@@ -251,6 +261,7 @@ impl Decoder {
             plans: RwLock::new(PlanCache::default()),
             stacks: None,
             threads: None,
+            processes: None,
             volumes: None,
             live: Default::default(),
         }
@@ -310,7 +321,7 @@ impl Decoder {
     }
 
     /// The decoder for the file `prescan` read: `registry` with the file's embedded layouts, its
-    /// stack index, thread table and volumes.
+    /// stack index, thread and process tables and volumes.
     pub fn from_prescan(
         mut registry: Registry,
         prescan: Prescan,
@@ -326,11 +337,16 @@ impl Decoder {
             others.push(p.other);
         }
         // The stack table and the rest (thread table, volumes, embedded layouts) at once.
+        let mut named = Vec::new();
         let (index, summary) = rayon::join(
             || stacks::StackIndex::from_collected(stretches, frames),
             || {
                 for e in others.iter().flatten() {
-                    if !threads.observe(e) && !volumes.observe(e) {
+                    if e.header_type.is_kernel()
+                        && e.hook_id.is_some_and(processes::names_a_process)
+                    {
+                        named.push(e);
+                    } else if !threads.observe(e) && !volumes.observe(e) {
                         learner.observe(e);
                     }
                 }
@@ -349,7 +365,27 @@ impl Decoder {
         if !volumes.is_empty() {
             d.volumes = Some(volumes);
         }
+        // Process events decode with the registry's layouts (their image name follows a SID).
+        let mut processes = processes::ProcessTable::new();
+        for e in named {
+            let p = d.decode(e).properties;
+            let pid = p.get("ProcessId").and_then(|v| v.as_u64());
+            let name = p.get("ImageFileName").and_then(|v| v.as_str());
+            if let (Some(pid), Some(name), Some(hook)) = (pid, name, e.hook_id) {
+                processes.observe(e.timestamp, hook as u8, pid as u32, name);
+            }
+        }
+        processes.finish();
+        if !processes.is_empty() {
+            d.processes = Some(processes);
+        }
         (d, summary)
+    }
+
+    /// The image name of the process `pid` stood for at `time` (FILETIME), by the trace's kernel
+    /// Process events (see [`processes::ProcessTable`]).
+    pub fn process_name(&self, pid: u32, time: i64) -> Option<&Arc<str>> {
+        self.processes.as_ref()?.name_of(pid, time)
     }
 
     /// Uses `index` to attach kernel StackWalk stacks.
@@ -380,6 +416,22 @@ impl Decoder {
 
     /// Names and values of one record. Never fails: what cannot be decoded is said in `undecoded`.
     pub fn decode(&self, rec: &EventRecord<'_>) -> DecodedEvent {
+        let mut ev = self.decode_unnamed(rec);
+        ev.process_name = self.process_of(rec, ev.ids).cloned();
+        ev
+    }
+
+    /// The process name of a record whose ids are `ids` (`None`: the header's).
+    pub(crate) fn process_of(&self, rec: &EventRecord<'_>, ids: Option<Ids>) -> Option<&Arc<str>> {
+        let pid = ids.map_or(rec.pid, |i| i.pid);
+        if pid == u32::MAX {
+            return None;
+        }
+        self.process_name(pid, rec.timestamp)
+    }
+
+    /// [`Decoder::decode`] without the process name.
+    fn decode_unnamed(&self, rec: &EventRecord<'_>) -> DecodedEvent {
         let mut ev = DecodedEvent {
             provider_name: self.registry.provider_name(rec),
             stack: record_stack(rec, self.stacks.as_ref()),
@@ -611,11 +663,14 @@ fn unread_issue(unread: usize, len: usize) -> String {
 }
 
 impl Decoder {
-    /// Process and thread ids for a kernel record whose header carries none (compact and PERFINFO
-    /// headers): from the payload's own ProcessId/ThreadId-like fields, else (for the process) from
-    /// the trace's thread table. `None` when nothing was filled in.
+    /// Process and thread ids of a kernel record as TraceEvent shows them. The process its payload
+    /// names (ProcessId, PID, StackProcess: the process the event is about) over the header's,
+    /// which is the context the event was logged in (a rundown's logger, a new process's
+    /// parent); the thread its payload names where the header has none, and a Thread event's own
+    /// thread (TThreadId) over the header's (its creator). For a header without a process id and
+    /// a payload without one, the trace's thread table. `None` when the header's stand.
     fn attribute(&self, rec: &EventRecord<'_>, payload: &PayloadIds) -> Option<Ids> {
-        if !rec.header_type.is_kernel() || (rec.pid != u32::MAX && rec.tid != u32::MAX) {
+        if !rec.header_type.is_kernel() {
             return None;
         }
         let small = |v: Option<u64>| {
@@ -628,17 +683,18 @@ impl Decoder {
             pid_source: None,
             tid_source: None,
         };
-        if ids.tid == u32::MAX {
-            if let Some(t) = small(payload.tid) {
-                ids.tid = t;
-                ids.tid_source = Some(IdSource::Payload);
-            }
+        let thread_event = rec.hook_id.is_some_and(|h| h >> 8 == 0x05);
+        if let Some(t) =
+            small(payload.tid).filter(|&t| t != ids.tid && (ids.tid == u32::MAX || thread_event))
+        {
+            ids.tid = t;
+            ids.tid_source = Some(IdSource::Payload);
         }
-        if ids.pid == u32::MAX {
-            if let Some(p) = small(payload.pid) {
-                ids.pid = p;
-                ids.pid_source = Some(IdSource::Payload);
-            } else if let Some(p) = (ids.tid != u32::MAX)
+        if let Some(p) = small(payload.pid).filter(|&p| p != ids.pid) {
+            ids.pid = p;
+            ids.pid_source = Some(IdSource::Payload);
+        } else if ids.pid == u32::MAX && small(payload.pid).is_none() {
+            if let Some(p) = (ids.tid != u32::MAX)
                 .then(|| self.threads.as_ref()?.pid_of(ids.tid, rec.timestamp))
                 .flatten()
             {
@@ -726,7 +782,7 @@ impl Decoder {
     /// The process and thread ids [`Decoder::decode`] would attribute to `rec` (see
     /// [`DecodedEvent::ids`]), without decoding it: for filters (`--pid`) that run before decoding.
     pub fn ids(&self, rec: &EventRecord<'_>) -> Option<Ids> {
-        if !rec.header_type.is_kernel() || (rec.pid != u32::MAX && rec.tid != u32::MAX) {
+        if !rec.header_type.is_kernel() {
             return None;
         }
         let payload = match self.layout_route(rec) {
@@ -747,15 +803,12 @@ impl Decoder {
         self.attribute(rec, &payload)
     }
 
-    /// `filter.matches(rec)`, where a kernel record whose header carries no process id is matched
-    /// by the id its payload or the trace's thread table gives it (see [`Decoder::ids`]) — what
-    /// `dump --pid` and the Python reader's `pids=` select.
+    /// `filter.matches(rec)`, where a kernel record is matched by the process id [`Decoder::ids`]
+    /// attributes to it (its payload's, or the trace's thread table's for a header without one)
+    /// — what `dump --pid` and the Python reader's `pids=` select.
     pub fn matches(&self, filter: &crate::filter::EventFilter, rec: &EventRecord<'_>) -> bool {
-        if filter.matches(rec) {
-            return true;
-        }
-        if filter.pids.is_empty() || rec.pid != u32::MAX {
-            return false;
+        if filter.pids.is_empty() || !rec.header_type.is_kernel() {
+            return filter.matches(rec);
         }
         match self.ids(rec) {
             Some(ids) => {
@@ -764,7 +817,7 @@ impl Decoder {
                 e.tid = ids.tid;
                 filter.matches(&e)
             }
-            None => false,
+            None => filter.matches(rec),
         }
     }
 
@@ -831,8 +884,10 @@ impl Decoder {
         ids: &PayloadIds,
         want_stack: bool,
     ) -> DecodedEvent {
+        let attributed = self.attribute(rec, ids);
         DecodedEvent {
-            ids: self.attribute(rec, ids),
+            ids: attributed,
+            process_name: self.process_of(rec, attributed).cloned(),
             dos_path: self.dos_path(plan, ids, &rec.payload),
             provider_name: self
                 .registry

@@ -105,7 +105,7 @@ def select(con, path):
 
 
 COMMON = ["timestamp", "provider", "provider_name", "event_name", "id", "version", "level", "opcode",
-          "task", "keywords", "pid", "tid", "cpu", "activity_id"]
+          "task", "keywords", "pid", "process_name", "tid", "cpu", "activity_id"]
 
 
 def statistics(con, path, table, bad, rep):

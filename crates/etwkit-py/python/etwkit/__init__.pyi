@@ -74,6 +74,10 @@ class EventRecord:
     @property
     def opcode_name(self) -> Optional[str]: ...
     @property
+    def process_name(self) -> Optional[str]:
+        """The image name of the event's process by the trace's kernel Process events
+        (``"PerfView.exe"``); None when the trace does not name it."""
+    @property
     def user_data(self) -> bytes:
         """The raw payload (UserData), as PythonForWindows gives it."""
     @property
@@ -104,7 +108,7 @@ class Reader:
         """Counts of the finished iteration (records, buffers, bad_buffers, bad_records, issues)."""
     def to_arrow(self) -> Any:
         """A ``pyarrow.Table``: timestamp (ns, UTC), provider, provider_name, event_name, task_name,
-        opcode_name, id, version, level, opcode, task, keywords, channel, pid, tid, cpu,
+        opcode_name, id, version, level, opcode, task, keywords, channel, pid, process_name, tid, cpu,
         activity_id, header_type, and properties as JSON text (as ``etwkit dump --format json``)."""
     def to_pandas(self) -> Any:
         """``to_arrow().to_pandas()``."""

@@ -12,7 +12,7 @@ where the executors run: decode where the files are) and gives Spark Arrow recor
 Columns: ``file``, ``timestamp`` (UTC, microseconds as Spark keeps them), ``provider`` (GUID),
 ``provider_name``, ``event_name``, ``task_name``, ``opcode_name``, ``id``, ``version``, ``level``,
 ``opcode``, ``task``, ``keywords`` (the 64 keyword bits as a signed long), ``channel``, ``pid``,
-``tid``, ``cpu``, ``activity_id``, ``header_type`` and ``properties`` (JSON text, as
+``process_name``, ``tid``, ``cpu``, ``activity_id``, ``header_type`` and ``properties`` (JSON text, as
 ``etwkit dump --format json``).
 
 Options:
@@ -53,8 +53,8 @@ BATCH_ROWS = 65536
 _COMMON_DDL = (
     "file STRING, timestamp TIMESTAMP, provider STRING, provider_name STRING, event_name STRING, "
     "task_name STRING, opcode_name STRING, id INT, version SMALLINT, level SMALLINT, opcode SMALLINT, "
-    "task INT, keywords BIGINT, channel SMALLINT, pid BIGINT, tid BIGINT, cpu INT, activity_id STRING, "
-    "header_type STRING"
+    "task INT, keywords BIGINT, channel SMALLINT, pid BIGINT, process_name STRING, tid BIGINT, cpu INT, "
+    "activity_id STRING, header_type STRING"
 )
 _EVENTS_DDL = _COMMON_DDL + ", properties STRING"
 
@@ -74,6 +74,7 @@ _COMMON_ARROW = [
     ("keywords", pa.int64()),
     ("channel", pa.int16()),
     ("pid", pa.int64()),
+    ("process_name", pa.string()),
     ("tid", pa.int64()),
     ("cpu", pa.int32()),
     ("activity_id", pa.string()),
@@ -374,7 +375,7 @@ class EtlReader(DataSourceReader):
                 "opcode_name": e.opcode_name,
                 "id": e.id, "version": e.version, "level": e.level, "opcode": e.opcode,
                 "task": e.task, "keywords": e.keywords, "channel": e.channel,
-                "pid": e.pid, "tid": e.tid, "cpu": e.cpu,
+                "pid": e.pid, "process_name": e.process_name, "tid": e.tid, "cpu": e.cpu,
                 "activity_id": e.activity_id, "header_type": e.header_type,
             }
             for k, v in row.items():

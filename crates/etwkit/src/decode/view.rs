@@ -36,6 +36,9 @@ pub struct EventView<'a, 'r> {
     pub ids: Option<Ids>,
     /// A file path field and its DOS form (JSON `dos_paths`: `{"FileName":"C:\\..."}`).
     pub dos_path: Option<DosPath<'a>>,
+    /// The image name of the record's process, by the trace's kernel Process events (JSON
+    /// `process_name`, present only when known).
+    pub process_name: Option<&'a str>,
     /// Nonzero when the four names are those of the plan with this id for the record's provider
     /// (the renderers' caches then need not compare them); 0: unknown.
     pub(crate) names_id: u64,
@@ -72,6 +75,7 @@ impl<'a, 'r> EventView<'a, 'r> {
         self.decode_issue = d.decode_issue.as_deref();
         self.layout_pointer_size = d.layout_pointer_size;
         self.ids = d.ids;
+        self.process_name = d.process_name.as_deref();
         self.dos_path = d.dos_path.as_ref().map(|(n, p)| DosPath::new(n, p));
     }
 
@@ -110,6 +114,7 @@ impl<'a, 'r> EventView<'a, 'r> {
             layout_pointer_size: None,
             ids: None,
             dos_path: None,
+            process_name: None,
             names_id: 0,
             properties_csv: false,
             payload_text: None,
@@ -463,6 +468,7 @@ impl Decoder {
         v.opcode_name = n.opcode.as_deref();
         v.stack = stack;
         v.ids = self.attribute(rec, ids);
+        v.process_name = self.process_of(rec, v.ids).map(|n| &**n);
         v.dos_path = dos_path;
         v.properties_json = Some(properties);
         v

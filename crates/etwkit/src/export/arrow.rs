@@ -102,7 +102,7 @@ pub fn column_names(c: Columns) -> Vec<&'static str> {
     if c.channel {
         v.push("channel");
     }
-    v.extend(["pid", "tid", "cpu", "activity_id"]);
+    v.extend(["pid", "process_name", "tid", "cpu", "activity_id"]);
     if c.header_type {
         v.push("header_type");
     }
@@ -143,6 +143,8 @@ pub struct Row<'a> {
     pub opcode_name: Option<&'a str>,
     pub descriptor: EventDescriptor,
     pub pid: u32,
+    /// The image name of the record's process (see [`DecodedEvent::process_name`]).
+    pub process_name: Option<&'a str>,
     pub tid: u32,
     pub cpu: u16,
     pub activity_id: Guid,
@@ -153,7 +155,7 @@ pub struct Row<'a> {
 
 impl<'a> Row<'a> {
     pub fn of(e: &'a EventRecord<'_>, d: &'a DecodedEvent) -> Row<'a> {
-        // Kernel records whose header has no pid/tid: the ids the decoder attributed (as dump).
+        // Kernel records: the ids the decoder attributed (as dump).
         let (pid, tid) = d.ids.map_or((e.pid, e.tid), |i| (i.pid, i.tid));
         Row {
             timestamp: e.timestamp,
@@ -167,6 +169,7 @@ impl<'a> Row<'a> {
             opcode_name: d.opcode_name.as_deref(),
             descriptor: e.descriptor,
             pid,
+            process_name: d.process_name.as_deref(),
             tid,
             cpu: e.cpu,
             activity_id: e.activity_id,
@@ -196,6 +199,7 @@ pub struct EventColumns {
     keywords: UInt64Builder,
     channel: UInt8Builder,
     pid: UInt32Builder,
+    process_name: StringBuilder,
     tid: UInt32Builder,
     cpu: UInt16Builder,
     activity_id: StringBuilder,
@@ -240,6 +244,7 @@ impl EventColumns {
             keywords: UInt64Builder::with_capacity(rows),
             channel: UInt8Builder::with_capacity(pick(cols.channel)),
             pid: UInt32Builder::with_capacity(rows),
+            process_name: text(16),
             tid: UInt32Builder::with_capacity(rows),
             cpu: UInt16Builder::with_capacity(rows),
             activity_id: text(36),
@@ -334,6 +339,7 @@ impl EventColumns {
             self.channel.append_value(k.channel);
         }
         self.pid.append_option((r.pid != u32::MAX).then_some(r.pid));
+        self.process_name.append_option(r.process_name);
         self.tid.append_option((r.tid != u32::MAX).then_some(r.tid));
         self.cpu.append_value(r.cpu);
         if r.activity_id == Guid::ZERO {
@@ -410,6 +416,7 @@ impl EventColumns {
             v.push(("channel", prim(&mut self.channel, n)));
         }
         v.push(("pid", prim(&mut self.pid, n)));
+        v.push(("process_name", text(&mut self.process_name, n)));
         v.push(("tid", prim(&mut self.tid, n)));
         v.push(("cpu", prim(&mut self.cpu, n)));
         v.push(("activity_id", text(&mut self.activity_id, n)));

@@ -110,6 +110,7 @@ pub fn encode_row(out: &mut Vec<u8>, record: u64, r: &Row<'_>, json: &[u8], tape
     put_opt(out, r.event_name);
     put_opt(out, r.task_name);
     put_opt(out, r.opcode_name);
+    put_opt(out, r.process_name);
     put_bytes(out, r.payload);
     match r.stack {
         Some(StackRef::Words(s)) => {
@@ -231,7 +232,7 @@ impl<'a> Recent<'a> {
 /// Splits `buf` (whole records written by [`encode`], one after the other) into records.
 pub fn for_each<'a>(buf: &'a [u8], mut f: impl FnMut(Decoded<'a>) -> bool) {
     let mut at = 0;
-    let mut last: [Recent<'a>; 4] = Default::default();
+    let mut last: [Recent<'a>; 5] = Default::default();
     while at + 4 <= buf.len() {
         let len = u32::from_ne_bytes(buf[at..at + 4].try_into().expect("4 bytes")) as usize;
         let rec = &buf[at..at + len];
@@ -248,11 +249,12 @@ pub fn for_each<'a>(buf: &'a [u8], mut f: impl FnMut(Decoded<'a>) -> bool) {
         let task = c.u16();
         let cpu = c.u16();
         let [version, channel, level, opcode, ht] = c.arr::<5>();
-        let [l0, l1, l2, l3] = &mut last;
+        let [l0, l1, l2, l3, l4] = &mut last;
         let provider_name = c.opt_str(l0);
         let event_name = c.opt_str(l1);
         let task_name = c.opt_str(l2);
         let opcode_name = c.opt_str(l3);
+        let process_name = c.opt_str(l4);
         let names_end = c.at;
         let payload = c.bytes();
         let n = c.u32();
@@ -276,6 +278,7 @@ pub fn for_each<'a>(buf: &'a [u8], mut f: impl FnMut(Decoded<'a>) -> bool) {
                 keywords,
             },
             pid,
+            process_name,
             tid,
             cpu,
             activity_id,

@@ -6,7 +6,7 @@ use super::json::{push_guid, push_hex_u64, push_quoted_hex_u64, JsonProps, TextC
 use super::{EventView, Render};
 use crate::decode::{Decoder, Local, PropertyVisitor};
 
-pub const COLUMNS: &str = "timestamp,provider,provider_name,event_name,task_name,opcode_name,id,version,level,opcode,task,keywords,channel,pid,tid,cpu,header_type,pointer_size,activity_id,payload_len,properties,dos_paths";
+pub const COLUMNS: &str = "timestamp,provider,provider_name,event_name,task_name,opcode_name,id,version,level,opcode,task,keywords,channel,pid,tid,cpu,header_type,pointer_size,activity_id,payload_len,properties,dos_paths,process_name";
 
 /// Renders events as CSV rows (RFC 4180 quoting: a field holding a comma, quote or line break is
 /// quoted, its quotes doubled).
@@ -164,6 +164,10 @@ impl Render for CsvRender {
             let mut o = Vec::with_capacity(128);
             super::json::push_dos_paths(&mut o, &p);
             quoted(l, &o);
+        }
+        l.push(b',');
+        if let Some(n) = v.process_name {
+            field(l, n);
         }
         l.push(b'\n');
     }

@@ -99,6 +99,8 @@ pub(crate) struct TextCache {
     /// [`TextCache::push_ids`]) and their text: consecutive records mostly share them (a buffer
     /// holds one CPU's records, often a burst of one thread's).
     ids: (u64, u64, Vec<u8>),
+    /// The process name that text holds (part of its key).
+    ids_name: Option<String>,
 }
 
 impl Default for TextCache {
@@ -110,6 +112,7 @@ impl Default for TextCache {
             index: Default::default(),
             slots: Box::new([0; SLOTS]),
             ids: (u64::MAX, u64::MAX, Vec::new()),
+            ids_name: None,
         }
     }
 }
@@ -216,10 +219,10 @@ impl TextCache {
         self.slots[slot] = i + 1;
     }
 
-    /// Appends the text of `v`'s process, thread, CPU, header type and pointer size, and of a zero
-    /// activity id, as `render` writes them (it reads nothing else of `v`): rendered again only
-    /// when they change from the last record's. A record with an activity id is rendered
-    /// directly.
+    /// Appends the text of `v`'s process (id and name), thread, CPU, header type and pointer size,
+    /// and of a zero activity id, as `render` writes them (it reads nothing else of `v`): rendered
+    /// again only when they change from the last record's. A record with an activity id is
+    /// rendered directly.
     pub(crate) fn push_ids(
         &mut self,
         l: &mut Vec<u8>,
@@ -235,10 +238,13 @@ impl TextCache {
             v.pid() as u64 | (v.tid() as u64) << 32,
             e.cpu as u64 | (e.header_type as u64) << 32 | (e.pointer_size as u64) << 40,
         );
-        if (self.ids.0, self.ids.1) != key {
+        if (self.ids.0, self.ids.1) != key || self.ids_name.as_deref() != v.process_name {
             self.ids.2.clear();
             render(&mut self.ids.2, v);
             (self.ids.0, self.ids.1) = key;
+            if self.ids_name.as_deref() != v.process_name {
+                self.ids_name = v.process_name.map(String::from);
+            }
         }
         l.extend_from_slice(&self.ids.2);
     }
@@ -355,6 +361,10 @@ fn push_dos_path(l: &mut Vec<u8>, p: &crate::decode::DosPath<'_>) {
 fn json_ids(l: &mut Vec<u8>, v: &EventView<'_, '_>) {
     let e = v.event;
     num_or_null(l, b",\"pid\":", v.pid());
+    if let Some(n) = v.process_name {
+        l.extend_from_slice(b",\"process_name\":");
+        escape(l, n);
+    }
     num_or_null(l, b",\"tid\":", v.tid());
     l.extend_from_slice(b",\"cpu\":");
     push_dec(l, e.cpu as u64);

@@ -8,8 +8,8 @@ use crate::time::format_rfc3339;
 /// The title line.
 pub fn header() -> String {
     format!(
-        "{:<28} {:>3} {:>7} {:>7} {:<40} {:>5} {:>3} {:>3}  details\n",
-        "TIME (UTC)", "CPU", "PID", "TID", "PROVIDER / EVENT", "ID", "VER", "OP"
+        "{:<28} {:>3} {:>7} {:<16} {:>7} {:<40} {:>5} {:>3} {:>3}  details\n",
+        "TIME (UTC)", "CPU", "PID", "PROCESS", "TID", "PROVIDER / EVENT", "ID", "VER", "OP"
     )
 }
 
@@ -48,10 +48,11 @@ impl Render for TableRender {
         };
         let _ = writeln!(
             out,
-            "{:<28} {:>3} {:>7} {:>7} {:<40} {:>5} {:>3} {:>3}  {}",
+            "{:<28} {:>3} {:>7} {:<16.16} {:>7} {:<40} {:>5} {:>3} {:>3}  {}",
             format_rfc3339(e.timestamp),
             e.cpu,
             pid,
+            v.process_name.unwrap_or("-"),
             tid,
             who,
             e.descriptor.id,
