@@ -7,8 +7,9 @@
 //! start, DCEnd at its end) or ending (End, Defunct) without its Start having been traced had
 //! begun before the trace.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use crate::schema::registry::FastMap;
 
 /// Kernel Process event types (hook `0x03nn`) that name a process.
 pub(crate) const START: u8 = 1;
@@ -33,7 +34,7 @@ struct Life {
 /// Process id → the processes it stood for, in time order.
 #[derive(Debug, Default)]
 pub struct ProcessTable {
-    by_pid: HashMap<u32, Vec<Life>>,
+    by_pid: FastMap<u32, Vec<Life>>,
     /// What was observed, until [`ProcessTable::finish`] puts it in order.
     seen: Vec<(i64, u8, u32, Arc<str>)>,
 }
