@@ -198,7 +198,7 @@ fn prescan_wants(rec: &EventRecord<'_>) -> bool {
         |g: u16| rec.header_type.is_kernel() && rec.hook_id.is_some_and(|h| h >> 8 == g);
     (rec.header_type.is_kernel() && rec.provider == stacks::STACKWALK_GUID)
         || kernel_group(0x05)
-        || (rec.header_type.is_kernel() && rec.hook_id.is_some_and(processes::names_a_process))
+        || processes::names_a_process(rec)
         || (rec.header_type.is_classic()
             && rec.provider == crate::schema::builtin::kernel_mof::KTC_SYS_CONFIG)
         || crate::schema::registry::Learner::is_metadata(rec)
@@ -231,7 +231,7 @@ fn prescan_wants_head(h: &crate::etl::record::Head) -> bool {
     (h.header_type.is_kernel()
         && (h.provider == stacks::STACKWALK_GUID
             || h.hook_id
-                .is_some_and(|k| k >> 8 == 0x05 || processes::names_a_process(k))))
+                .is_some_and(|k| k >> 8 == 0x05 || processes::naming_hook(k))))
         || (h.header_type.is_classic()
             && (h.provider == crate::schema::builtin::kernel_mof::KTC_SYS_CONFIG
                 || h.provider == crate::schema::tdh::METADATA_CLASS))
@@ -342,9 +342,7 @@ impl Decoder {
             || stacks::StackIndex::from_collected(stretches, frames),
             || {
                 for e in others.iter().flatten() {
-                    if e.header_type.is_kernel()
-                        && e.hook_id.is_some_and(processes::names_a_process)
-                    {
+                    if processes::names_a_process(e) {
                         named.push(e);
                     } else if !threads.observe(e) && !volumes.observe(e) {
                         learner.observe(e);
@@ -693,7 +691,7 @@ impl Decoder {
         if let Some(p) = small(payload.pid).filter(|&p| p != ids.pid) {
             ids.pid = p;
             ids.pid_source = Some(IdSource::Payload);
-        } else if ids.pid == u32::MAX && small(payload.pid).is_none() {
+        } else if ids.pid == u32::MAX {
             if let Some(p) = (ids.tid != u32::MAX)
                 .then(|| self.threads.as_ref()?.pid_of(ids.tid, rec.timestamp))
                 .flatten()

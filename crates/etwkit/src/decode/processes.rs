@@ -18,9 +18,14 @@ pub(crate) const DC_START: u8 = 3;
 pub(crate) const DC_END: u8 = 4;
 pub(crate) const DEFUNCT: u8 = 39;
 
-/// Whether a kernel record's hook is a Process event that names its process.
-pub(crate) fn names_a_process(hook: u16) -> bool {
+/// Whether a kernel record's hook is that of a Process event that names its process.
+pub(crate) fn naming_hook(hook: u16) -> bool {
     hook >> 8 == 0x03 && matches!(hook as u8, START | END | DC_START | DC_END | DEFUNCT)
+}
+
+/// Whether `rec` is a kernel Process event that names its process.
+pub(crate) fn names_a_process(rec: &crate::EventRecord<'_>) -> bool {
+    rec.header_type.is_kernel() && rec.hook_id.is_some_and(naming_hook)
 }
 
 /// One process a pid stood for: from when (`i64::MIN`: before the trace), and its image name as
