@@ -732,8 +732,10 @@ const PRIVATE_TRACEEVENT_OWN_NAMES: &[(&str, &str, &str, &str)] = &[
 ];
 
 /// Fields of the private provider's 58 baseline lines that compare equal: every field both sides
-/// name, but the twelve of [`PRIVATE_TRACEEVENT_OWN_NAMES`]. (TraceEvent's lines also print fields
-/// the manifest's layouts do not have, empty: GlobalHeapHistory v1's PauseMode..Count, and all of
-/// PerHeapHistory v2, whose manifest template declares no fields; `dump` flags those records'
-/// payload as unread.)
-const PRIVATE_FIELDS: usize = 230;
+/// name, but the twelve of [`PRIVATE_TRACEEVENT_OWN_NAMES`] — among them the eight that TraceEvent
+/// prints of each of the 5 PerHeapHistory v2 lines (ClrInstanceID, CondemnReasons0/1, the
+/// mechanisms by name, HeapIndex, ExtraGen0Commit, MemoryPressure), whose manifest template
+/// declares no fields (etwkit's own layout, schema::mend). (TraceEvent's lines also print fields
+/// neither layout has, empty: GlobalHeapHistory v1's PauseMode..Count, PerHeapHistory v3's
+/// FreeListAllocated..Count.)
+const PRIVATE_FIELDS: usize = 270;

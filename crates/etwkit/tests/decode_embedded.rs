@@ -398,3 +398,54 @@ fn embedded_clr_stack_walks_read_frame_count_frames() {
     assert_eq!(walks, 14_983);
     assert!(longest > 2, "longest stack walk {longest} frames");
 }
+
+/// The TRACE_EVENT_INFO that KernelTraceControl embeds for perfview_net.4.5.2.x64.etl's CLR events
+/// names their tasks and opcodes but not the events. With the built-in manifests, each such layout
+/// takes the manifest's name for the same provider, id and version, and stays the embedded layout:
+/// the same properties as without the built-ins, only `event_name` added.
+#[test]
+fn embedded_clr_layouts_take_the_builtin_manifest_s_event_names() {
+    let t = "embedded_clr_layouts_take_the_builtin_manifest_s_event_names";
+    let Some(path) = common::sample("perfview_net.4.5.2.x64.etl", t) else {
+        return;
+    };
+    const CLR: Guid = Guid::from_str_const("e13c0d23-ccbc-4e12-931b-d9cc2eee27e4");
+    const RUNDOWN: Guid = Guid::from_str_const("a669021c-c450-4609-a035-5af59af4df18");
+    let file = EtlFile::open(path).unwrap();
+    let mut with = Registry::with_builtins();
+    with.learn_from_file(&file);
+    let mut without = Registry::new();
+    without.learn_from_file(&file);
+    let (with, without) = (Decoder::new(with), Decoder::new(without));
+    let mut named: BTreeMap<String, u64> = BTreeMap::new();
+    let mut records = 0u64;
+    file.for_each(Order::File, |r| {
+        let e = &r.event;
+        if e.provider != CLR && e.provider != RUNDOWN {
+            return ControlFlow::Continue(());
+        }
+        let (a, b) = (with.decode(e), without.decode(e));
+        assert_eq!(a.source, Some(SchemaSource::Embedded));
+        assert_eq!(b.source, Some(SchemaSource::Embedded));
+        assert_eq!(b.event_name, None, "{b:?}");
+        assert_eq!((&a.properties, &a.task_name), (&b.properties, &b.task_name));
+        let key = SchemaKey::Manifest {
+            provider: e.provider,
+            id: e.descriptor.id,
+            version: e.descriptor.version,
+        };
+        let builtin = etwkit::schema::builtin::manifests::lookup(&key).expect("a built-in layout");
+        assert_eq!(
+            a.event_name.as_deref(),
+            builtin.event_name.as_deref(),
+            "{key:?}"
+        );
+        *named.entry(a.event_name.unwrap().to_string()).or_default() += 1;
+        records += 1;
+        ControlFlow::Continue(())
+    });
+    assert_eq!(records, 65_741);
+    // TraceEvent's COUNT of GC/Stop (reference/perfview_net.4.5.2.x64.baseline.txt).
+    assert_eq!(named.get("GCStop_V1"), Some(&264));
+    assert_eq!(named.get("ClrStackWalk"), Some(&14_983));
+}

@@ -506,6 +506,30 @@ impl<V> Dest<'_, V> {
     }
 }
 
+/// Bytes the fields after a [`Count::IfRoom`] field take when all of them are single fixed-size
+/// scalars (the field is present only when the payload holds more than that); 0 when any of them
+/// is not (the field is then present while any byte remains).
+fn room_after(rest: &[PlanField], ptr: u8) -> usize {
+    let mut n = 0;
+    for f in rest {
+        let w = match (f.in_type, &f.members, &f.count, &f.length) {
+            (_, Some(_), _, _) | (_, _, Count::IfRoom, _) => return 0,
+            (t, None, Count::One, Length::Natural) => match t {
+                it::INT8 | it::UINT8 => 1,
+                it::INT16 | it::UINT16 => 2,
+                it::INT32 | it::UINT32 | it::BOOLEAN | it::HEXINT32 | it::FLOAT => 4,
+                it::INT64 | it::UINT64 | it::HEXINT64 | it::DOUBLE | it::FILETIME => 8,
+                it::POINTER | it::SIZET => ptr as usize,
+                it::GUID | it::SYSTEMTIME => 16,
+                _ => return 0,
+            },
+            _ => return 0,
+        };
+        n += w;
+    }
+    n
+}
+
 /// Walks one level of fields into `out`. Decoding, measuring and visiting all go through this
 /// walk, so they agree on every byte.
 pub(crate) fn decode_level<V: PropertyVisitor>(
@@ -522,9 +546,13 @@ pub(crate) fn decode_level<V: PropertyVisitor>(
         big = vec![None; fields.len()];
         &mut big
     };
+    let mut left_out = 0;
     for (idx, f) in fields.iter().enumerate() {
         let start = cur.pos;
-        if f.count == Count::IfRoom && start >= cur.d.len() {
+        if f.count == Count::IfRoom
+            && start + room_after(&fields[idx + 1..], cur.ptr) >= cur.d.len()
+        {
+            left_out += 1;
             continue;
         }
         let fail = |reason: String, at: usize| Fail {
@@ -572,10 +600,12 @@ pub(crate) fn decode_level<V: PropertyVisitor>(
             }
         };
         if let Dest::Visit(v) = out {
+            // The visitor counts the properties the record has: a field left out (IfRoom) takes
+            // no index, as it takes no place in the decoded properties.
             if f.plain_name {
-                v.plain_field(idx, &f.name);
+                v.plain_field(idx - left_out, &f.name);
             } else {
-                v.field(idx, &f.name);
+                v.field(idx - left_out, &f.name);
             }
         }
         let want = f.referenced || (cur.capture && f.ids != 0);
@@ -1016,5 +1046,67 @@ mod tests {
             .decode_counted(&[7, 0, 0, 0, b'a', 0, b'b', 0, 0, 0], 8)
             .unwrap();
         assert_eq!(v.get("ThreadName"), Some(&Value::String("ab".into())));
+    }
+
+    #[test]
+    fn a_field_read_if_room_leaves_the_fixed_fields_after_it_their_bytes() {
+        // GCPerHeapHistory v2's tail: .NET 4.5.2 added ExtraGen0Commit before the instance byte.
+        let mut extra = Property::scalar("Extra", it::UINT64, 0);
+        extra.count = Count::IfRoom;
+        let fields = vec![
+            Property::scalar("Heap", it::UINT32, 0),
+            extra,
+            Property::scalar("Ptr", it::POINTER, ot::UNSIGNEDLONG),
+            Property::scalar("Id", it::UINT8, 0),
+        ];
+        let plan = Plan::new(&schema(fields.clone()));
+        let older = [1, 0, 0, 0, 2, 0, 0, 0, 9];
+        let (v, used) = plan.decode_counted(&older, 4).unwrap();
+        assert_eq!(
+            (serde_json::to_string(&v).unwrap(), used),
+            (r#"{"Heap":1,"Ptr":2,"Id":9}"#.into(), 9)
+        );
+        let mut newer = older[..4].to_vec();
+        newer.extend(5u64.to_le_bytes());
+        newer.extend(&older[4..]);
+        let (v, used) = plan.decode_counted(&newer, 4).unwrap();
+        assert_eq!(
+            (serde_json::to_string(&v).unwrap(), used),
+            (r#"{"Heap":1,"Extra":5,"Ptr":2,"Id":9}"#.into(), 17)
+        );
+        // The pointer after it is 8 bytes in a 64-bit record: 4 more bytes than the older 32-bit
+        // payload leaves no room for the field either.
+        let mut wide = older[..8].to_vec();
+        wide.extend([0, 0, 0, 0, 9]);
+        let (v, used) = plan.decode_counted(&wide, 8).unwrap();
+        assert_eq!(
+            (serde_json::to_string(&v).unwrap(), used),
+            (r#"{"Heap":1,"Ptr":2,"Id":9}"#.into(), 13)
+        );
+        // A variable-length field after it: read while any byte remains, as before.
+        let mut tail = fields;
+        tail[3] = Property::scalar("Name", it::ANSISTRING, 0);
+        let plan = Plan::new(&schema(tail));
+        let e = plan.decode_counted(&older, 4).unwrap_err();
+        assert_eq!((e.property.as_str(), e.offset), ("Extra", 4));
+    }
+
+    #[test]
+    fn a_field_left_out_takes_no_index_in_a_text_walk() {
+        // Left out as a level's first field, the next one is the first a text format writes.
+        let mut extra = Property::scalar("Extra", it::UINT64, 0);
+        extra.count = Count::IfRoom;
+        let plan = Plan::new(&schema(vec![extra, Property::scalar("Id", it::UINT8, 0)]));
+        for (payload, want) in [
+            (&[9][..], r#"{"Id":9}"#),
+            (&[5, 0, 0, 0, 0, 0, 0, 0, 9][..], r#"{"Extra":5,"Id":9}"#),
+        ] {
+            let mut out = Vec::new();
+            let mut scratch = String::new();
+            let mut v = crate::sink::json::JsonProps::new(&mut out, &mut scratch);
+            let (used, _) = plan.visit(payload, 8, &mut v).unwrap();
+            assert_eq!(used, payload.len());
+            assert_eq!(String::from_utf8(out).unwrap(), want);
+        }
     }
 }

@@ -34,9 +34,11 @@ pub enum Count {
     Prefixed,
     /// As many elements as the rest of the payload holds (kernel StackWalk frames).
     ToEnd,
-    /// One value while payload bytes remain; at the payload's end none, and the property is left
-    /// out: a last field that later builds of a producer append without a new event version
-    /// (Thread v3's ThreadName, which Windows 10 kernels log and older ones do not).
+    /// One value while the payload holds more bytes than the fixed-size fields after it at the same
+    /// level take; otherwise none, and the property is left out: a field that later builds of a
+    /// producer add without a new event version (Thread v3's ThreadName, which Windows 10 kernels
+    /// log at the payload's end and older ones do not; .NET 4.5.2's ExtraGen0Commit in
+    /// GCPerHeapHistory v2, before the one-byte ClrInstanceID that 4.5 already wrote).
     IfRoom,
 }
 

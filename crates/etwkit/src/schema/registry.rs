@@ -303,11 +303,22 @@ impl Registry {
     /// Adds a layout. A schema from a more specific source replaces one from a less specific source
     /// (user manifest > embedded > built-in); equal sources: the newer one wins. Returns whether it was
     /// stored. Layouts the producer's own description gets wrong are mended first ([`super::mend`]).
+    /// With the built-in manifests, a layout without an event name (the TRACE_EVENT_INFO that
+    /// KernelTraceControl embeds names tasks and opcodes only) takes the built-in manifest's name
+    /// for the same provider, id and version: the .NET runtime's events are `GCStart_V1` whether
+    /// the trace embeds their metadata or not.
     pub fn insert(&mut self, key: SchemaKey, mut schema: EventSchema) -> bool {
-        super::mend::mend(&mut schema);
+        super::mend::mend(&key, &mut schema);
         if let Some(old) = self.schemas.get(&key) {
             if priority(old.source) > priority(schema.source) {
                 return false;
+            }
+        }
+        if schema.event_name.is_none() && self.builtin_manifests {
+            if let SchemaKey::Manifest { .. } = key {
+                if let Some(b) = crate::schema::builtin::manifests::lookup(&key) {
+                    schema.event_name.clone_from(&b.event_name);
+                }
             }
         }
         if let Some(n) = &schema.provider_name {

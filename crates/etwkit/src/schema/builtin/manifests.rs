@@ -60,7 +60,7 @@ fn table(i: usize) -> &'static Table {
             events
                 .into_iter()
                 .map(|(k, mut s)| {
-                    crate::schema::mend::mend(&mut s);
+                    crate::schema::mend::mend(&k, &mut s);
                     (k, Arc::new(s))
                 })
                 .collect()
