@@ -303,15 +303,24 @@ impl Registry {
     /// Adds a layout. A schema from a more specific source replaces one from a less specific source
     /// (user manifest > embedded > built-in); equal sources: the newer one wins. Returns whether it was
     /// stored. Layouts the producer's own description gets wrong are mended first ([`super::mend`]).
-    /// With the built-in manifests, a layout without an event name (the TRACE_EVENT_INFO that
-    /// KernelTraceControl embeds names tasks and opcodes only) takes the built-in manifest's name
-    /// for the same provider, id and version: the .NET runtime's events are `GCStart_V1` whether
-    /// the trace embeds their metadata or not.
+    /// A layout without an event name (the TRACE_EVENT_INFO that KernelTraceControl embeds names
+    /// tasks and opcodes only) takes the name another source gives the same key: a layout of the
+    /// key already filed (an EventSource's own manifest in the trace), else, with the built-in
+    /// manifests, the built-in manifest's — the .NET runtime's events are `GCStart_V1` whether the
+    /// trace embeds their metadata or not. A named layout that does not replace the one filed
+    /// still names it.
     pub fn insert(&mut self, key: SchemaKey, mut schema: EventSchema) -> bool {
         super::mend::mend(&key, &mut schema);
-        if let Some(old) = self.schemas.get(&key) {
+        if let Some(old) = self.schemas.get_mut(&key) {
             if priority(old.source) > priority(schema.source) {
+                // The layout kept may still take this one's name for the event.
+                if old.event_name.is_none() && schema.event_name.is_some() {
+                    Arc::make_mut(old).event_name = schema.event_name;
+                }
                 return false;
+            }
+            if schema.event_name.is_none() {
+                schema.event_name.clone_from(&old.event_name);
             }
         }
         if schema.event_name.is_none() && self.builtin_manifests {
@@ -522,5 +531,62 @@ impl Registry {
     /// Number of distinct TraceLogging schemas parsed so far.
     pub fn tracelogging_cached(&self) -> usize {
         self.tl.read().map(|c| c.len()).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(source: SchemaSource, name: Option<&str>, field: &str) -> EventSchema {
+        EventSchema {
+            provider: Guid::from_str_const("11111111-2222-3333-4444-555555555555"),
+            provider_name: None,
+            event_name: name.map(str::to_string),
+            task_name: None,
+            opcode_name: None,
+            keywords_name: None,
+            properties: vec![super::super::Property::scalar(
+                field,
+                super::super::types::in_type::UINT32,
+                0,
+            )],
+            source,
+        }
+    }
+
+    #[test]
+    fn a_layout_without_an_event_name_takes_another_source_s() {
+        let key = SchemaKey::Manifest {
+            provider: Guid::from_str_const("11111111-2222-3333-4444-555555555555"),
+            id: 7,
+            version: 0,
+        };
+        let field = |r: &Registry| r.get(&key).unwrap().properties[0].name.clone();
+        // The trace's EventSource manifest names the event; the TRACE_EVENT_INFO filed after it
+        // (same priority: it replaces the layout) does not.
+        let mut r = Registry::new();
+        r.insert(
+            key,
+            layout(SchemaSource::EventSourceManifest, Some("Tick"), "A"),
+        );
+        assert!(r.insert(key, layout(SchemaSource::Embedded, None, "B")));
+        let s = r.get(&key).unwrap();
+        assert_eq!(
+            (s.event_name.as_deref(), field(&r).as_str()),
+            (Some("Tick"), "B")
+        );
+        // A user's manifest without the name is kept, named by the lower-priority layout after it.
+        let mut r = Registry::new();
+        r.insert(key, layout(SchemaSource::UserManifest, None, "U"));
+        assert!(!r.insert(key, layout(SchemaSource::Builtin, Some("Tock"), "X")));
+        let s = r.get(&key).unwrap();
+        assert_eq!(
+            (s.event_name.as_deref(), field(&r).as_str()),
+            (Some("Tock"), "U")
+        );
+        // A layout's own name is never replaced.
+        assert!(!r.insert(key, layout(SchemaSource::Builtin, Some("Other"), "X")));
+        assert_eq!(r.get(&key).unwrap().event_name.as_deref(), Some("Tock"));
     }
 }
