@@ -502,11 +502,12 @@ fn perfview_gc_files_carry_no_metadata_for_their_clr_events() {
 }
 
 /// Where TraceEvent's text for a CLR field is not the CLR manifest's, so not ours: (event, field,
-/// TraceEvent's text, our value as JSON), each exactly as the comparison meets it. Two kinds:
-/// * fields the manifest declares without a map, which TraceEvent names from its own C# enums
-///   (GlobalHeapHistory Reason / GlobalMechanisms / PauseMode, PerHeapHistory CompactMechanisms /
-///   ExpandMechanisms, GCSettingsRundown BitSettings): ours is the plain integer;
-/// * map entries TraceEvent names differently: segment type 3 is "PinnedHeap" in the manifest's
+/// TraceEvent's text, our value as JSON), each exactly as the comparison meets it. (Fields the
+/// manifest declares without a map, which TraceEvent names from its own C# enums — GlobalHeapHistory
+/// Reason / GlobalMechanisms / PauseMode, PerHeapHistory CompactMechanisms / ExpandMechanisms,
+/// GCSettingsRundown BitSettings, NgenBind ReasonCode — carry those maps in etwkit too, from
+/// `schema::mend`, and compare by name.)
+/// * Map entries TraceEvent names differently: segment type 3 is "PinnedHeap" in the manifest's
 ///   GCSegmentTypeMap, bucket kind 1 is "Plug" in its GCBucketKindMap, and assembly flag 0x10 has
 ///   no entry in its AssemblyFlagsMap (ours is the integer 16). (Module flag 0x20 is
 ///   "ReadyToRunModule" in the manifest, "ReadyToRun" in TraceEvent; the baselines cut that text
@@ -528,52 +529,10 @@ const TRACEEVENT_OWN_NAMES: &[(&str, &str, &str, &str)] = &[
         "\"Plug\"",
     ),
     (
-        "Microsoft-Windows-DotNETRuntime/GC/GlobalHeapHistory",
-        "Reason",
-        "Induced",
-        "1",
-    ),
-    (
-        "Microsoft-Windows-DotNETRuntime/GC/GlobalHeapHistory",
-        "GlobalMechanisms",
-        "Compaction, Promotio...",
-        "30",
-    ),
-    (
-        "Microsoft-Windows-DotNETRuntime/GC/GlobalHeapHistory",
-        "PauseMode",
-        "Interactive",
-        "1",
-    ),
-    (
-        "Microsoft-Windows-DotNETRuntime/GC/PerHeapHistory",
-        "CompactMechanisms",
-        "compact_high_frag",
-        "2147483650",
-    ),
-    (
-        "Microsoft-Windows-DotNETRuntime/GC/PerHeapHistory",
-        "CompactMechanisms",
-        "compact_loh_forced",
-        "2147483656",
-    ),
-    (
-        "Microsoft-Windows-DotNETRuntime/GC/PerHeapHistory",
-        "ExpandMechanisms",
-        "not_specified",
-        "0",
-    ),
-    (
         "Microsoft-Windows-DotNETRuntimeRundown/Loader/AssemblyDCStop",
         "AssemblyFlags",
         "ReadyToRun",
         "16",
-    ),
-    (
-        "Microsoft-Windows-DotNETRuntimeRundown/GC/SettingsRundown",
-        "BitSettings",
-        "GCSettingsConcurrent...",
-        "21",
     ),
 ];
 
@@ -590,8 +549,8 @@ fn perfview_gc_files_match_traceevent_with_builtin_clr_manifests() {
             "perfview_gcevents.baseline.txt",
             "Microsoft-Windows-DotNETRuntime",
             51,
-            243,
-            18,
+            253,
+            28,
             (69, 69),
         ),
         (
@@ -599,8 +558,8 @@ fn perfview_gc_files_match_traceevent_with_builtin_clr_manifests() {
             "perfview_gcrundownevents.baseline.txt",
             "Microsoft-Windows-DotNETRuntimeRundown",
             24,
-            165,
-            14,
+            166,
+            15,
             (30, 30),
         ),
     ] {
@@ -674,24 +633,15 @@ fn perfview_net_clr_private_events_match_traceevent_with_the_builtin_manifest() 
         .filter(|l| l.starts_with(private))
         .collect();
     assert!(unmatched.is_empty(), "{unmatched:#?}");
-    let mut met = BTreeSet::new();
     let wrong: Vec<_> = o
         .mismatches
         .iter()
         .filter(|m| m.0.starts_with(private))
-        .filter(|m| {
-            let known = PRIVATE_TRACEEVENT_OWN_NAMES
-                .iter()
-                .position(|e| (e.0, e.1, e.2, e.3) == (&*m.0, &*m.1, &*m.2, &*m.3));
-            met.extend(known);
-            known.is_none()
-        })
         .collect();
     assert!(
         wrong.is_empty(),
         "values differ from TraceEvent: {wrong:#?}"
     );
-    assert_eq!(met.len(), PRIVATE_TRACEEVENT_OWN_NAMES.len(), "{met:?}");
     // (equal fields, lines): all 58 EVENT lines of the provider.
     assert_eq!(
         o.compared_by_provider.get(private),
@@ -701,41 +651,11 @@ fn perfview_net_clr_private_events_match_traceevent_with_the_builtin_manifest() 
     );
 }
 
-/// As [`TRACEEVENT_OWN_NAMES`], for the private provider: fields its manifest declares without a
-/// map, which TraceEvent names from its own C# enums (GlobalHeapHistory Reason and
-/// GlobalMechanisms, as for the public event; NgenBind ReasonCode). Ours is the integer.
-const PRIVATE_TRACEEVENT_OWN_NAMES: &[(&str, &str, &str, &str)] = &[
-    (
-        "Microsoft-Windows-DotNETRuntimePrivate/GC/GlobalHeapHistory",
-        "Reason",
-        "AllocSmall",
-        "0",
-    ),
-    (
-        "Microsoft-Windows-DotNETRuntimePrivate/GC/GlobalHeapHistory",
-        "GlobalMechanisms",
-        "Promotion, CardBundl...",
-        "20",
-    ),
-    (
-        "Microsoft-Windows-DotNETRuntimePrivate/NgenBinder/NgenBind",
-        "ReasonCode",
-        "START_BIND",
-        "0",
-    ),
-    (
-        "Microsoft-Windows-DotNETRuntimePrivate/NgenBinder/NgenBind",
-        "ReasonCode",
-        "REJECT_IL_SIG",
-        "9",
-    ),
-];
-
 /// Fields of the private provider's 58 baseline lines that compare equal: every field both sides
-/// name, but the twelve of [`PRIVATE_TRACEEVENT_OWN_NAMES`] — among them the eight that TraceEvent
-/// prints of each of the 5 PerHeapHistory v2 lines (ClrInstanceID, CondemnReasons0/1, the
-/// mechanisms by name, HeapIndex, ExtraGen0Commit, MemoryPressure), whose manifest template
-/// declares no fields (etwkit's own layout, schema::mend). (TraceEvent's lines also print fields
-/// neither layout has, empty: GlobalHeapHistory v1's PauseMode..Count, PerHeapHistory v3's
-/// FreeListAllocated..Count.)
-const PRIVATE_FIELDS: usize = 270;
+/// name, enums and flags by name — GlobalHeapHistory's Reason and GlobalMechanisms, NgenBind's
+/// ReasonCode and the eight that TraceEvent prints of each of the 5 PerHeapHistory v2 lines
+/// (ClrInstanceID, CondemnReasons0/1, the mechanisms, HeapIndex, ExtraGen0Commit,
+/// MemoryPressure), whose manifest template declares no fields (etwkit's own layout and maps,
+/// `schema::mend`). (TraceEvent's lines also print fields neither layout has, empty:
+/// GlobalHeapHistory v1's PauseMode..Count, PerHeapHistory v3's FreeListAllocated..Count.)
+const PRIVATE_FIELDS: usize = 282;

@@ -9,10 +9,11 @@ use crate::schema::ValueMap;
 /// enums (`"DomainNeutral, Manifest"`) — whatever gives us their layout (built-in manifest or the
 /// file's own metadata). Kernel MOF classes print so too; other providers' bitmaps are joined with
 /// `|`, as TraceEvent's manifest-driven parser joins them.
-pub(crate) const DOTNET_FLAG_PROVIDERS: [Guid; 3] = [
-    // Microsoft-Windows-DotNETRuntime, -DotNETRuntimeRundown
+pub(crate) const DOTNET_FLAG_PROVIDERS: [Guid; 4] = [
+    // Microsoft-Windows-DotNETRuntime, -DotNETRuntimeRundown, -DotNETRuntimePrivate
     Guid::from_str_const("e13c0d23-ccbc-4e12-931b-d9cc2eee27e4"),
     Guid::from_str_const("a669021c-c450-4609-a035-5af59af4df18"),
+    Guid::from_str_const("763fd754-7086-4dfe-95eb-c01a46faf4ca"),
     crate::schema::builtin::KERNEL_FILE,
 ];
 

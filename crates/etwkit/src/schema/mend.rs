@@ -15,12 +15,22 @@
 //!   none), and the runtime instance as the last byte (payloads of 225, 233 and 433 bytes: 200 or
 //!   400 bytes of sizes + 24 + 8 or not + 1). TraceEvent reads `HeapIndex` and `ExtraGen0Commit`
 //!   one byte early, as if the instance id were two bytes; they are read here where they are.
+//! - The CLR's manifests declare some enum and flag fields as bare integers whose values come from
+//!   the runtime's own enums, which TraceEvent's compiled parsers name: GlobalHeapHistory's
+//!   `Reason` (the gc_reason that GCStart's `Reason` names with the manifest's GCReasonMap),
+//!   `GlobalMechanisms` and `PauseMode`, PerHeapHistory's `CompactMechanisms` and
+//!   `ExpandMechanisms` (bit 31 set with the bit of the mechanism chosen), GCSettingsRundown's
+//!   `BitSettings`, the private NgenBind's `ReasonCode`. They get those maps, named as the
+//!   manifest or TraceEvent names the values (`"Reason":"Induced"`, `"GlobalMechanisms":
+//!   "Compaction, Promotion"`); a value outside the map stays a number.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::guid::Guid;
 
-use super::types::in_type::{POINTER, SIZET, UINT32, UINT64, UINT8};
+use super::types::in_type::{
+    HEXINT32 as HEXINT32_IN, INT32, POINTER, SIZET, UINT32, UINT64, UINT8,
+};
 use super::types::out_type::HEXINT32;
 use super::{Count, EventSchema, Length, Property, PropertyKind, SchemaKey, ValueMap};
 
@@ -40,7 +50,7 @@ pub fn mend(key: &SchemaKey, schema: &mut EventSchema) -> bool {
     if !CLR_PROVIDERS.contains(&schema.provider) {
         return false;
     }
-    match key {
+    let mut changed = match key {
         SchemaKey::Manifest {
             provider,
             id: 4,
@@ -50,7 +60,208 @@ pub fn mend(key: &SchemaKey, schema: &mut EventSchema) -> bool {
             true
         }
         _ => clr_stack_walk(&mut schema.properties),
+    };
+    changed |= clr_maps(&mut schema.properties);
+    changed
+}
+
+/// A value map or bitmap of the CLR's, built once.
+struct ClrMap {
+    name: &'static str,
+    is_bitmap: bool,
+    entries: &'static [(u64, &'static str)],
+    built: OnceLock<Arc<ValueMap>>,
+}
+
+impl ClrMap {
+    const fn new(
+        name: &'static str,
+        is_bitmap: bool,
+        entries: &'static [(u64, &'static str)],
+    ) -> ClrMap {
+        ClrMap {
+            name,
+            is_bitmap,
+            entries,
+            built: OnceLock::new(),
+        }
     }
+
+    fn get(&self) -> Arc<ValueMap> {
+        self.built
+            .get_or_init(|| {
+                Arc::new(ValueMap {
+                    name: self.name.to_string(),
+                    is_bitmap: self.is_bitmap,
+                    entries: self
+                        .entries
+                        .iter()
+                        .map(|(v, n)| (*v, n.to_string()))
+                        .collect(),
+                })
+            })
+            .clone()
+    }
+}
+
+/// The runtime's `gc_reason`: the manifest's GCReasonMap (GCStart's Reason), and the reasons
+/// later runtimes added, named as TraceEvent's GCReason names them.
+static GC_REASON: ClrMap = ClrMap::new(
+    "GCReasonMap",
+    false,
+    &[
+        (0, "AllocSmall"),
+        (1, "Induced"),
+        (2, "LowMemory"),
+        (3, "Empty"),
+        (4, "AllocLarge"),
+        (5, "OutOfSpaceSmallObjectHeap"),
+        (6, "OutOfSpaceLargeObjectHeap"),
+        (7, "InducedNoForce"),
+        (8, "Stress"),
+        (9, "InducedLowMemory"),
+        (10, "InducedCompacting"),
+        (11, "LowMemoryHost"),
+        (12, "PMFullGC"),
+        (13, "LowMemoryHostBlocking"),
+    ],
+);
+
+/// GlobalHeapHistory's GlobalMechanisms (TraceEvent's GCGlobalMechanisms).
+static GLOBAL_MECHANISMS: ClrMap = ClrMap::new(
+    "GCGlobalMechanisms",
+    true,
+    &[
+        (0, "None"),
+        (0x1, "Concurrent"),
+        (0x2, "Compaction"),
+        (0x4, "Promotion"),
+        (0x8, "Demotion"),
+        (0x10, "CardBundles"),
+    ],
+);
+
+/// GlobalHeapHistory's PauseMode, the GC latency mode (TraceEvent's GCPauseMode).
+static PAUSE_MODE: ClrMap = ClrMap::new(
+    "GCPauseMode",
+    false,
+    &[
+        (0, "Batch"),
+        (1, "Interactive"),
+        (2, "LowLatency"),
+        (3, "SustainedLowLatency"),
+        (4, "NoGC"),
+    ],
+);
+
+/// The runtime sets bit 31 of a heap's mechanism when it chose one, and the bit of the one it
+/// chose; TraceEvent names the bit's index (its gc_heap_expand_mechanism and
+/// gc_heap_compact_reason), 0 as not_specified. Any other value stays a number.
+static EXPAND_MECHANISMS: ClrMap = ClrMap::new(
+    "GCExpandMechanisms",
+    false,
+    &[
+        (0, "not_specified"),
+        (0x8000_0001, "expand_reuse_normal"),
+        (0x8000_0002, "expand_reuse_bestfit"),
+        (0x8000_0004, "expand_new_seg_ep"),
+        (0x8000_0008, "expand_new_seg"),
+        (0x8000_0010, "expand_no_memory"),
+        (0x8000_0020, "expand_next_full_gc"),
+    ],
+);
+
+/// See [`EXPAND_MECHANISMS`].
+static COMPACT_REASONS: ClrMap = ClrMap::new(
+    "GCCompactReasons",
+    false,
+    &[
+        (0, "not_specified"),
+        (0x8000_0001, "compact_low_ephemeral"),
+        (0x8000_0002, "compact_high_frag"),
+        (0x8000_0004, "compact_no_gaps"),
+        (0x8000_0008, "compact_loh_forced"),
+        (0x8000_0010, "compact_last_gc"),
+        (0x8000_0020, "compact_induced_compacting"),
+        (0x8000_0040, "compact_fragmented_gen0"),
+        (0x8000_0080, "compact_high_mem_load"),
+        (0x8000_0100, "compact_high_mem_frag"),
+        (0x8000_0200, "compact_vhigh_mem_frag"),
+        (0x8000_0400, "compact_no_gc_mode"),
+    ],
+);
+
+/// GCSettingsRundown's BitSettings (TraceEvent's GCSettingsFlags).
+static GC_SETTINGS: ClrMap = ClrMap::new(
+    "GCSettingsFlags",
+    true,
+    &[
+        (0x1, "GCSettingsConcurrent"),
+        (0x2, "GCSettingsLargePages"),
+        (0x4, "GCSettingsFrozenSegs"),
+        (0x8, "GCSettingsHardLimitConfig"),
+        (0x10, "GCSettingsNoAffinitize"),
+    ],
+);
+
+/// NgenBind's ReasonCode (TraceEvent's NGenBind).
+static NGEN_BIND: ClrMap = ClrMap::new(
+    "NGenBind",
+    false,
+    &[
+        (0, "START_BIND"),
+        (1, "NO_INDEX"),
+        (2, "SYSTEM_ASSEMBLY_NOT_AVAILABLE"),
+        (3, "NO_NATIVE_IMAGE"),
+        (4, "REJECT_CONFIG_MASK"),
+        (5, "FAIL"),
+        (6, "INDEX_CORRUPTION"),
+        (7, "REJECT_TIMESTAMP"),
+        (8, "REJECT_NATIVEIMAGE_NOT_FOUND"),
+        (9, "REJECT_IL_SIG"),
+        (10, "REJECT_LOADER_EVAL_FAIL"),
+        (11, "MISSING_FOUND"),
+        (12, "REJECT_HOSTASM"),
+        (13, "REJECT_IL_NOT_FOUND"),
+        (14, "REJECT_APPBASE_NOT_FILE"),
+        (15, "BIND_DEPEND_REJECT_REF_DEF_MISMATCH"),
+        (16, "BIND_DEPEND_REJECT_NGEN_SIG"),
+        (17, "APPLY_EXTERNAL_RELOCS_FAILED"),
+        (18, "SYSTEM_ASSEMBLY_NATIVEIMAGE_NOT_AVAILABLE"),
+        (19, "ASSEMBLY_HAS_DIFFERENT_GRANT"),
+        (20, "ASSEMBLY_NOT_DOMAIN_NEUTRAL"),
+        (21, "NATIVEIMAGE_VERSION_MISMATCH"),
+        (22, "LOADFROM_NOT_ALLOWED"),
+        (23, "DEPENDENCY_HAS_DIFFERENT_IDENTITY"),
+    ],
+);
+
+/// Gives the CLR's 32-bit enum and flag fields that its manifest declares without a map the map
+/// their values come from (see the module's doc); fields with a map of their own keep it.
+fn clr_maps(props: &mut [Property]) -> bool {
+    let has = |n: &str| props.iter().any(|p| p.name == n);
+    let (global, ngen) = (has("GlobalMechanisms"), has("BindingID"));
+    let mut changed = false;
+    for p in props.iter_mut() {
+        let int32 = matches!(p.kind, PropertyKind::Scalar { in_type, .. }
+            if matches!(in_type, UINT32 | INT32 | HEXINT32_IN));
+        if p.map.is_some() || !int32 || p.count != Count::One {
+            continue;
+        }
+        let map = match p.name.as_str() {
+            "GlobalMechanisms" => &GLOBAL_MECHANISMS,
+            "Reason" if global => &GC_REASON,
+            "PauseMode" if global => &PAUSE_MODE,
+            "ExpandMechanisms" => &EXPAND_MECHANISMS,
+            "CompactMechanisms" => &COMPACT_REASONS,
+            "BitSettings" => &GC_SETTINGS,
+            "ReasonCode" if ngen => &NGEN_BIND,
+            _ => continue,
+        };
+        p.map = Some(map.get());
+        changed = true;
+    }
+    changed
 }
 
 /// The names of a generation's ten sizes in GCPerHeapHistory v2 (TraceEvent's
@@ -67,31 +278,6 @@ const GEN_DATA_V2: [&str; 10] = [
     "Out",
     "NewAllocation",
     "SurvRate",
-];
-
-/// The heap expansion mechanisms, by bit.
-const EXPAND_MECHANISMS: [&str; 6] = [
-    "expand_reuse_normal",
-    "expand_reuse_bestfit",
-    "expand_new_seg_ep",
-    "expand_new_seg",
-    "expand_no_memory",
-    "expand_next_full_gc",
-];
-
-/// The reasons to compact, by bit.
-const COMPACT_REASONS: [&str; 11] = [
-    "compact_low_ephemeral",
-    "compact_high_frag",
-    "compact_no_gaps",
-    "compact_loh_forced",
-    "compact_last_gc",
-    "compact_induced_compacting",
-    "compact_fragmented_gen0",
-    "compact_high_mem_load",
-    "compact_high_mem_frag",
-    "compact_vhigh_mem_frag",
-    "compact_no_gc_mode",
 ];
 
 /// GCPerHeapHistory v2's layout (see the module's doc).
@@ -112,29 +298,9 @@ fn gc_per_heap_history_v2() -> Vec<Property> {
     for n in ["CondemnReasons0", "CondemnReasons1", "MemoryPressure"] {
         props.push(Property::scalar(n, UINT32, 0));
     }
-    // The runtime sets bit 31 when it chose a mechanism and the bit of the one it chose; named
-    // as TraceEvent names them (its gc_heap_expand_mechanism and gc_heap_compact_reason), 0 as
-    // not_specified; any other value stays a number.
-    for (n, names) in [
-        ("ExpandMechanisms", &EXPAND_MECHANISMS[..]),
-        ("CompactMechanisms", &COMPACT_REASONS[..]),
-    ] {
-        let mut entries = vec![(0, "not_specified".to_string())];
-        entries.extend(
-            names
-                .iter()
-                .enumerate()
-                .map(|(i, name)| ((1u64 << 31) | (1 << i), name.to_string())),
-        );
-        props.push(Property {
-            map: Some(Arc::new(ValueMap {
-                name: format!("GCPerHeapHistory{n}"),
-                is_bitmap: false,
-                entries,
-            })),
-            ..Property::scalar(n, UINT32, HEXINT32)
-        });
-    }
+    // Named by the CLR's own maps (see [`clr_maps`]).
+    props.push(Property::scalar("ExpandMechanisms", UINT32, HEXINT32));
+    props.push(Property::scalar("CompactMechanisms", UINT32, HEXINT32));
     props.push(Property::scalar("HeapIndex", UINT32, 0));
     props.push(Property {
         count: Count::IfRoom,
