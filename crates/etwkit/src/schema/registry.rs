@@ -324,10 +324,8 @@ impl Registry {
             }
         }
         if schema.event_name.is_none() && self.builtin_manifests {
-            if let SchemaKey::Manifest { .. } = key {
-                if let Some(b) = crate::schema::builtin::manifests::lookup(&key) {
-                    schema.event_name.clone_from(&b.event_name);
-                }
+            if let Some(b) = crate::schema::builtin::manifests::lookup(&key) {
+                schema.event_name.clone_from(&b.event_name);
             }
         }
         if let Some(n) = &schema.provider_name {
