@@ -110,10 +110,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let keep_all = filter.is_empty();
     let format: Format = a.format.into();
     let stdout = crate::out::stdout();
-    let mut lines = etwkit::sink::Lines::new(
-        format,
-        Box::new(std::io::BufWriter::with_capacity(1 << 16, stdout)),
-    );
+    // No BufWriter in between: the rendered text comes in batches of whole lines, which std's
+    // standard output hands to `writev` as they are. A BufWriter over a writer that cannot say
+    // it writes vectored (`is_write_vectored` is unstable) copies every slice into its buffer.
+    let mut lines = etwkit::sink::Lines::new(format, Box::new(stdout));
     let order = match a.order {
         OrderArg::File => Order::File,
         OrderArg::Time => Order::Time,
