@@ -11,6 +11,10 @@
 # Memory: the file relogged four times into one (`etwkit relog F F F F`, 4x the records, same
 # layouts) is dumped too; its peak RSS against the 1x file's shows memory bounded by buffers in
 # flight, not by the file.
+# The profile-guided build of tools/build_pgo.sh runs beside the plain release build (the same
+# configurations' json and csv dumps, in the same rounds); its profile is trained on the other
+# ../shared samples, never on perfview_net.4.5.x86.etl (for another FILE, the profile has seen
+# that FILE). ETWKIT_BENCH_PGO=0 leaves it out.
 # The peer venv is target/peer-venv (tests/peers/setup_venv.sh makes it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,19 +24,25 @@ venv=$root/target/peer-venv
 [ -x "$venv/bin/python" ] || sh "$root/tests/peers/setup_venv.sh" >&2
 cargo build -q --release -p etwkit-cli --manifest-path "$root/Cargo.toml"
 bin=$root/target/release/etwkit
+# The profile-guided build (tools/build_pgo.sh, trained on the other samples) is measured beside
+# the plain release build; ETWKIT_BENCH_PGO=0 leaves it out.
+pgo=
+if [ "${ETWKIT_BENCH_PGO:-1}" != 0 ]; then
+  pgo=$("$root/tools/build_pgo.sh")
+fi
 big=$root/target/bench-4x.etl
 [ -f "$big" ] && [ "$big" -nt "$file" ] || "$bin" relog "$file" "$file" "$file" "$file" -o "$big" >/dev/null
 
-"$venv/bin/python" - "$file" "$bin" "$big" <<'PY'
+"$venv/bin/python" - "$file" "$bin" "$big" "$pgo" <<'PY'
 import os, subprocess, sys, time, json
 
-path, exe, big = sys.argv[1], sys.argv[2], sys.argv[3]
+path, exe, big, pgo = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 size = os.path.getsize(path)
 
-def run(args):
+def run(args, binary=exe):
     """Wall seconds, CPU seconds (user+sys) and peak RSS (KiB) of one etwkit run."""
     t = time.perf_counter()
-    p = subprocess.Popen([exe] + args, stdout=subprocess.DEVNULL)
+    p = subprocess.Popen([binary] + args, stdout=subprocess.DEVNULL)
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t
     assert os.waitstatus_to_exitcode(status) == 0, args
@@ -75,6 +85,9 @@ configs = {
     "big": (["dump", big, "--format", "json"], 2),
     "big_csv": (["dump", big, "--format", "csv"], 2),
 }
+if pgo:
+    configs["pgo_json"] = (["dump", path, "--format", "json"], 31)
+    configs["pgo_csv"] = (["dump", path, "--format", "csv"], 31)
 rounds = max(n for _, n in configs.values())
 peer_after = {rounds // 3, 2 * rounds // 3, rounds - 1}
 runs = {k: [] for k in configs}
@@ -83,13 +96,13 @@ for i in range(rounds):
     names = [k for k, (_, n) in configs.items() if n > i]
     k = i % len(names)
     for name in names[k:] + names[:k]:
-        runs[name].append(run(configs[name][0]))
+        runs[name].append(run(configs[name][0], pgo if name.startswith("pgo_") else exe))
     if i in peer_after:
         peer.append(dissect_walk())
 
 def best(name):
     r = runs[name]
-    medians[tuple(configs[name][0])] = sorted(x[0] for x in r)[len(r) // 2]
+    medians[name] = medians[tuple(configs[name][0])] = sorted(x[0] for x in r)[len(r) // 2]
     return min(x[0] for x in r), min(x[1] for x in r), max(x[2] for x in r)
 
 json_w, json_cpu, json_rss = best("json")
@@ -119,6 +132,14 @@ print(f"ratio json dump: etwkit is {d_secs/json_w:.0f}x dissect.etl in wall time
 print(f"ratio csv/json CPU time: {csv_cpu/json_cpu:.2f}; json CPU per record: {json_cpu/records*1e6:.2f} us")
 print(f"peak RSS, 1x vs 4x file ({os.path.getsize(big)/1e6:.0f} MB): json {json_rss/1024:.0f} vs {big_rss/1024:.0f} MiB, "
       f"csv {csv_rss/1024:.0f} vs {big_csv_rss/1024:.0f} MiB (4x dump: {big_w:.3f} s, CPU {big_cpu:.3f} s)")
+if pgo:
+    pj_w, pj_cpu, pj_rss = best("pgo_json")
+    pc_w, pc_cpu, _ = best("pgo_csv")
+    pj_med, pc_med = medians["pgo_json"], medians["pgo_csv"]
+    print(f"PGO build (tools/build_pgo.sh): dump --format json {pj_w:.3f} s (median {pj_med:.3f} s; CPU {pj_cpu:.3f} s, peak RSS {pj_rss/1024:.0f} MiB), "
+          f"csv {pc_w:.3f} s (median {pc_med:.3f} s; CPU {pc_cpu:.3f} s)")
+    print(f"ratio json dump, PGO build: etwkit is {d_secs/pj_w:.0f}x dissect.etl in wall time (best run; {d_secs/pj_med:.0f}x for the median), "
+          f"{d_cpu/pj_cpu:.0f}x in CPU time; csv/json time: {pc_w/pj_w:.2f}; against the release build: {pj_w/json_w:.3f} of its time (medians {pj_med/json_med:.3f})")
 print(f"stats decoding: {(stats_cpu-raw_cpu)/records*1e6:.2f} us CPU per record "
       f"(stats {stats_cpu:.3f} s CPU, stats --raw {raw_cpu:.3f} s)")
 PY

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# A profile-guided (PGO) release build of the `etwkit` CLI.
+#   tools/build_pgo.sh            -> prints the path of the optimized binary (target/pgo-use/release/etwkit)
+#
+# 1. Builds an instrumented CLI (target/pgo-gen), which counts the branches and calls it takes.
+# 2. Trains it: `dump --format json`, `dump --format csv` and `stats` of every ../shared/etl-samples
+#    file except perfview_net.4.5.x86.etl, which `tools/bench_peers.sh` measures (the profile must
+#    not be fitted to the benchmark's own file). Without ../shared, the ETL files named in
+#    $ETWKIT_PGO_TRAIN (space-separated); with neither, the script stops.
+# 3. Merges the counts (llvm-profdata from rustup's llvm-tools component, added if missing) and
+#    builds the CLI again with them (target/pgo-use): the compiler lays out hot paths, inlines
+#    and orders branches by what the training runs did. The output is the same program: the
+#    script checks that the optimized binary dumps a sample byte for byte as the plain release
+#    build does.
+# Progress goes to stderr; stdout carries only the binary's path.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+samples=$root/../shared/etl-samples
+bench_file=perfview_net.4.5.x86.etl
+gen=$root/target/pgo-gen
+use=$root/target/pgo-use
+data=$root/target/pgo-data
+profile=$root/target/pgo.profdata
+log() { echo "build_pgo: $*" >&2; }
+
+host=$(rustc -vV | sed -n 's/^host: //p')
+profdata=$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-profdata
+if [ ! -x "$profdata" ]; then
+  log "adding rustup's llvm-tools component (llvm-profdata)"
+  rustup component add llvm-tools >&2
+fi
+[ -x "$profdata" ] || { log "no llvm-profdata at $profdata"; exit 2; }
+
+train=()
+if [ -d "$samples" ]; then
+  for f in "$samples"/*.etl; do
+    [ "$(basename "$f")" = "$bench_file" ] || train+=("$f")
+  done
+else
+  for f in ${ETWKIT_PGO_TRAIN:-}; do train+=("$f"); done
+fi
+[ ${#train[@]} -gt 0 ] || { log "no training traces: clone next to ../shared or set ETWKIT_PGO_TRAIN"; exit 2; }
+
+# 1. The instrumented build. Its profile counters keep every function of the crate alive, so the
+# Windows backend's imports (unreachable on other systems, and normally dropped by the linker)
+# stay referenced: on those systems they are defined as address 0 for this build only. The
+# first link names them; the binary crate is then linked again with those definitions.
+# The names are kept in target/pgo-gen/undefined.txt for the next run.
+log "instrumented build (target/pgo-gen)"
+flags="-Cprofile-generate=$data -Clink-arg=-Wl,--error-limit=0"
+mkdir -p "$gen"
+known=$gen/undefined.txt
+link() {
+  local defs=()
+  for s in $(cat "$known" 2>/dev/null); do defs+=("-Clink-arg=-Wl,--defsym=$s=0"); done
+  RUSTFLAGS="$flags" CARGO_TARGET_DIR=$gen cargo rustc --release -p etwkit-cli --bin etwkit -- "${defs[@]}" 2>&1
+}
+if ! out=$(link); then
+  grep -o 'undefined symbol: [A-Za-z_][A-Za-z0-9_]*' <<<"$out" | awk '{print $3}' | sort -u > "$known.new"
+  if [ ! -s "$known.new" ]; then
+    echo "$out" >&2
+    exit 1
+  fi
+  cat "$known.new" >> "$known" 2>/dev/null || cp "$known.new" "$known"
+  sort -u -o "$known" "$known"
+  rm -f "$known.new"
+  log "linking again with $(wc -l <"$known") unreachable imports defined as 0"
+  out=$(link) || { echo "$out" >&2; exit 1; }
+fi
+
+# 2. Training (again only when the instrumented binary changed: the same profile leaves the
+# optimized build up to date).
+if [ "$profile" -nt "$gen/release/etwkit" ]; then
+  log "profile up to date ($profile)"
+else
+  rm -rf "$data"
+  log "training on ${#train[@]} traces"
+  for f in "${train[@]}"; do
+    for args in "dump --format json" "dump --format csv" "stats"; do
+      # Bad samples (truncated on purpose) exit non-zero; their counts are kept all the same.
+      # shellcheck disable=SC2086
+      "$gen/release/etwkit" $args "$f" >/dev/null 2>&1 || true
+    done
+  done
+  "$profdata" merge -o "$profile" "$data"/*.profraw
+fi
+
+# 3. The optimized build.
+log "optimized build (target/pgo-use)"
+RUSTFLAGS="-Cprofile-use=$profile" CARGO_TARGET_DIR=$use cargo build -q --release -p etwkit-cli >&2
+
+# Same output as the plain release build.
+cargo build -q --release -p etwkit-cli >&2
+check=${train[0]}
+if [ -f "$samples/$bench_file" ]; then check=$samples/$bench_file; fi
+if ! cmp -s <("$use/release/etwkit" dump "$check" --format json 2>/dev/null) \
+            <("$root/target/release/etwkit" dump "$check" --format json 2>/dev/null); then
+  log "the optimized binary's dump of $check differs from the release build's"
+  exit 1
+fi
+echo "$use/release/etwkit"
