@@ -10,8 +10,8 @@
 # 3. Merges the counts (llvm-profdata from rustup's llvm-tools component, added if missing) and
 #    builds the CLI again with them (target/pgo-use): the compiler lays out hot paths, inlines
 #    and orders branches by what the training runs did. The output is the same program: the
-#    script checks that the optimized binary dumps a sample byte for byte as the plain release
-#    build does.
+#    script checks that the optimized binary's `dump --format json` of every trace it trained on,
+#    and of the benchmark's file, equals the plain release build's byte for byte.
 # Progress goes to stderr; stdout carries only the binary's path.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -90,13 +90,17 @@ fi
 log "optimized build (target/pgo-use)"
 RUSTFLAGS="-Cprofile-use=$profile" CARGO_TARGET_DIR=$use cargo build -q --release -p etwkit-cli >&2
 
-# Same output as the plain release build.
+# Same output as the plain release build: `dump --format json` (stdout and stderr) of every
+# training trace and of the benchmark's file.
 cargo build -q --release -p etwkit-cli >&2
-check=${train[0]}
-if [ -f "$samples/$bench_file" ]; then check=$samples/$bench_file; fi
-if ! cmp -s <("$use/release/etwkit" dump "$check" --format json 2>/dev/null) \
-            <("$root/target/release/etwkit" dump "$check" --format json 2>/dev/null); then
-  log "the optimized binary's dump of $check differs from the release build's"
-  exit 1
-fi
+check=("${train[@]}")
+if [ -f "$samples/$bench_file" ]; then check+=("$samples/$bench_file"); fi
+for f in "${check[@]}"; do
+  if ! cmp -s <("$use/release/etwkit" dump "$f" --format json 2>&1) \
+              <("$root/target/release/etwkit" dump "$f" --format json 2>&1); then
+    log "the optimized binary's dump of $f differs from the release build's"
+    exit 1
+  fi
+done
+log "its dump of ${#check[@]} traces equals the release build's"
 echo "$use/release/etwkit"
