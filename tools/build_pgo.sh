@@ -3,10 +3,10 @@
 #   tools/build_pgo.sh            -> prints the path of the optimized binary (target/pgo-use/release/etwkit)
 #
 # 1. Builds an instrumented CLI (target/pgo-gen), which counts the branches and calls it takes.
-# 2. Trains it: `dump --format json`, `dump --format csv` and `stats` of every ../shared/etl-samples
-#    file except perfview_net.4.5.x86.etl, which `tools/bench_peers.sh` measures (the profile must
-#    not be fitted to the benchmark's own file). Without ../shared, the ETL files named in
-#    $ETWKIT_PGO_TRAIN (space-separated); with neither, the script stops.
+# 2. Trains it: `dump` (json, csv, table), `stats`, `info`, `net`, `relog`, `export` and `pcap` of
+#    every ../shared/etl-samples file except perfview_net.4.5.x86.etl, which `tools/bench_peers.sh`
+#    measures (the profile must not be fitted to the benchmark's own file). Without ../shared,
+#    the ETL files named in $ETWKIT_PGO_TRAIN (space-separated); with neither, the script stops.
 # 3. Merges the counts (llvm-profdata from rustup's llvm-tools component, added if missing) and
 #    builds the CLI again with them (target/pgo-use): the compiler lays out hot paths, inlines
 #    and orders branches by what the training runs did. The output is the same program: the
@@ -76,9 +76,14 @@ if [ "$profile" -nt "$gen/release/etwkit" ]; then
 else
   rm -rf "$data"
   log "training on ${#train[@]} traces"
+  scratch=$(mktemp -d)
+  trap 'rm -rf "$scratch"' EXIT
   for f in "${train[@]}"; do
-    for args in "dump --format json" "dump --format csv" "stats"; do
-      # Bad samples (truncated on purpose) exit non-zero; their counts are kept all the same.
+    # Every command that reads files, so that none of them is laid out as cold code. Bad samples
+    # (truncated on purpose) and pcap of traces without packets exit non-zero; their counts are
+    # kept all the same.
+    for args in "dump --format json" "dump --format csv" "dump" "stats" "info" "net" \
+      "relog -o $scratch/r.etl" "export --overwrite -o $scratch/ds" "pcap -o $scratch/p.pcapng"; do
       # shellcheck disable=SC2086
       "$gen/release/etwkit" $args "$f" >/dev/null 2>&1 || true
     done
