@@ -102,7 +102,7 @@ for i in range(rounds):
 
 def best(name):
     r = runs[name]
-    medians[name] = medians[tuple(configs[name][0])] = sorted(x[0] for x in r)[len(r) // 2]
+    medians[name] = sorted(x[0] for x in r)[len(r) // 2]
     return min(x[0] for x in r), min(x[1] for x in r), max(x[2] for x in r)
 
 json_w, json_cpu, json_rss = best("json")
@@ -121,8 +121,7 @@ n, parsed = peer[0][2], peer[0][3]
 
 mb = size / 1e6
 print(f"file: {path} ({mb:.1f} MB, {records} records), {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
-json_med = medians[("dump", path, "--format", "json")]
-csv_med = medians[("dump", path, "--format", "csv")]
+json_med, csv_med = medians["json"], medians["csv"]
 print(f"etwkit dump --format json:      {json_w:6.3f} s  {mb/json_w:7.1f} MB/s  (median {json_med:.3f} s; CPU {json_cpu:.3f} s, peak RSS {json_rss/1024:.0f} MiB)")
 print(f"etwkit dump --format csv:       {csv_w:6.3f} s  {mb/csv_w:7.1f} MB/s  (median {csv_med:.3f} s; CPU {csv_cpu:.3f} s, peak RSS {csv_rss/1024:.0f} MiB)")
 print(f"etwkit dump json --threads 1:   {json1_w:6.3f} s  {mb/json1_w:7.1f} MB/s  (CPU {json1_cpu:.3f} s)")

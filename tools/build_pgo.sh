@@ -44,30 +44,30 @@ fi
 
 # 1. The instrumented build. Its profile counters keep every function of the crate alive, so the
 # Windows backend's imports (unreachable on other systems, and normally dropped by the linker)
-# stay referenced: on those systems they are defined as address 0 for this build only. The
-# first link names them; the binary crate is then linked again with those definitions.
-# The names are kept in target/pgo-gen/undefined.txt for the next run.
+# stay referenced: on those systems they are defined as address 0 for this build only. Each
+# failed link names some of them (lld stops at 20 errors); the binary crate is linked again with
+# those defined until it links. The names are kept in target/pgo-gen/undefined.txt for the next run.
 log "instrumented build (target/pgo-gen)"
-flags="-Cprofile-generate=$data -Clink-arg=-Wl,--error-limit=0"
+flags="-Cprofile-generate=$data"
 mkdir -p "$gen"
 known=$gen/undefined.txt
+touch "$known"
 link() {
   local defs=()
-  for s in $(cat "$known" 2>/dev/null); do defs+=("-Clink-arg=-Wl,--defsym=$s=0"); done
+  for s in $(cat "$known"); do defs+=("-Clink-arg=-Wl,--defsym=$s=0"); done
   RUSTFLAGS="$flags" CARGO_TARGET_DIR=$gen cargo rustc --release -p etwkit-cli --bin etwkit -- "${defs[@]}" 2>&1
 }
-if ! out=$(link); then
-  grep -o 'undefined symbol: [A-Za-z_][A-Za-z0-9_]*' <<<"$out" | awk '{print $3}' | sort -u > "$known.new"
-  if [ ! -s "$known.new" ]; then
+until out=$(link); do
+  # lld: "undefined symbol: X"; GNU ld: "undefined reference to `X'".
+  new=$(grep -oE "undefined (symbol: |reference to \`)[A-Za-z_][A-Za-z0-9_]*" <<<"$out" |
+    sed -E "s/.*(: |\`)//" | sort -u | comm -23 - <(sort -u "$known"))
+  if [ -z "$new" ]; then
     echo "$out" >&2
     exit 1
   fi
-  cat "$known.new" >> "$known" 2>/dev/null || cp "$known.new" "$known"
-  sort -u -o "$known" "$known"
-  rm -f "$known.new"
+  echo "$new" >> "$known"
   log "linking again with $(wc -l <"$known") unreachable imports defined as 0"
-  out=$(link) || { echo "$out" >&2; exit 1; }
-fi
+done
 
 # 2. Training (again only when the instrumented binary changed: the same profile leaves the
 # optimized build up to date).
