@@ -4,6 +4,8 @@
 #   tools/bench_export.sh [FILE.etl] [RUNS]
 # Default: ../shared/etl-samples/perfview_net.4.5.x86.etl, 3 runs. Builds the release CLI first.
 # Goal (issue 14): the export is faster than `dump --format json` and under a fifth of its bytes.
+# The profile-guided build of tools/build_pgo.sh takes the same turns (one more line at the end;
+# ETWKIT_BENCH_PGO=0 leaves it out).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -12,6 +14,12 @@ runs=${2:-3}
 [ -x /usr/bin/time ] || { echo "bench_export.sh: GNU time (/usr/bin/time, Debian package time) is needed" >&2; exit 2; }
 cargo build -q --release -p etwkit-cli
 bin=$root/target/release/etwkit
+# The profile-guided build (tools/build_pgo.sh) is measured too, in the same turns;
+# ETWKIT_BENCH_PGO=0 leaves it out.
+pgo=
+if [ "${ETWKIT_BENCH_PGO:-1}" != 0 ]; then
+  pgo=$("$root/tools/build_pgo.sh")
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -31,12 +39,18 @@ keep() {
 # Each writes a new output: the previous run's is removed before the clock starts (truncating the
 # 159 MB JSON inside the timed command cost `dump` tens of milliseconds of page-cache freeing that
 # are not its work).
-json_best= pq_best=
+json_best= pq_best= pgo_json_best= pgo_pq_best=
 for _ in $(seq "$runs"); do
   rm -f "$work/dump.jsonl"
   json_best=$(keep "$json_best" "$(once sh -c "'$bin' dump --format json '$file' > '$work/dump.jsonl'")")
   rm -rf "$work/ds"
   pq_best=$(keep "$pq_best" "$(once sh -c "'$bin' export -o '$work/ds' '$file' 2>/dev/null")")
+  if [ -n "$pgo" ]; then
+    rm -f "$work/pgo.jsonl"
+    pgo_json_best=$(keep "$pgo_json_best" "$(once sh -c "'$pgo' dump --format json '$file' > '$work/pgo.jsonl'")")
+    rm -rf "$work/pgo-ds"
+    pgo_pq_best=$(keep "$pgo_pq_best" "$(once sh -c "'$pgo' export -o '$work/pgo-ds' '$file' 2>/dev/null")")
+  fi
 done
 read -r json_t json_cpu json_rss <<< "$json_best"
 read -r pq_t pq_cpu pq_rss <<< "$pq_best"
@@ -53,3 +67,9 @@ printf '  export (parquet)   : %7.3f s wall  %6.3f s cpu  %7d KB peak RSS  %11d 
 printf '  export/json ratios: time %.2f  cpu %.2f  peak RSS %.2f  bytes %.3f (events.parquet alone %.3f)\n' \
   "$(echo "$pq_t / $json_t" | bc -l)" "$(echo "$pq_cpu / $json_cpu" | bc -l)" \
   "$(echo "$pq_rss / $json_rss" | bc -l)" "$(echo "$all_b / $json_b" | bc -l)" "$(echo "$ev_b / $json_b" | bc -l)"
+if [ -n "$pgo" ]; then
+  read -r pj_t pj_cpu _ <<< "$pgo_json_best"
+  read -r pp_t pp_cpu _ <<< "$pgo_pq_best"
+  printf '  PGO build (tools/build_pgo.sh): dump --format json %.3f s wall %.3f s cpu, export %.3f s wall %.3f s cpu: time %.2f, cpu %.2f\n' \
+    "$pj_t" "$pj_cpu" "$pp_t" "$pp_cpu" "$(echo "$pp_t / $pj_t" | bc -l)" "$(echo "$pp_cpu / $pj_cpu" | bc -l)"
+fi
