@@ -18,7 +18,10 @@ bin=$root/target/release/etwkit
 # ETWKIT_BENCH_PGO=0 leaves it out.
 pgo=
 if [ "${ETWKIT_BENCH_PGO:-1}" != 0 ]; then
-  pgo=$("$root/tools/build_pgo.sh")
+  pgo=$("$root/tools/build_pgo.sh") || {
+    echo "bench_export: the PGO build failed (above); measuring the release build alone" >&2
+    pgo=
+  }
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

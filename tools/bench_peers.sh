@@ -28,7 +28,10 @@ bin=$root/target/release/etwkit
 # the plain release build; ETWKIT_BENCH_PGO=0 leaves it out.
 pgo=
 if [ "${ETWKIT_BENCH_PGO:-1}" != 0 ]; then
-  pgo=$("$root/tools/build_pgo.sh")
+  pgo=$("$root/tools/build_pgo.sh") || {
+    echo "bench_peers: the PGO build failed (above); measuring the release build alone" >&2
+    pgo=
+  }
 fi
 big=$root/target/bench-4x.etl
 [ -f "$big" ] && [ "$big" -nt "$file" ] || "$bin" relog "$file" "$file" "$file" "$file" -o "$big" >/dev/null
