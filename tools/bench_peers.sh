@@ -24,8 +24,7 @@ venv=$root/target/peer-venv
 [ -x "$venv/bin/python" ] || sh "$root/tests/peers/setup_venv.sh" >&2
 cargo build -q --release -p etwkit-cli --manifest-path "$root/Cargo.toml"
 bin=$root/target/release/etwkit
-# The profile-guided build (tools/build_pgo.sh, trained on the other samples) is measured beside
-# the plain release build; ETWKIT_BENCH_PGO=0 leaves it out.
+# The PGO build (see the header).
 pgo=
 if [ "${ETWKIT_BENCH_PGO:-1}" != 0 ]; then
   pgo=$("$root/tools/build_pgo.sh") || {
