@@ -70,6 +70,11 @@ printf '  export (parquet)   : %7.3f s wall  %6.3f s cpu  %7d KB peak RSS  %11d 
 printf '  export/json ratios: time %.2f  cpu %.2f  peak RSS %.2f  bytes %.3f (events.parquet alone %.3f)\n' \
   "$(echo "$pq_t / $json_t" | bc -l)" "$(echo "$pq_cpu / $json_cpu" | bc -l)" \
   "$(echo "$pq_rss / $json_rss" | bc -l)" "$(echo "$all_b / $json_b" | bc -l)" "$(echo "$ev_b / $json_b" | bc -l)"
+# Issue 14's targets: faster than the dump, under a fifth of its bytes.
+goal() { if [ "$(echo "$1" | bc -l)" = 1 ]; then echo met; else echo "NOT met"; fi; }
+printf '  goal export faster than dump --format json: %s (%.2fx its time); under a fifth of its bytes: %s (%.3f)\n' \
+  "$(goal "$pq_t < $json_t")" "$(echo "$pq_t / $json_t" | bc -l)" \
+  "$(goal "$all_b * 5 < $json_b")" "$(echo "$all_b / $json_b" | bc -l)"
 if [ -n "$pgo" ]; then
   read -r pj_t pj_cpu _ <<< "$pgo_json_best"
   read -r pp_t pp_cpu _ <<< "$pgo_pq_best"

@@ -141,6 +141,15 @@ if pgo:
           f"csv {pc_w:.3f} s (median {pc_med:.3f} s; CPU {pc_cpu:.3f} s)")
     print(f"ratio json dump, PGO build: etwkit is {d_secs/pj_w:.0f}x dissect.etl in wall time (best run; {d_secs/pj_med:.0f}x for the median), "
           f"{d_cpu/pj_cpu:.0f}x in CPU time; csv/json time: {pc_w/pj_w:.2f}; against the release build: {pj_w/json_w:.3f} of its time (medians {pj_med/json_med:.3f})")
-print(f"stats decoding: {(stats_cpu-raw_cpu)/records*1e6:.2f} us CPU per record "
+stats_us = (stats_cpu - raw_cpu) / records * 1e6
+print(f"stats decoding: {stats_us:.2f} us CPU per record "
       f"(stats {stats_cpu:.3f} s CPU, stats --raw {raw_cpu:.3f} s)")
+# Issue 12's targets, judged on this run's best runs.
+fastest = min([json_w] + ([pj_w] if pgo else []))
+def verdict(ok):
+    return "met" if ok else "NOT met"
+print(f"goal json dump >= 300x dissect.etl: {verdict(d_secs / fastest >= 300)} ({d_secs / fastest:.0f}x"
+      f"{' with the PGO build' if pgo and pj_w < json_w else ''}; 300x needs {d_secs / 300:.3f} s)")
+print(f"goal csv within 10% of json: {verdict(csv_w <= 1.1 * json_w)} ({csv_w / json_w:.2f}); "
+      f"goal stats decoding <= 0.3 us per record: {verdict(stats_us <= 0.3)} ({stats_us:.2f} us)")
 PY
