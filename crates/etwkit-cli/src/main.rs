@@ -71,11 +71,6 @@ enum Command {
     Net(net::Args),
 }
 
-/// The renderer's text chunks from huge pages (`dump`'s page faults 3.54 k → 2.07 k; see
-/// `etwkit::etl::chunk_alloc`).
-#[global_allocator]
-static ALLOC: etwkit::etl::chunk_alloc::ChunkAlloc = etwkit::etl::chunk_alloc::ChunkAlloc;
-
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {

@@ -15,7 +15,6 @@
 //! ```
 
 pub mod buffer;
-pub mod chunk_alloc;
 pub mod compression;
 pub mod kernel;
 pub mod logfile_header;

@@ -64,9 +64,8 @@ const CHUNK_FILL: usize = 96 << 10;
 /// A chunk's capacity: room for a record of up to 28 KiB of text that crosses `CHUNK_FILL` (a
 /// longer one makes its chunk grow). Below the 128 KiB at which glibc's allocator maps each block
 /// on its own: chunks come from the heap, so freeing them is not one `munmap` each (about 1 ms
-/// for a 26 MB file's 50 chunks in flight, measured). Every chunk is allocated with exactly this
-/// size, which is how [`super::chunk_alloc::ChunkAlloc`] knows them.
-pub const CHUNK_CAPACITY: usize = 124 << 10;
+/// for a 26 MB file's 50 chunks in flight, measured).
+const CHUNK_CAPACITY: usize = 124 << 10;
 
 impl Rendered {
     /// The text between two places, as slices (empty ones left out), added to `out`; returns
