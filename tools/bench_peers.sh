@@ -93,6 +93,13 @@ configs = {
 if pgo:
     configs["pgo_json"] = (["dump", path, "--format", "json"], 31)
     configs["pgo_csv"] = (["dump", path, "--format", "csv"], 31)
+def binary(name):
+    """The build a configuration runs: the PGO build for the `pgo_` ones."""
+    return pgo if name.startswith("pgo_") else exe
+
+def median(values):
+    return sorted(values)[len(values) // 2]
+
 rounds = max(n for _, n in configs.values())
 peer_after = {rounds // 3, 2 * rounds // 3, rounds - 1}
 runs = {k: [] for k in configs}
@@ -101,7 +108,7 @@ for i in range(rounds):
     names = [k for k, (_, n) in configs.items() if n > i]
     k = i % len(names)
     for name in names[k:] + names[:k]:
-        runs[name].append(run(configs[name][0], pgo if name.startswith("pgo_") else exe))
+        runs[name].append(run(configs[name][0], binary(name)))
     if i in peer_after:
         peer.append(dissect_walk())
 
@@ -112,11 +119,11 @@ if pgo:
 for i in range(9):
     for name in (list(paused) if i % 2 == 0 else list(paused)[::-1]):
         time.sleep(1)
-        paused[name].append(run(configs[name][0], pgo if name.startswith("pgo_") else exe)[0])
+        paused[name].append(run(configs[name][0], binary(name))[0])
 
 def best(name):
     r = runs[name]
-    medians[name] = sorted(x[0] for x in r)[len(r) // 2]
+    medians[name] = median([x[0] for x in r])
     return min(x[0] for x in r), min(x[1] for x in r), max(x[2] for x in r)
 
 json_w, json_cpu, json_rss = best("json")
@@ -155,7 +162,7 @@ if pgo:
           f"{d_cpu/pj_cpu:.0f}x in CPU time; csv/json time: {pc_w/pj_w:.2f}; against the release build: {pj_w/json_w:.3f} of its time (medians {pj_med/json_med:.3f})")
 for name, r in paused.items():
     label = "PGO build" if name.startswith("pgo_") else "release build"
-    print(f"dump --format json after a 1 s pause, {label}: median {sorted(r)[len(r) // 2]:.3f} s, "
+    print(f"dump --format json after a 1 s pause, {label}: median {median(r):.3f} s, "
           f"best {min(r):.3f} s ({len(r)} runs)")
 stats_us = (stats_cpu - raw_cpu) / records * 1e6
 print(f"stats decoding: {stats_us:.2f} us CPU per record "
