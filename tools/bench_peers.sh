@@ -93,9 +93,12 @@ configs = {
 if pgo:
     configs["pgo_json"] = (["dump", path, "--format", "json"], 31)
     configs["pgo_csv"] = (["dump", path, "--format", "csv"], 31)
+def is_pgo(name):
+    """Whether a configuration runs the PGO build (the `pgo_` ones)."""
+    return name.startswith("pgo_")
+
 def binary(name):
-    """The build a configuration runs: the PGO build for the `pgo_` ones."""
-    return pgo if name.startswith("pgo_") else exe
+    return pgo if is_pgo(name) else exe
 
 def median(values):
     return sorted(values)[len(values) // 2]
@@ -161,7 +164,7 @@ if pgo:
     print(f"ratio json dump, PGO build: etwkit is {d_secs/pj_w:.0f}x dissect.etl in wall time (best run; {d_secs/pj_med:.0f}x for the median), "
           f"{d_cpu/pj_cpu:.0f}x in CPU time; csv/json time: {pc_w/pj_w:.2f}; against the release build: {pj_w/json_w:.3f} of its time (medians {pj_med/json_med:.3f})")
 for name, r in paused.items():
-    label = "PGO build" if name.startswith("pgo_") else "release build"
+    label = "PGO build" if is_pgo(name) else "release build"
     print(f"dump --format json after a 1 s pause, {label}: median {median(r):.3f} s, "
           f"best {min(r):.3f} s ({len(r)} runs)")
 stats_us = (stats_cpu - raw_cpu) / records * 1e6
