@@ -252,3 +252,102 @@ fn logfile_mode_writes_an_etl_that_process_reads_back() {
     assert!(after > 0 && after < back.len() + 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Waits (up to 5 s) until `/proc/PID/comm` says `comm`.
+fn wait_for_comm(pid: u32, comm: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if now.trim_end() == comm {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pid {pid} is still {now:?}, not {comm}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn process_names_of_this_machine() {
+    use etwkit::live::process_name;
+    // This test's own process: its executable's file name, cut to the kernel's 15 bytes of comm.
+    let exe = std::env::current_exe().unwrap();
+    let own: String = exe
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .chars()
+        .take(15)
+        .collect();
+    assert_eq!(
+        process_name(std::process::id()).as_deref(),
+        Some(own.as_str())
+    );
+    // A child that execs `sleep` is named `sleep` once it has.
+    let mut child = Command::new("sh")
+        .args(["-c", "exec sleep 5"])
+        .spawn()
+        .unwrap();
+    wait_for_comm(child.id(), "sleep");
+    assert_eq!(process_name(child.id()).as_deref(), Some("sleep"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // pid 0 is the idle task of every CPU, `swapper` as ps and perf name it.
+    assert_eq!(process_name(0).as_deref(), Some("swapper"));
+    // No process can have a pid above pid_max.
+    let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(process_name(pid_max + 1), None);
+    assert_eq!(process_name(u32::MAX), None, "the pid of no process");
+
+    // A process gone: the name tracefs saved while events were enabled (root only).
+    if !common::live_available("process_names_of_this_machine (a process gone)") {
+        return;
+    }
+    root();
+    let mut child = Command::new("sh")
+        .args(["-c", "read go; exec sleep 0.2"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let etw = Etw::new();
+    let mut t = etw.open_trace("t-names", None, None);
+    t.enable("sched", 0, Level::VERBOSE).unwrap();
+    t.add_pid(pid).unwrap();
+    t.start().unwrap();
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    }
+    let stop = t.stop_handle();
+    let waiter = std::thread::spawn(move || {
+        child.wait().unwrap();
+        stop.stop();
+    });
+    let mut seen = 0;
+    t.process(
+        |r| {
+            seen += (r.pid == pid) as u32;
+            ControlFlow::Continue(())
+        },
+        None,
+        None,
+    )
+    .unwrap();
+    t.stop(false).unwrap();
+    waiter.join().unwrap();
+    assert!(seen > 0, "the child's events were traced");
+    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "reaped");
+    assert_eq!(
+        process_name(pid).as_deref(),
+        Some("sleep"),
+        "saved_cmdlines keeps the name of a traced process that is gone"
+    );
+}

@@ -363,6 +363,30 @@ pub fn check_available() -> Result<()> {
     Ok(())
 }
 
+/// The name of process `pid` as the system names it now: what a live event, which carries only a
+/// pid, shows as its `process_name`.
+///
+/// - Linux: `/proc/PID/comm` (at most 15 bytes, as `ps` shows it); for a process already gone, the
+///   name tracefs saved for it while events were enabled (`saved_cmdlines`); pid 0, the idle task
+///   of every CPU, is `swapper` (as `ps` and `perf` name it).
+/// - Windows: the file name of the process's image (`curl.exe`), by `OpenProcess` and
+///   `QueryFullProcessImageNameW`; pid 0 is `Idle` and pid 4 `System`, as the kernel's own Process
+///   events name them.
+///
+/// `None` when no process has that pid (any more) and nothing remembers it. The answer can change
+/// over time (an `exec`, a reused pid): callers that cache it ask again now and then.
+pub fn process_name(pid: u32) -> Option<String> {
+    #[cfg(target_os = "linux")]
+    return linux::process_name(pid);
+    #[cfg(windows)]
+    return windows::process_name(pid);
+    #[cfg(not(any(target_os = "linux", windows)))]
+    {
+        let _ = pid;
+        None
+    }
+}
+
 /// The demo's loopback network workload for this platform, run in this process; what it did (pids,
 /// ports, byte counts) as JSON. Linux: TCP echo v4/v6, refused connect, busy bind, peer reset, UDP
 /// overflow ([`linux::workload`]); elsewhere the std::net subset ([`windows::workload`]).

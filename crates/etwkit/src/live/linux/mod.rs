@@ -799,6 +799,23 @@ pub fn check_available() -> Result<()> {
     tracefs::root().map(|_| ())
 }
 
+/// The name of a process (see [`crate::live::process_name`]): `/proc/PID/comm`, else the name
+/// tracefs saved for the pid while events were enabled (one read of `saved_cmdlines`); `swapper`
+/// for pid 0, the idle task of every CPU.
+pub fn process_name(pid: u32) -> Option<String> {
+    if pid == 0 {
+        return Some("swapper".into());
+    }
+    if pid == u32::MAX {
+        return None;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|s| s.trim_end_matches('\n').to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| tracefs::saved_cmdline(pid))
+}
+
 #[allow(dead_code)]
 fn _assert_send() {
     fn is_send<T: Send>() {}

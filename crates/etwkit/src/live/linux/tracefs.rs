@@ -98,6 +98,28 @@ pub fn pid_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// The name tracefs saved for `pid` while events were enabled (`saved_cmdlines`: lines `PID COMM`,
+/// the comm each task had when it last ran with events being recorded, in any instance), for a
+/// process already gone. Reads the file of the mounted tracefs (never mounts it); `None` when no
+/// tracefs is mounted, the pid is not there, or its name was not recorded (`<...>`).
+pub fn saved_cmdline(pid: u32) -> Option<String> {
+    let root = CANDIDATES
+        .iter()
+        .map(Path::new)
+        .find(|p| p.join("saved_cmdlines").is_file())?;
+    let text = fs::read_to_string(root.join("saved_cmdlines")).ok()?;
+    parse_saved_cmdline(&text, pid)
+}
+
+/// The comm of `pid` in the text of `saved_cmdlines`.
+fn parse_saved_cmdline(text: &str, pid: u32) -> Option<String> {
+    text.lines().find_map(|l| {
+        let (p, comm) = l.split_once(' ')?;
+        (p.parse::<u32>().ok()? == pid && !comm.is_empty() && comm != "<...>")
+            .then(|| comm.to_string())
+    })
+}
+
 /// Every instance name under `root/instances`.
 pub fn instances(root: &Path) -> Result<Vec<String>, LiveError> {
     let dir = root.join("instances");
@@ -220,6 +242,18 @@ pub fn cpus(instance: &Path) -> Result<Vec<usize>, LiveError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn saved_cmdlines_lines() {
+        let text = "1 systemd\n42 kworker/0:1\n7 <...>\n420 a b\n";
+        assert_eq!(
+            parse_saved_cmdline(text, 42).as_deref(),
+            Some("kworker/0:1")
+        );
+        assert_eq!(parse_saved_cmdline(text, 4), None);
+        assert_eq!(parse_saved_cmdline(text, 7), None, "a name not recorded");
+        assert_eq!(parse_saved_cmdline(text, 420).as_deref(), Some("a b"));
+    }
+
     #[test]
     fn instance_names() {
         assert_eq!(parse_instance_name("etwkit-123-4"), Some((123, "4")));

@@ -555,6 +555,52 @@ pub fn process_alive(pid: u32) -> bool {
     ok != 0 && code == STILL_ACTIVE
 }
 
+/// The file name of a process's image (`curl.exe`; see [`crate::live::process_name`]):
+/// OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION) + QueryFullProcessImageNameW. Pid 0 is `Idle` and
+/// pid 4 `System`, as the kernel's own Process events name them (neither has an image file).
+pub fn process_name(pid: u32) -> Option<String> {
+    use windows_sys::Win32::System::Threading::{
+        OpenProcess, QueryFullProcessImageNameW, PROCESS_NAME_WIN32,
+        PROCESS_QUERY_LIMITED_INFORMATION,
+    };
+    match pid {
+        0 => return Some("Idle".into()),
+        4 => return Some("System".into()),
+        u32::MAX => return None,
+        _ => {}
+    }
+    // SAFETY: opening a process by id; the handle is closed below.
+    let h = unsafe { OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, 0, pid) };
+    if h.is_null() {
+        return None;
+    }
+    // Paths are at most 32,767 UTF-16 units; most fit the first buffer.
+    let mut path = None;
+    for cap in [512u32, 32_768] {
+        let mut buf = vec![0u16; cap as usize];
+        let mut len = cap;
+        // SAFETY: `h` is a process handle with PROCESS_QUERY_LIMITED_INFORMATION; `buf` holds `len`
+        // units, and `len` is a valid in/out pointer (out: the units written, without the NUL).
+        let ok = unsafe {
+            QueryFullProcessImageNameW(h, PROCESS_NAME_WIN32, buf.as_mut_ptr(), &mut len)
+        };
+        if ok != 0 {
+            buf.truncate((len as usize).min(buf.len()));
+            path = Some(String::from_utf16_lossy(&buf));
+            break;
+        }
+    }
+    // SAFETY: closing the handle opened above.
+    unsafe { windows_sys::Win32::Foundation::CloseHandle(h) };
+    image_file_name(&path?)
+}
+
+/// The file name part of an image path (`C:\Windows\System32\curl.exe` → `curl.exe`).
+fn image_file_name(path: &str) -> Option<String> {
+    let name = path.rsplit(['\\', '/']).next().unwrap_or(path);
+    (!name.is_empty()).then(|| name.to_string())
+}
+
 #[cfg(windows)]
 fn spawn_suspended(cmd: &mut Command) -> Result<Child> {
     use std::os::windows::process::CommandExt;
@@ -699,5 +745,21 @@ impl Drop for WindowsSession {
         if !self.stopped {
             let _ = LiveSession::stop(self);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn image_file_names() {
+        let n = |p: &str| super::image_file_name(p);
+        assert_eq!(
+            n(r"C:\Windows\System32\curl.exe").as_deref(),
+            Some("curl.exe")
+        );
+        assert_eq!(n(r"\\?\C:\a b\x.exe").as_deref(), Some("x.exe"));
+        assert_eq!(n("Z:/opt/t.exe").as_deref(), Some("t.exe"));
+        assert_eq!(n("plain.exe").as_deref(), Some("plain.exe"));
+        assert_eq!(n(r"C:\dir\"), None);
     }
 }
