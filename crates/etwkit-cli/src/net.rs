@@ -49,12 +49,13 @@ pub struct Args {
     command: Vec<String>,
 }
 
-/// Decodes AFD and kernel process records and feeds the analysis; names live processes from /proc.
+/// Decodes AFD and kernel process records and feeds the analysis; names live processes as
+/// [`etwkit::live::process_name`] does.
 pub struct Collector {
     decoder: Decoder,
     pub analyzer: NetAnalyzer,
     live: bool,
-    /// Live: names known before tracing (the command, `/proc` at start), used when the process is
+    /// Live: names known before tracing (the command, the system's at start), used when the process is
     /// gone by the time its first event arrives (a name read then reflects an `exec` since).
     fallback: std::collections::HashMap<u32, String>,
 }
@@ -69,7 +70,7 @@ impl Collector {
         }
     }
 
-    /// A name for `pid` should `/proc` not have it when its first event arrives.
+    /// A name for `pid` should the system not know it when its first event arrives.
     pub fn name_fallback(&mut self, pid: u32, name: String) {
         self.fallback.insert(pid, name);
     }
@@ -80,7 +81,9 @@ impl Collector {
         }
         let d = self.decoder.decode(ev);
         if self.analyzer.record(ev, &d) && self.live && !self.analyzer.has_process_name(ev.pid) {
-            if let Some(n) = proc_name(ev.pid).or_else(|| self.fallback.get(&ev.pid).cloned()) {
+            if let Some(n) =
+                etwkit::live::process_name(ev.pid).or_else(|| self.fallback.get(&ev.pid).cloned())
+            {
                 self.analyzer.set_process_name(ev.pid, n);
             }
         }
@@ -94,14 +97,6 @@ impl Collector {
         out.write_all(r.to_table(false).as_bytes())?;
         Ok(())
     }
-}
-
-/// The name of a live process (`/proc/PID/comm`).
-fn proc_name(pid: u32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .ok()
-        .map(|s| s.trim_end().to_string())
-        .filter(|s| !s.is_empty())
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -194,7 +189,7 @@ fn live(a: &Args) -> anyhow::Result<(NetReport, Option<i32>)> {
     }
     let mut c = Collector::new(true);
     for &p in &a.pid {
-        if let Some(n) = proc_name(p) {
+        if let Some(n) = etwkit::live::process_name(p) {
             c.name_fallback(p, n);
         }
     }

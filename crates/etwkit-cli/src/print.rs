@@ -1,10 +1,12 @@
 //! Printing events through the shared sinks with names and decoded properties: one printer for
 //! `dump` (ETL files), `trace` (live) and the demo.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::ops::ControlFlow;
+use std::time::{Duration, Instant};
 
-use etwkit::decode::{DecodedEvent, Decoder};
+use etwkit::decode::Decoder;
 use etwkit::etl::Record;
 use etwkit::schema::Registry;
 use etwkit::sink::{make_sink, EventView, Format, Sink};
@@ -17,6 +19,31 @@ pub struct Printer<'w> {
     pub count: u64,
     pub decoded: u64,
     pub error: Option<std::io::Error>,
+    /// Live events' process names by pid: when last asked ([`etwkit::live::process_name`]) and
+    /// the answer.
+    names: HashMap<u32, NameEntry>,
+}
+
+/// A live event's process name as last asked (`asked: None`: never).
+#[derive(Default)]
+struct NameEntry {
+    asked: Option<Instant>,
+    name: Option<String>,
+}
+
+/// How long a process name is trusted before it is asked again (an `exec` renames a process, an
+/// exited one's pid is reused).
+const NAME_TTL: Duration = Duration::from_secs(1);
+
+impl NameEntry {
+    /// The name, asked of the system when never asked or last asked over [`NAME_TTL`] ago.
+    fn get(&mut self, pid: u32, now: Instant) -> Option<&str> {
+        if self.asked.is_none_or(|t| now.duration_since(t) > NAME_TTL) {
+            self.asked = Some(now);
+            self.name = etwkit::live::process_name(pid);
+        }
+        self.name.as_deref()
+    }
 }
 
 impl<'w> Printer<'w> {
@@ -38,20 +65,22 @@ impl<'w> Printer<'w> {
             count: 0,
             decoded: 0,
             error: None,
+            names: HashMap::new(),
         }
     }
 
-    /// A live event.
+    /// A live event, named by its process as the system names it now (`process_name`; cached per
+    /// pid and asked again once a second).
     pub fn event(&mut self, ev: &EventRecord<'_>) -> ControlFlow<()> {
         let d = self.decoder.as_ref().map(|d| d.decode(ev));
-        self.emit(ev, d)
-    }
-
-    fn emit(&mut self, ev: &EventRecord<'_>, d: Option<DecodedEvent>) -> ControlFlow<()> {
         if d.as_ref().is_some_and(|d| d.is_decoded()) {
             self.decoded += 1;
         }
-        let v = EventView::decoded(ev, d.as_ref(), &mut self.props);
+        let mut v = EventView::decoded(ev, d.as_ref(), &mut self.props);
+        let pid = v.pid();
+        if v.process_name.is_none() && pid != u32::MAX {
+            v.process_name = self.names.entry(pid).or_default().get(pid, Instant::now());
+        }
         self.count += 1;
         match self.sink.event(&v) {
             Ok(()) => ControlFlow::Continue(()),
