@@ -5,11 +5,13 @@ use std::io::Write;
 use super::{EventView, Render};
 use crate::time::format_rfc3339;
 
-/// The title line.
+/// The title line. The fixed-width columns come first and the provider/event name, whose length
+/// varies most (`Microsoft-Windows-Winsock-AFD/Connection indicated (IPv4)`), last before the
+/// details: a long name pushes only the details along, never a column.
 pub fn header() -> String {
     format!(
-        "{:<28} {:>3} {:>7} {:<16} {:>7} {:<40} {:>5} {:>3} {:>3}  details\n",
-        "TIME (UTC)", "CPU", "PID", "PROCESS", "TID", "PROVIDER / EVENT", "ID", "VER", "OP"
+        "{:<28} {:>3} {:>7} {:<16} {:>7} {:>5} {:>3} {:>3}  {:<40}  details\n",
+        "TIME (UTC)", "CPU", "PID", "PROCESS", "TID", "ID", "VER", "OP", "PROVIDER / EVENT"
     )
 }
 
@@ -48,16 +50,16 @@ impl Render for TableRender {
         };
         let _ = writeln!(
             out,
-            "{:<28} {:>3} {:>7} {:<16.16} {:>7} {:<40} {:>5} {:>3} {:>3}  {}",
+            "{:<28} {:>3} {:>7} {:<16.16} {:>7} {:>5} {:>3} {:>3}  {:<40}  {}",
             format_rfc3339(e.timestamp),
             e.cpu,
             pid,
             v.process_name.unwrap_or("-"),
             tid,
-            who,
             e.descriptor.id,
             e.descriptor.version,
             e.descriptor.opcode,
+            who,
             details
         );
     }
