@@ -201,6 +201,37 @@ fn spawn_suspended_arm_resume() {
     t.stop(true).unwrap();
 }
 
+/// `live::process_name` names processes by their image file: this test's own exe, a `cmd.exe` it
+/// starts (wine ships one), `Idle` for pid 0; no name for a pid no process has.
+#[test]
+fn process_image_names() {
+    use etwkit::live::process_name;
+    let exe = std::env::current_exe().unwrap();
+    let own = exe.file_name().unwrap().to_str().unwrap();
+    let got = process_name(std::process::id()).expect("this process has a name");
+    assert!(got.eq_ignore_ascii_case(own), "{got} is not {own}");
+    // cmd.exe reading commands from a pipe runs until the pipe closes.
+    let mut child = Command::new("cmd.exe")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("cmd.exe starts");
+    let name = process_name(child.id());
+    drop(child.stdin.take());
+    let status = child.wait().unwrap();
+    assert!(
+        name.as_deref()
+            .is_some_and(|n| n.eq_ignore_ascii_case("cmd.exe")),
+        "{name:?}"
+    );
+    assert!(status.success(), "{status}");
+    eprintln!("process_image_names: this process {got}, its child {name:?}");
+    assert_eq!(process_name(0).as_deref(), Some("Idle"));
+    assert_eq!(process_name(u32::MAX), None);
+    // Process ids are multiples of 4 below 2^26 or so: none is this high.
+    assert_eq!(process_name(0x7fff_fffc), None);
+}
+
 /// Real Windows only: this process's loopback TCP exchange through Winsock-AFD, decoded by etwkit.
 #[test]
 fn afd_loopback_demo() {
