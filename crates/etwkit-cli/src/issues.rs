@@ -4,14 +4,17 @@
 
 use etwkit::etl::ReadSummary;
 
-/// One `etwkit: warning: {prefix}{issue}` line per issue of `summary` (and one for the issues
+/// One `etwkit: warning: {prefix}{issue}` line per issue of `summary`, in file order (and one for the issues
 /// past the summary's limit). `prefix` names the file when a command reads several
 /// (`"trace.etl: "`), else is empty.
 pub fn warn_issues(summary: &ReadSummary, prefix: &str) {
     use std::io::Write;
     // Whatever went to stdout first (a table, a report) is out before the warnings follow it.
     std::io::stdout().flush().ok();
-    for i in &summary.issues {
+    // In file order, whichever walk found them (a parallel one, a time-ordered one).
+    let mut issues: Vec<_> = summary.issues.iter().collect();
+    issues.sort_by_key(|i| (i.file_offset, i.record_offset));
+    for i in issues {
         eprintln!("etwkit: warning: {prefix}{i}");
     }
     if summary.issues_dropped > 0 {

@@ -64,6 +64,18 @@ fn timestamps(f: &EtlFile) -> Vec<(i64, i64)> {
     v
 }
 
+/// Offsets (inside the buffer) of the records of buffer `index`.
+fn record_offsets(f: &EtlFile, index: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    f.for_each(Order::File, |r| {
+        if r.buffer_index == index {
+            v.push(r.offset);
+        }
+        ControlFlow::Continue(())
+    });
+    v
+}
+
 /// The line of `text` that starts with `label`.
 fn line<'a>(text: &'a str, label: &str) -> &'a str {
     text.lines()
@@ -277,5 +289,166 @@ fn a_damaged_clock_falls_back_to_raw_timestamps_and_says_so() {
     assert_eq!(
         line(&out, "end time"),
         "end time             2021-06-01T16:11:11.1058559Z"
+    );
+}
+
+#[path = "../../etwkit/tests/heap_common/windows_etl.rs"]
+mod windows_etl;
+
+/// `heap --report FILE --format json` and the table: (json, table, stderr of the JSON run).
+fn heap_report(p: &Path) -> (Value, String, String) {
+    let (ok, out, err) = etwkit(&["heap", "--report", s(p), "--format", "json"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 1, "one JSON line: {out}");
+    let (ok, table, err2) = etwkit(&["heap", "--report", s(p)]);
+    assert!(ok, "{err2}");
+    assert_eq!(err, err2, "the same warnings for both formats");
+    (serde_json::from_str(&out).unwrap(), table, err)
+}
+
+fn notes(r: &Value) -> Vec<String> {
+    r["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_cut_heap_trace_names_its_missing_buffers_and_unreadable_parts() {
+    // ../shared holds no heap trace: a Windows-style one (HeapTraceProvider Alloc/Free with
+    // StackWalk stacks) is written here: 130,000 allocations (every other one freed) in 64 KiB
+    // buffers, about 23 MB.
+    let tmp = Scratch::new("heap");
+    let whole = tmp.path("heap_whole.etl");
+    windows_etl::write_storm(&whole, 130_000, 10_000);
+    let f = EtlFile::open(&whole).unwrap();
+    let written = f.buffers().len();
+    assert_eq!(f.header().buffers_written as usize, written);
+    assert!(written > 300, "{written} buffers");
+    let (r, table, err) = heap_report(&whole);
+    assert!(err.is_empty(), "{err}");
+    assert_eq!(r["exact"], true, "{r}");
+    assert_eq!(r["outstanding_total"], 65_000);
+    assert_eq!(r["lost_events"], 0);
+    assert_eq!(r["unreadable_records"], 0);
+    assert!(table.contains("Figures are exact"), "{table}");
+
+    // Cut to about 5 MB, inside the 77th buffer: 12 bytes into its first record past 1000 bytes
+    // (its header there, its payload not).
+    let bytes = std::fs::read(&whole).unwrap();
+    let b = &f.buffers()[76];
+    let rec = *record_offsets(&f, 76).iter().find(|&&o| o > 1000).unwrap();
+    let at = b.file_offset as usize + rec + 12;
+    let held = b.index + 1;
+    let cut = tmp.path("heap_cut.etl");
+    std::fs::write(&cut, &bytes[..at]).unwrap();
+    let (r, table, err) = heap_report(&cut);
+    let missing = format!(
+        "the file holds {held} of the {written} buffers the logger wrote: the events of the other {} are not in it, so blocks shown outstanding may have been freed",
+        written - held
+    );
+    let unreadable =
+        "unreadable parts skipped (buffers: 1, records: 1): counts and bytes are lower bounds";
+    assert_eq!(notes(&r), [missing.clone(), unreadable.to_string()], "{r}");
+    assert_eq!(r["exact"], false);
+    // The logger lost nothing: unreadable parts are not lost events.
+    assert_eq!(r["lost_events"], 0);
+    assert_eq!(r["unreadable_buffers"], 1);
+    assert_eq!(r["unreadable_records"], 1);
+    assert_eq!(r["buffers_missing"], written - held);
+    for n in [&missing, unreadable] {
+        assert!(
+            table.contains(&format!("  - {n}\n")),
+            "{n} not in:\n{table}"
+        );
+    }
+    assert!(!table.contains("events were lost"), "{table}");
+    // stderr names each damaged spot, as stats finds them.
+    let (ok, out, stats_err) = etwkit(&["stats", s(&cut), "--raw", "--format", "json"]);
+    assert!(ok);
+    assert_eq!(stats_err, err, "stats and heap name the same spots");
+    let st: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (st["bad_buffers"].as_u64(), st["bad_records"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 4, "{err}");
+    let off = b.file_offset;
+    assert_eq!(
+        lines[0],
+        format!(
+            "etwkit: warning: file offset {off} (buffer {}): file ends inside this buffer: {} of 65536 bytes present",
+            b.index,
+            rec + 12
+        )
+    );
+    assert!(
+        lines[1].starts_with(&format!(
+            "etwkit: warning: file offset {off} (buffer {}, record at 0x{rec:x}): ",
+            b.index
+        )),
+        "{}",
+        lines[1]
+    );
+    assert_eq!(
+        lines[2],
+        format!(
+            "etwkit: warning: file offset {at}: file holds {held} of the {written} buffers the logger wrote"
+        )
+    );
+    assert_eq!(
+        lines[3],
+        "etwkit: warning: 1 bad buffers and 1 bad records skipped; everything else was read"
+    );
+}
+
+#[test]
+fn the_loggers_losses_and_unreadable_records_stay_apart() {
+    let test = "the_loggers_losses_and_unreadable_records_stay_apart";
+    let Some(dir) = samples(test) else {
+        return;
+    };
+    // AMSITrace: the logger lost 3 events (its header's EventsLost); no heap events.
+    let whole = dir.join("etlparser_AMSITrace.etl");
+    let (r, _, err) = heap_report(&whole);
+    assert!(err.is_empty(), "{err}");
+    assert_eq!(r["lost_events"], 3);
+    assert_eq!(r["unreadable_records"], 0);
+    assert!(notes(&r).contains(&"3 events were lost: counts and bytes are lower bounds".into()));
+    // Cut inside its third buffer's last record: still the logger's 3, and the unreadable parts
+    // beside them.
+    let f = EtlFile::open(&whole).unwrap();
+    let b = &f.buffers()[2];
+    let tmp = Scratch::new("amsi");
+    let cut = tmp.path("amsi_cut.etl");
+    let at = b.file_offset as usize + record_offsets(&f, 2).last().unwrap() + 12;
+    std::fs::write(&cut, &std::fs::read(&whole).unwrap()[..at]).unwrap();
+    let (r, table, err) = heap_report(&cut);
+    assert_eq!(r["lost_events"], 3);
+    assert_eq!(r["unreadable_buffers"], 1);
+    assert_eq!(r["unreadable_records"], 1);
+    assert_eq!(r["buffers_missing"], f.buffers().len() - 3);
+    let n = notes(&r);
+    assert!(
+        n.contains(&"3 events were lost: counts and bytes are lower bounds".into()),
+        "{n:?}"
+    );
+    assert!(
+        n.contains(
+            &"unreadable parts skipped (buffers: 1, records: 1): counts and bytes are lower bounds"
+                .into()
+        ),
+        "{n:?}"
+    );
+    assert!(table.contains("  - 3 events were lost"), "{table}");
+    assert!(
+        err.contains(&format!(
+            "etwkit: warning: file offset {} (buffer 2): file ends inside this buffer",
+            b.file_offset
+        )),
+        "{err}"
     );
 }
