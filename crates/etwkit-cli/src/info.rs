@@ -20,8 +20,10 @@ pub enum TextOrJson {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let f = EtlFile::open(&a.file)?;
-    // What opening found (no record walk): the buffer chain's issues and the header's.
-    crate::issues::warn_issues(&f.open_summary(), "");
+    // Every read issue, as stats and dump name them: the buffer chain's and the header's, and the
+    // records' (one parallel walk that keeps nothing).
+    let (_, summary) = f.par_fold(|| (), |_, _| {}, |_, _| ());
+    crate::issues::warn(&summary, "", "read");
     let h = f.header();
     // Fields holding values no logger writes are unknown, not facts.
     let damaged: Vec<&str> = f.header_damage().iter().map(|d| d.field.key()).collect();

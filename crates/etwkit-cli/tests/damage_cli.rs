@@ -452,3 +452,105 @@ fn the_loggers_losses_and_unreadable_records_stay_apart() {
         "{err}"
     );
 }
+
+#[test]
+fn info_stats_and_heap_name_read_issues_on_stderr_as_dump_does() {
+    let test = "info_stats_and_heap_name_read_issues_on_stderr_as_dump_does";
+    let Some(dir) = samples(test) else {
+        return;
+    };
+    // tx_KernelNetwork (8 KiB buffers) cut 12 bytes into the first record past 2000 bytes of its
+    // 40th buffer: a cut buffer, a cut record, buffers missing.
+    let whole = dir.join("tx_KernelNetwork.etl");
+    let f = EtlFile::open(&whole).unwrap();
+    let written = f.buffers().len();
+    let b = &f.buffers()[39];
+    let rec = *record_offsets(&f, 39).iter().find(|&&o| o > 2000).unwrap();
+    let at = b.file_offset as usize + rec + 12;
+    let tmp = Scratch::new("issues");
+    let cut = tmp.path("kernelnetwork_cut.etl");
+    std::fs::write(&cut, &std::fs::read(&whole).unwrap()[..at]).unwrap();
+    let off = b.file_offset;
+    let want = format!(
+        "etwkit: warning: file offset {off} (buffer 39): file ends inside this buffer: {} of 8192 bytes present\n\
+         etwkit: warning: file offset {off} (buffer 39, record at 0x{rec:x}): ",
+        rec + 12
+    );
+    let (ok, dumped, dump_err) = etwkit(&["dump", s(&cut), "--raw", "--format", "json"]);
+    assert!(ok, "{dump_err}");
+    assert!(dump_err.starts_with(&want), "{dump_err}");
+    let lines: Vec<&str> = dump_err.lines().collect();
+    assert_eq!(lines.len(), 4, "{dump_err}");
+    assert_eq!(
+        lines[2],
+        format!("etwkit: warning: file offset {at}: file holds 40 of the {written} buffers the logger wrote")
+    );
+    assert_eq!(
+        lines[3],
+        "etwkit: warning: 1 bad buffers and 1 bad records skipped; everything else was read"
+    );
+    assert!(!dumped.is_empty());
+
+    // info: the same lines on stderr; stdout only the header.
+    let (ok, out, err) = etwkit(&["info", s(&cut)]);
+    assert!(ok, "{err}");
+    assert_eq!(err, dump_err);
+    assert!(!out.contains("warning"), "{out}");
+    assert_eq!(
+        line(&out, "buffers written"),
+        format!("buffers written      {written}")
+    );
+    let (ok, out, err) = etwkit(&["info", s(&cut), "--format", "json"]);
+    assert!(ok);
+    assert_eq!(err, dump_err);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["closed_cleanly"], false);
+    assert_eq!(v["buffers_in_file"], 40);
+
+    // stats: the same lines; its JSON keeps the issues, its text no longer repeats them.
+    let (ok, out, err) = etwkit(&["stats", s(&cut), "--format", "json"]);
+    assert!(ok);
+    assert_eq!(err, dump_err);
+    let st: Value = serde_json::from_str(&out).unwrap();
+    let reasons: Vec<&str> = st["issues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert_eq!(
+        reasons[2],
+        format!("file holds 40 of the {written} buffers the logger wrote")
+    );
+    assert_eq!(
+        (st["bad_buffers"].as_u64(), st["bad_records"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let (ok, out, err) = etwkit(&["stats", s(&cut)]);
+    assert!(ok);
+    assert_eq!(err, dump_err);
+    assert!(
+        !out.contains("issue at") && !out.contains("warning"),
+        "{out}"
+    );
+    assert!(
+        out.contains("damaged: 1 bad buffers, 1 bad records"),
+        "{out}"
+    );
+
+    // heap --report: the same lines, and no heap events in this file.
+    let (r, _, err) = heap_report(&cut);
+    assert_eq!(err, dump_err);
+    assert_eq!(r["unreadable_records"], 1);
+
+    // The whole file: nothing on stderr from any of them.
+    for args in [
+        vec!["info", s(&whole)],
+        vec!["stats", s(&whole), "--raw"],
+        vec!["heap", "--report", s(&whole)],
+    ] {
+        let (ok, _, err) = etwkit(&args);
+        assert!(ok && err.is_empty(), "{args:?}: {err}");
+    }
+}
