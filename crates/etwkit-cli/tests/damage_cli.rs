@@ -158,8 +158,8 @@ fn a_damaged_header_is_named_and_every_event_keeps_its_timestamp() {
     // BufferSize .. CpuSpeedInMHz (0x00..0x38): sizes, counts, EndTime; not the clock's fields.
     damage_header(&whole, &bad, 0, 0x38);
     let want = "etwkit: warning: file offset 0 (buffer 0, record at 0x48): logfile header damaged \
-        (buffer size 2779096485, processors 2779096485, end time -6510615555426900571 (FILETIME \
-        outside 1990..2200), pointer size 2779096485, CPU speed 2779096485 MHz): its fields are \
+        (pointer size 2779096485, processors 2779096485, CPU speed 2779096485 MHz, buffer size \
+        2779096485, end time -6510615555426900571 (FILETIME outside 1990..2200)): its fields are \
         not used";
 
     let (ok, out, err) = etwkit(&["info", s(&bad)]);
@@ -198,11 +198,11 @@ fn a_damaged_header_is_named_and_every_event_keeps_its_timestamp() {
     assert_eq!(
         v["damaged_fields"],
         serde_json::json!([
-            "buffer_size",
-            "number_of_processors",
-            "end_time",
             "pointer_size",
-            "cpu_speed_mhz"
+            "number_of_processors",
+            "cpu_speed_mhz",
+            "buffer_size",
+            "end_time"
         ])
     );
     assert_eq!(v["start_time_utc"], "2026-01-17T10:33:03.2242602Z");
@@ -230,7 +230,7 @@ fn a_damaged_header_is_named_and_every_event_keeps_its_timestamp() {
     assert!(issues[0]["reason"]
         .as_str()
         .unwrap()
-        .starts_with("logfile header damaged (buffer size 2779096485, "));
+        .starts_with("logfile header damaged (pointer size 2779096485, "));
 
     // Every event is still read, at exactly the time of the undamaged file.
     let (a, b) = (EtlFile::open(&whole).unwrap(), EtlFile::open(&bad).unwrap());

@@ -216,16 +216,37 @@ impl LogfileHeader {
         let mut v = Vec::new();
         let mut bad = |field, what: String| v.push(DamagedField { field, what });
         let plausible = |t: i64| (PLAUSIBLE_TIME_MIN..PLAUSIBLE_TIME_MAX).contains(&t);
-        if self.buffer_size == 0 || self.buffer_size % 512 != 0 {
+        if self.pointer_size != 4 && self.pointer_size != 8 {
             bad(
-                HeaderField::BufferSize,
-                format!("buffer size {}", self.buffer_size),
+                HeaderField::PointerSize,
+                format!("pointer size {}", self.pointer_size),
             );
         }
         if !(1..=4096).contains(&self.number_of_processors) {
             bad(
                 HeaderField::NumberOfProcessors,
                 format!("processors {}", self.number_of_processors),
+            );
+        }
+        if self.cpu_speed_mhz > 100_000 {
+            bad(
+                HeaderField::CpuSpeedMhz,
+                format!("CPU speed {} MHz", self.cpu_speed_mhz),
+            );
+        }
+        if self.buffer_size == 0 || self.buffer_size % 512 != 0 {
+            bad(
+                HeaderField::BufferSize,
+                format!("buffer size {}", self.buffer_size),
+            );
+        }
+        if !plausible(self.start_time) {
+            bad(
+                HeaderField::StartTime,
+                format!(
+                    "start time {} (FILETIME outside 1990..2200)",
+                    self.start_time
+                ),
             );
         }
         if self.end_time != 0 && !plausible(self.end_time) {
@@ -242,31 +263,10 @@ impl LogfileHeader {
                 format!("end time {} before the start time", self.end_time),
             );
         }
-        if self.pointer_size != 4 && self.pointer_size != 8 {
-            bad(
-                HeaderField::PointerSize,
-                format!("pointer size {}", self.pointer_size),
-            );
-        }
-        if self.cpu_speed_mhz > 100_000 {
-            bad(
-                HeaderField::CpuSpeedMhz,
-                format!("CPU speed {} MHz", self.cpu_speed_mhz),
-            );
-        }
         if self.clock_type == ClockType::Qpc && self.perf_freq <= 0 {
             bad(
                 HeaderField::PerfFreq,
                 format!("QPC clock with perf frequency {}", self.perf_freq),
-            );
-        }
-        if !plausible(self.start_time) {
-            bad(
-                HeaderField::StartTime,
-                format!(
-                    "start time {} (FILETIME outside 1990..2200)",
-                    self.start_time
-                ),
             );
         }
         v
@@ -498,11 +498,11 @@ mod tests {
         assert_eq!(
             fields(&h),
             [
-                HeaderField::BufferSize,
-                HeaderField::NumberOfProcessors,
-                HeaderField::EndTime,
                 HeaderField::PointerSize,
-                HeaderField::CpuSpeedMhz
+                HeaderField::NumberOfProcessors,
+                HeaderField::CpuSpeedMhz,
+                HeaderField::BufferSize,
+                HeaderField::EndTime,
             ]
         );
         assert!(h.clock_sound(&d, 175_055_121_578));
