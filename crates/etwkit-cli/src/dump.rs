@@ -167,14 +167,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     std::mem::forget(decoder_owned);
     a.filter.warn_if_nothing_kept(rendered.emitted, &unknown);
     std::io::stderr().flush().ok();
-    for i in &summary.issues {
-        eprintln!("etwkit: warning: {i}");
-    }
-    if summary.bad_buffers + summary.bad_records > 0 {
-        eprintln!(
-            "etwkit: {} bad buffers and {} bad records skipped; everything else was read",
-            summary.bad_buffers, summary.bad_records
-        );
-    }
+    crate::issues::warn(&summary, "", "read");
     Ok(())
 }

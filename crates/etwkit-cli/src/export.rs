@@ -107,17 +107,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             })?;
         base += f.len();
         let report = || {
-            for i in &summary.issues {
-                eprintln!("etwkit: warning: {}: {i}", path.display());
-            }
-            if summary.bad_buffers + summary.bad_records > 0 {
-                eprintln!(
-                    "etwkit: {}: {} bad buffers and {} bad records skipped; everything else was exported",
-                    path.display(),
-                    summary.bad_buffers,
-                    summary.bad_records
-                );
-            }
+            crate::issues::warn(&summary, &format!("{}: ", path.display()), "exported");
         };
         crate::progress::above(bar.as_ref(), report);
     }

@@ -157,7 +157,9 @@ fn write_profiles(a: &Args, report: &HeapReport) -> anyhow::Result<()> {
 
 fn report_from_etl(file: &PathBuf, top: usize, frames: usize) -> anyhow::Result<HeapReport> {
     let f = etwkit::etl::EtlFile::open(file)?;
-    let (an, images, modules) = etwkit::analysis::heap::analyze_file_modules(&f);
+    let (an, images, modules, summary) = etwkit::analysis::heap::analyze_file_read(&f);
+    // Each damaged spot on stderr, as every reading command names them; the report's notes count them.
+    crate::issues::warn(&summary, "", "read");
     Ok(
         match etwkit::live::heap::saved_trace_namer(&images, modules) {
             Some(mut namer) => an.report(Some(namer.as_mut()), top, frames),

@@ -20,30 +20,50 @@ pub enum TextOrJson {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let f = EtlFile::open(&a.file)?;
+    // Every read issue, as stats and dump name them: the buffer chain's and the header's, and the
+    // records' (one parallel walk that keeps nothing).
+    let (_, summary) = f.par_fold(|| (), |_, _| {}, |_, _| ());
+    crate::issues::warn(&summary, "", "read");
     let h = f.header();
+    // Fields holding values no logger writes are unknown, not facts.
+    let damaged: Vec<&str> = f.header_damage().iter().map(|d| d.field.key()).collect();
+    let known = |key: &str| !damaged.contains(&key);
+    let start_known = known("start_time") && f.header_error().is_none();
+    let end_known = known("end_time") && f.header_error().is_none();
     if a.format == TextOrJson::Json {
         let mut v = serde_json::to_value(h).context("serialize header")?;
         let o = v.as_object_mut().expect("object");
+        for key in &damaged {
+            o.insert((*key).into(), serde_json::Value::Null);
+        }
         o.insert("version".into(), h.version_string().into());
-        o.insert("start_time_utc".into(), format_rfc3339(h.start_time).into());
+        o.insert(
+            "start_time_utc".into(),
+            start_known.then(|| format_rfc3339(h.start_time)).into(),
+        );
         o.insert(
             "end_time_utc".into(),
-            if h.end_time != 0 {
-                format_rfc3339(h.end_time).into()
-            } else {
-                serde_json::Value::Null
-            },
+            (end_known && h.end_time != 0)
+                .then(|| format_rfc3339(h.end_time))
+                .into(),
         );
         o.insert("boot_time_utc".into(), format_rfc3339(h.boot_time).into());
         o.insert("closed_cleanly".into(), f.closed_cleanly().into());
         o.insert("buffers_in_file".into(), f.buffers().len().into());
         o.insert("header_error".into(), f.header_error().into());
+        o.insert("damaged_fields".into(), damaged.clone().into());
+        o.insert("header_damage".into(), f.header_damage_issue().into());
+        o.insert("clock_damaged".into(), f.clock_damaged().into());
         outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    if let Some(e) = f.header_error() {
-        outln!("warning: {e}");
-    }
+    let shown = |key: &str, value: String| {
+        if known(key) {
+            value
+        } else {
+            "unknown".to_string()
+        }
+    };
     outln!(
         "file                 {} ({} bytes, {} buffers)",
         a.file.display(),
@@ -59,24 +79,41 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     );
     outln!(
         "pointer size         {} (header layout {}-bit)",
-        h.pointer_size,
+        shown("pointer_size", h.pointer_size.to_string()),
         h.layout_pointer_size as u32 * 8
     );
     outln!(
         "processors           {} ({} MHz)",
-        h.number_of_processors,
-        h.cpu_speed_mhz
+        shown("number_of_processors", h.number_of_processors.to_string()),
+        shown("cpu_speed_mhz", h.cpu_speed_mhz.to_string())
     );
-    outln!("buffer size          {} bytes (logical)", h.buffer_size);
+    outln!(
+        "buffer size          {}",
+        shown("buffer_size", format!("{} bytes (logical)", h.buffer_size))
+    );
     outln!("log file mode        0x{:08x}", h.log_file_mode);
     outln!(
-        "clock                {:?}, perf frequency {} Hz, timer resolution {} x 100ns",
+        "clock                {:?}, perf frequency {}, timer resolution {} x 100ns{}",
         h.clock_type,
-        h.perf_freq,
-        h.timer_resolution
+        shown("perf_freq", format!("{} Hz", h.perf_freq)),
+        h.timer_resolution,
+        if f.clock_damaged() {
+            " (not used: timestamps are shown raw)"
+        } else {
+            ""
+        }
     );
-    outln!("start time           {}", format_rfc3339(h.start_time));
-    if h.end_time != 0 {
+    outln!(
+        "start time           {}",
+        if start_known {
+            format_rfc3339(h.start_time)
+        } else {
+            "unknown".into()
+        }
+    );
+    if !end_known {
+        outln!("end time             unknown");
+    } else if h.end_time != 0 {
         outln!("end time             {}", format_rfc3339(h.end_time));
     } else {
         outln!("end time             (none: the logger did not close this file cleanly)");

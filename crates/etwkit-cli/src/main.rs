@@ -18,6 +18,7 @@ mod export;
 mod filter_args;
 mod heap;
 mod info;
+mod issues;
 mod net;
 mod out;
 mod pcap;

@@ -45,9 +45,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .into_inner()
         .map_err(|e| anyhow::anyhow!("writing {}: {}", a.output.display(), e.error()))?;
     out.commit()?;
-    for i in &summary.issues {
-        eprintln!("etwkit: warning: {i}");
-    }
+    crate::issues::warn_issues(&summary, "");
     let s = &pkts.summary;
     for (t, n) in &s.unsupported_types {
         eprintln!("etwkit: warning: {n} packets of PktMon packet type {t:?} were not written (no pcapng link type for it here)");

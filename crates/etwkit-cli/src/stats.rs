@@ -33,10 +33,23 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         None => file_stats(&f),
         Some(d) => etwkit::decode::file_stats(&f, d),
     };
+    // The issues on stderr as every reading command gives them; the JSON keeps them too.
+    let summary = etwkit::etl::ReadSummary {
+        bad_buffers: s.bad_buffers,
+        bad_records: s.bad_records,
+        issues: s.issues.clone(),
+        issues_dropped: s.issues_dropped,
+        ..Default::default()
+    };
     if a.format == TextOrJson::Json {
         outln!("{}", serde_json::to_string(&s)?);
+        crate::issues::warn(&summary, "", "read");
         return Ok(());
     }
+    let end_damaged = f
+        .header_damage()
+        .iter()
+        .any(|d| d.field == etwkit::etl::logfile_header::HeaderField::EndTime);
     outln!(
         "{}: {} records in {} buffers ({} compressed), {} bytes",
         s.file,
@@ -49,8 +62,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "logger {:?}, pointer size {}, {} .. {}",
         s.logger_name,
         s.pointer_size,
-        s.start_time.as_deref().unwrap_or("?"),
-        s.end_time.as_deref().unwrap_or("(not closed cleanly)")
+        s.start_time.as_deref().unwrap_or("unknown"),
+        s.end_time.as_deref().unwrap_or(if end_damaged {
+            "unknown"
+        } else {
+            "(not closed cleanly)"
+        })
     );
     outln!(
         "lost: {} events, {} buffers (header); {} buffers flagged",
@@ -123,11 +140,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             outln!("  {v:>10}  {k}  {}", name(k));
         }
     }
-    for i in &s.issues {
-        outln!("issue at {i}");
-    }
-    if s.issues_dropped > 0 {
-        outln!("... and {} more issues", s.issues_dropped);
-    }
+    crate::issues::warn(&summary, "", "read");
     Ok(())
 }

@@ -51,7 +51,13 @@ pub struct HeapAnalyzer {
     outstanding: HashMap<(u32, u64), Block>,
     procs: HashMap<u32, ProcStats>,
     ops: u64,
+    /// Events the source (the logger, the live tracer) says it lost.
     lost_events: u64,
+    /// Buffers and records of a saved trace that could not be read (not losses of the logger).
+    unreadable_buffers: u64,
+    unreadable_records: u64,
+    /// Buffers the logger wrote that a saved trace does not hold.
+    buffers_missing: u64,
     notes: Vec<String>,
     /// When tracing began on running processes (attach): earlier blocks were not seen.
     started: Option<i64>,
@@ -150,6 +156,26 @@ impl HeapAnalyzer {
     /// Events the source lost (the report then says its figures are not exact).
     pub fn add_lost(&mut self, n: u64) {
         self.lost_events += n;
+    }
+
+    /// Parts of a saved trace that could not be read: whole buffers, records. Counted apart from the
+    /// logger's own losses ([`HeapAnalyzer::add_lost`]); the report then says its figures are not
+    /// exact.
+    pub fn add_unreadable(&mut self, buffers: u64, records: u64) {
+        self.unreadable_buffers += buffers;
+        self.unreadable_records += records;
+    }
+
+    /// A saved trace holds `held` of the `written` buffers its logger wrote (cut short): the
+    /// events of the others are missing, so blocks shown outstanding may have been freed.
+    pub fn set_buffers_missing(&mut self, held: u64, written: u64) {
+        if written > held {
+            self.buffers_missing = written - held;
+            self.notes.push(format!(
+                "the file holds {held} of the {written} buffers the logger wrote: the events of the other {} are not in it, so blocks shown outstanding may have been freed",
+                written - held
+            ));
+        }
     }
 
     /// A reason the figures may be inexact, stated by the source.
@@ -290,6 +316,13 @@ impl HeapAnalyzer {
                 self.lost_events
             ));
         }
+        if self.unreadable_buffers + self.unreadable_records > 0 {
+            exact = false;
+            notes.push(format!(
+                "unreadable parts skipped (buffers: {}, records: {}): counts and bytes are lower bounds",
+                self.unreadable_buffers, self.unreadable_records
+            ));
+        }
         let replaced: u64 = processes
             .iter()
             .map(|p| p.addresses_reused_without_free)
@@ -318,6 +351,9 @@ impl HeapAnalyzer {
             exact,
             notes,
             lost_events: self.lost_events,
+            unreadable_buffers: self.unreadable_buffers,
+            unreadable_records: self.unreadable_records,
+            buffers_missing: self.buffers_missing,
             operations: self.ops,
             outstanding_total: self.outstanding.len() as u64,
             outstanding_bytes_total: self.outstanding_bytes(),
@@ -402,7 +438,14 @@ pub struct HeapReport {
     /// False when anything (lost events, unmatched frees...) makes the figures approximate.
     pub exact: bool,
     pub notes: Vec<String>,
+    /// Events the logger (or the live tracer) says it lost.
     pub lost_events: u64,
+    /// Buffers and records of a saved trace that could not be read (each named on stderr by
+    /// `etwkit heap --report`); not counted in `lost_events`.
+    pub unreadable_buffers: u64,
+    pub unreadable_records: u64,
+    /// Buffers the logger wrote (the header's BuffersWritten) that the saved trace does not hold.
+    pub buffers_missing: u64,
     pub operations: u64,
     pub outstanding_total: u64,
     pub outstanding_bytes_total: u64,
@@ -501,6 +544,20 @@ pub fn analyze_file(file: &crate::etl::EtlFile) -> (HeapAnalyzer, Vec<ImageMappi
 pub fn analyze_file_modules(
     file: &crate::etl::EtlFile,
 ) -> (HeapAnalyzer, Vec<ImageMapping>, ModuleMap) {
+    let (an, images, modules, _) = analyze_file_read(file);
+    (an, images, modules)
+}
+
+/// [`analyze_file_modules`], and the walk's summary: every part that could not be read, by file
+/// offset and reason (`etwkit heap --report` names each on stderr).
+pub fn analyze_file_read(
+    file: &crate::etl::EtlFile,
+) -> (
+    HeapAnalyzer,
+    Vec<ImageMapping>,
+    ModuleMap,
+    crate::etl::ReadSummary,
+) {
     let mut an = HeapAnalyzer::new();
     if file.header().logger_name == ATTACHED_LOGGER_NAME {
         an.set_tracing_started(file.header().start_time);
@@ -512,13 +569,31 @@ pub fn analyze_file_modules(
         std::ops::ControlFlow::Continue(())
     });
     w.drain(&mut |op| an.add(&op));
-    an.add_lost(file.header().events_lost as u64 + summary.bad_records);
-    if summary.bad_buffers > 0 {
+    // The logger's own losses (header, buffer flags) apart from what this file lost since.
+    let h = file.header();
+    an.add_lost(h.events_lost as u64);
+    if h.buffers_lost > 0 {
+        an.add_note(format!("the logger lost {} buffers", h.buffers_lost));
+    }
+    let flagged = file
+        .buffers()
+        .iter()
+        .filter(|b| {
+            b.header.flags
+                & (crate::etl::buffer::flag::EVENTS_LOST | crate::etl::buffer::flag::BUFFER_LOST)
+                != 0
+        })
+        .count();
+    if flagged > 0 {
         an.add_note(format!(
-            "{} unreadable buffers were skipped",
-            summary.bad_buffers
+            "{flagged} buffers are flagged by the logger as having lost events"
         ));
     }
+    an.set_buffers_missing(
+        file.buffers().len() as u64,
+        (file.buffers().len() + file.missing_buffers()) as u64,
+    );
+    an.add_unreadable(summary.bad_buffers, summary.bad_records);
     if w.malformed > 0 {
         an.add_note(format!("{} heap events too short to decode", w.malformed));
     }
@@ -535,5 +610,5 @@ pub fn analyze_file_modules(
             modules.malformed
         ));
     }
-    (an, images, modules)
+    (an, images, modules, summary)
 }

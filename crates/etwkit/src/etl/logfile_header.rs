@@ -157,3 +157,386 @@ impl LogfileHeader {
         }
     }
 }
+
+/// FILETIME of 1990-01-01T00:00:00Z: no ETW logger predates it.
+pub const PLAUSIBLE_TIME_MIN: i64 = 122_756_256_000_000_000;
+/// FILETIME of 2200-01-01T00:00:00Z.
+pub const PLAUSIBLE_TIME_MAX: i64 = 189_025_920_000_000_000;
+
+/// A field of the logfile header, as [`LogfileHeader`] names it (its JSON key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeaderField {
+    BufferSize,
+    NumberOfProcessors,
+    EndTime,
+    PointerSize,
+    CpuSpeedMhz,
+    PerfFreq,
+    StartTime,
+}
+
+impl HeaderField {
+    /// The [`LogfileHeader`] field (and JSON key) this is.
+    pub fn key(self) -> &'static str {
+        match self {
+            HeaderField::BufferSize => "buffer_size",
+            HeaderField::NumberOfProcessors => "number_of_processors",
+            HeaderField::EndTime => "end_time",
+            HeaderField::PointerSize => "pointer_size",
+            HeaderField::CpuSpeedMhz => "cpu_speed_mhz",
+            HeaderField::PerfFreq => "perf_freq",
+            HeaderField::StartTime => "start_time",
+        }
+    }
+}
+
+/// A logfile-header field holding a value no logger writes.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DamagedField {
+    pub field: HeaderField,
+    /// The field and its value, e.g. `pointer size 2779096485`.
+    pub what: String,
+}
+
+impl std::fmt::Display for DamagedField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
+impl LogfileHeader {
+    /// The fields that hold values no logger writes (bytes written over the header): a pointer size
+    /// other than 4 or 8; a processor count outside 1..=4096; a CPU speed above 100 GHz; a buffer
+    /// size of 0 or not a multiple of 512; a start or end time outside 1990..2200, or an end before
+    /// the start (an end of 0 means the file was not closed, and is fine); a QPC clock without its
+    /// PerfFreq. Empty for every header of ../shared/etl-samples. There is no limit on end minus
+    /// start: a relog may span years.
+    pub fn damaged_fields(&self) -> Vec<DamagedField> {
+        let mut v = Vec::new();
+        let mut bad = |field, what: String| v.push(DamagedField { field, what });
+        let plausible = |t: i64| (PLAUSIBLE_TIME_MIN..PLAUSIBLE_TIME_MAX).contains(&t);
+        if self.pointer_size != 4 && self.pointer_size != 8 {
+            bad(
+                HeaderField::PointerSize,
+                format!("pointer size {}", self.pointer_size),
+            );
+        }
+        if !(1..=4096).contains(&self.number_of_processors) {
+            bad(
+                HeaderField::NumberOfProcessors,
+                format!("processors {}", self.number_of_processors),
+            );
+        }
+        if self.cpu_speed_mhz > 100_000 {
+            bad(
+                HeaderField::CpuSpeedMhz,
+                format!("CPU speed {} MHz", self.cpu_speed_mhz),
+            );
+        }
+        if self.buffer_size == 0 || self.buffer_size % 512 != 0 {
+            bad(
+                HeaderField::BufferSize,
+                format!("buffer size {}", self.buffer_size),
+            );
+        }
+        if !plausible(self.start_time) {
+            bad(
+                HeaderField::StartTime,
+                format!(
+                    "start time {} (FILETIME outside 1990..2200)",
+                    self.start_time
+                ),
+            );
+        }
+        if self.end_time != 0 && !plausible(self.end_time) {
+            bad(
+                HeaderField::EndTime,
+                format!("end time {} (FILETIME outside 1990..2200)", self.end_time),
+            );
+        } else if self.end_time != 0
+            && plausible(self.start_time)
+            && self.end_time < self.start_time
+        {
+            bad(
+                HeaderField::EndTime,
+                format!("end time {} before the start time", self.end_time),
+            );
+        }
+        if self.clock_type == ClockType::Qpc && self.perf_freq <= 0 {
+            bad(
+                HeaderField::PerfFreq,
+                format!("QPC clock with perf frequency {}", self.perf_freq),
+            );
+        }
+        v
+    }
+
+    /// Whether the clock can be believed given `damaged` (from [`LogfileHeader::damaged_fields`])
+    /// and `t0`, the header record's own timestamp: its start time and frequency are sound, and
+    /// for a counter clock (QPC, raw, cycles) its base `t0` is a positive count.
+    pub fn clock_sound(&self, damaged: &[DamagedField], t0: i64) -> bool {
+        let clock_field = |f: HeaderField| match f {
+            HeaderField::StartTime | HeaderField::PerfFreq => true,
+            HeaderField::CpuSpeedMhz => self.clock_type == ClockType::CpuCycle,
+            _ => false,
+        };
+        !damaged.iter().any(|d| clock_field(d.field))
+            && (self.clock_type == ClockType::SystemTime || t0 > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::format_rfc3339;
+
+    /// The header of pktmonvpn_PktMon.etl (its clock and sizes), as a sound starting point.
+    fn sound() -> LogfileHeader {
+        LogfileHeader {
+            buffer_size: 16 << 20,
+            version: [10, 0, 2, 0],
+            provider_version: 19042,
+            number_of_processors: 4,
+            end_time: 132_670_374_711_058_559,
+            timer_resolution: 156_250,
+            maximum_file_size: 512,
+            log_file_mode: 0x0401_0000,
+            buffers_written: 5,
+            start_buffers: 0,
+            pointer_size: 8,
+            events_lost: 0,
+            cpu_speed_mhz: 2396,
+            bias_minutes: -330,
+            time_zone_standard_name: String::new(),
+            time_zone_daylight_name: String::new(),
+            boot_time: 132_670_200_000_000_000,
+            perf_freq: 10_000_000,
+            start_time: 132_670_374_575_408_593,
+            clock_type: ClockType::Qpc,
+            buffers_lost: 0,
+            logger_name: "Relogger".into(),
+            log_file_name: String::new(),
+            layout_pointer_size: 8,
+        }
+    }
+
+    fn fields(h: &LogfileHeader) -> Vec<HeaderField> {
+        h.damaged_fields().iter().map(|d| d.field).collect()
+    }
+
+    #[test]
+    fn the_plausible_times_are_1990_and_2200() {
+        assert_eq!(
+            format_rfc3339(PLAUSIBLE_TIME_MIN),
+            "1990-01-01T00:00:00.0000000Z"
+        );
+        assert_eq!(
+            format_rfc3339(PLAUSIBLE_TIME_MAX),
+            "2200-01-01T00:00:00.0000000Z"
+        );
+    }
+
+    #[test]
+    fn a_sound_header_has_no_damaged_field() {
+        let h = sound();
+        assert!(h.damaged_fields().is_empty());
+        assert!(h.clock_sound(&[], 175_055_121_578));
+        // Not closed (EndTime 0), a 32-bit logger, one CPU, 4096 CPUs, 100 GHz, 512-byte buffers.
+        for h in [
+            LogfileHeader {
+                end_time: 0,
+                ..sound()
+            },
+            LogfileHeader {
+                pointer_size: 4,
+                number_of_processors: 1,
+                cpu_speed_mhz: 100_000,
+                buffer_size: 512,
+                ..sound()
+            },
+            LogfileHeader {
+                number_of_processors: 4096,
+                ..sound()
+            },
+        ] {
+            assert!(h.damaged_fields().is_empty(), "{h:?}");
+        }
+    }
+
+    #[test]
+    fn a_relog_spanning_years_is_sound() {
+        // 1995 to 2199: no limit on end minus start.
+        let h = LogfileHeader {
+            start_time: PLAUSIBLE_TIME_MIN + 5 * 365 * 864_000_000_000,
+            end_time: PLAUSIBLE_TIME_MAX - 1,
+            ..sound()
+        };
+        assert!(h.damaged_fields().is_empty());
+    }
+
+    #[test]
+    fn each_check_names_its_field_and_value() {
+        use HeaderField::*;
+        let cases: Vec<(LogfileHeader, HeaderField, &str)> = vec![
+            (
+                LogfileHeader {
+                    pointer_size: 2_779_096_485,
+                    ..sound()
+                },
+                PointerSize,
+                "pointer size 2779096485",
+            ),
+            (
+                LogfileHeader {
+                    pointer_size: 0,
+                    ..sound()
+                },
+                PointerSize,
+                "pointer size 0",
+            ),
+            (
+                LogfileHeader {
+                    number_of_processors: 0,
+                    ..sound()
+                },
+                NumberOfProcessors,
+                "processors 0",
+            ),
+            (
+                LogfileHeader {
+                    number_of_processors: 4097,
+                    ..sound()
+                },
+                NumberOfProcessors,
+                "processors 4097",
+            ),
+            (
+                LogfileHeader {
+                    cpu_speed_mhz: 100_001,
+                    ..sound()
+                },
+                CpuSpeedMhz,
+                "CPU speed 100001 MHz",
+            ),
+            (
+                LogfileHeader {
+                    buffer_size: 0,
+                    ..sound()
+                },
+                BufferSize,
+                "buffer size 0",
+            ),
+            (
+                LogfileHeader {
+                    buffer_size: 65_537,
+                    ..sound()
+                },
+                BufferSize,
+                "buffer size 65537",
+            ),
+            (
+                LogfileHeader {
+                    start_time: PLAUSIBLE_TIME_MIN - 1,
+                    ..sound()
+                },
+                StartTime,
+                "start time 122756255999999999 (FILETIME outside 1990..2200)",
+            ),
+            (
+                LogfileHeader {
+                    end_time: PLAUSIBLE_TIME_MAX,
+                    ..sound()
+                },
+                EndTime,
+                "end time 189025920000000000 (FILETIME outside 1990..2200)",
+            ),
+            (
+                LogfileHeader {
+                    end_time: 132_670_374_575_408_592,
+                    ..sound()
+                },
+                EndTime,
+                "end time 132670374575408592 before the start time",
+            ),
+            (
+                LogfileHeader {
+                    perf_freq: 0,
+                    ..sound()
+                },
+                PerfFreq,
+                "QPC clock with perf frequency 0",
+            ),
+        ];
+        for (h, field, what) in cases {
+            let d = h.damaged_fields();
+            assert_eq!(d.len(), 1, "{what}: {d:?}");
+            assert_eq!(d[0].field, field);
+            assert_eq!(d[0].to_string(), what);
+        }
+        // A system-time clock needs no PerfFreq.
+        let h = LogfileHeader {
+            perf_freq: 0,
+            clock_type: ClockType::SystemTime,
+            ..sound()
+        };
+        assert!(h.damaged_fields().is_empty());
+    }
+
+    #[test]
+    fn the_clock_is_kept_unless_its_own_fields_are_damaged() {
+        // Bytes over everything but the clock: damaged, clock sound.
+        let h = LogfileHeader {
+            pointer_size: 0xA5A5_A5A5,
+            number_of_processors: 0xA5A5_A5A5,
+            cpu_speed_mhz: 0xA5A5_A5A5,
+            buffer_size: 0xA5A5_A5A5,
+            end_time: 0xA5A5_A5A5_A5A5_A5A5u64 as i64,
+            ..sound()
+        };
+        let d = h.damaged_fields();
+        assert_eq!(
+            fields(&h),
+            [
+                HeaderField::PointerSize,
+                HeaderField::NumberOfProcessors,
+                HeaderField::CpuSpeedMhz,
+                HeaderField::BufferSize,
+                HeaderField::EndTime,
+            ]
+        );
+        assert!(h.clock_sound(&d, 175_055_121_578));
+        // The QPC base (the header record's timestamp) is not a count.
+        assert!(!h.clock_sound(&d, 0));
+        assert!(!h.clock_sound(&d, -5));
+        // Start time or frequency damaged: the clock goes.
+        for h in [
+            LogfileHeader {
+                start_time: 12,
+                ..sound()
+            },
+            LogfileHeader {
+                perf_freq: -1,
+                ..sound()
+            },
+        ] {
+            assert!(
+                !h.clock_sound(&h.damaged_fields(), 175_055_121_578),
+                "{h:?}"
+            );
+        }
+        // CPU speed counts for a cycle clock only.
+        let h = LogfileHeader {
+            cpu_speed_mhz: 0xA5A5_A5A5,
+            clock_type: ClockType::CpuCycle,
+            ..sound()
+        };
+        assert!(!h.clock_sound(&h.damaged_fields(), 175_055_121_578));
+        // A system-time clock has no base to check.
+        let h = LogfileHeader {
+            clock_type: ClockType::SystemTime,
+            ..sound()
+        };
+        assert!(h.clock_sound(&[], 0));
+    }
+}

@@ -14,7 +14,7 @@ use crate::time::Clock;
 
 use super::buffer::{BufferHeader, BUFFER_HEADER_SIZE};
 use super::compression;
-use super::logfile_header::LogfileHeader;
+use super::logfile_header::{DamagedField, LogfileHeader};
 use super::record::{self, BufferContext, Next};
 
 /// Largest uncompressed buffer we accept (ETW allows at most 16 MiB buffers... we leave headroom). A
@@ -181,6 +181,12 @@ pub struct EtlFile {
     path: PathBuf,
     header: LogfileHeader,
     header_error: Option<String>,
+    /// Fields of the logfile header holding values no logger writes.
+    header_damage: Vec<DamagedField>,
+    /// The issue that names the header's damage (the fields, or a clock base no logger writes).
+    header_damage_issue: Option<String>,
+    /// The clock's own fields are damaged: timestamps are shown raw.
+    clock_damaged: bool,
     clock: Clock,
     buffers: Vec<BufferInfo>,
     chain_issues: Vec<ReadIssue>,
@@ -384,6 +390,9 @@ impl EtlFile {
             path,
             header: default_header(),
             header_error: None,
+            header_damage: Vec::new(),
+            header_damage_issue: None,
+            clock_damaged: false,
             clock: Clock::IDENTITY,
             buffers,
             chain_issues,
@@ -395,10 +404,11 @@ impl EtlFile {
         // A file that holds fewer buffers than the logger wrote (a copy stopped early, a disk that
         // filled up): cut at a buffer boundary (every buffer present whole) or inside its last
         // buffer (counted as held; its own issue says how much of it is there), the buffers the
-        // logger wrote after it are missing either way.
+        // logger wrote after it are missing either way. A damaged header's BuffersWritten is not
+        // believed.
         let held = f.buffers.len();
         let written = f.header.buffers_written as usize;
-        if f.header_error.is_none() && written > held {
+        if f.header_error.is_none() && f.header_damage_issue.is_none() && written > held {
             f.missing_buffers = written - held;
             f.chain_issues.push(ReadIssue {
                 file_offset: f.data.len() as u64,
@@ -447,7 +457,30 @@ impl EtlFile {
         };
         match result {
             Ok((h, t0)) => {
-                self.clock = h.clock(t0);
+                let damaged = h.damaged_fields();
+                let clock_sound = h.clock_sound(&damaged, t0);
+                let mut named: Vec<String> = damaged.iter().map(|d| d.to_string()).collect();
+                if !clock_sound && damaged.is_empty() {
+                    named.push(format!("clock base (the header record's timestamp) {t0}"));
+                }
+                if !named.is_empty() {
+                    self.header_damage_issue = Some(format!(
+                        "logfile header damaged ({}): its fields are not used{}",
+                        named.join(", "),
+                        if clock_sound {
+                            ""
+                        } else {
+                            "; timestamps are shown raw"
+                        }
+                    ));
+                }
+                self.clock = if clock_sound {
+                    h.clock(t0)
+                } else {
+                    Clock::IDENTITY
+                };
+                self.clock_damaged = !clock_sound;
+                self.header_damage = damaged;
                 self.header = h;
             }
             Err(e) => {
@@ -484,6 +517,23 @@ impl EtlFile {
         self.header_error.as_deref()
     }
 
+    /// The logfile-header fields that hold values no logger writes (empty for a sound header):
+    /// they are not used, and `info` shows them as unknown.
+    pub fn header_damage(&self) -> &[DamagedField] {
+        &self.header_damage
+    }
+
+    /// The issue naming the header's damage, when it is damaged.
+    pub fn header_damage_issue(&self) -> Option<&str> {
+        self.header_damage_issue.as_deref()
+    }
+
+    /// Whether the clock's own fields (start time, frequency, the header record's timestamp) are
+    /// damaged or unreadable: [`EtlFile::clock`] then shows timestamps raw.
+    pub fn clock_damaged(&self) -> bool {
+        self.clock_damaged || self.header_error.is_some()
+    }
+
     pub fn clock(&self) -> Clock {
         self.clock
     }
@@ -496,6 +546,7 @@ impl EtlFile {
     /// has its EndTime, no buffer is cut short and none the logger wrote is missing.
     pub fn closed_cleanly(&self) -> bool {
         self.header_error.is_none()
+            && self.header_damage_issue.is_none()
             && self.header.closed_cleanly()
             && self.missing_buffers == 0
             && !self.buffers.iter().any(|b| b.truncated)
@@ -724,7 +775,22 @@ impl EtlFile {
                 reason: e.clone(),
             });
         }
+        if let Some(e) = &self.header_damage_issue {
+            s.issue(ReadIssue {
+                file_offset: 0,
+                buffer_index: Some(0),
+                record_offset: Some(BUFFER_HEADER_SIZE),
+                reason: e.clone(),
+            });
+        }
         s
+    }
+
+    /// What opening the file found, before any record walk: the buffer chain's issues (corrupt
+    /// headers, truncation, missing buffers) and the logfile header's. Every walk's summary starts
+    /// with these.
+    pub fn open_summary(&self) -> ReadSummary {
+        self.start_summary()
     }
 
     fn visit_one(

@@ -135,6 +135,7 @@ pub fn relog_options(inputs: &[EtlFile]) -> WriterOptions {
             o.number_of_processors = inputs
                 .iter()
                 .map(|f| f.header().number_of_processors)
+                .filter(|n| (1..=4096).contains(n))
                 .max()
                 .unwrap_or(1);
             o

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use crate::time::format_rfc3339;
 
+use super::logfile_header::HeaderField;
+
 use super::reader::{EtlFile, ReadIssue};
 
 /// The `etwkit stats` JSON object. Field names are a contract (README.md).
@@ -35,7 +37,8 @@ pub struct FileStats {
     pub buffers_flagged_lost: u64,
     pub pointer_size: u32,
     pub logger_name: String,
-    /// From the logfile header (RFC 3339 UTC); `end_time` is null when the logger did not close the file.
+    /// From the logfile header (RFC 3339 UTC); `end_time` is null when the logger did not close the
+    /// file; either is null when the header holds no time a logger writes there.
     pub start_time: Option<String>,
     pub end_time: Option<String>,
     pub first_event: Option<String>,
@@ -149,6 +152,10 @@ where
         }
     }
     let header_ok = file.header_error().is_none();
+    // Header fields holding values no logger writes are unknown (null).
+    let known = |f: super::logfile_header::HeaderField| {
+        header_ok && !file.header_damage().iter().any(|d| d.field == f)
+    };
     let stats = FileStats {
         file: file.path().display().to_string(),
         size: file.len(),
@@ -180,10 +187,11 @@ where
                     != 0
             })
             .count() as u64,
-        pointer_size: h.pointer_size,
+        pointer_size: h.logger_pointer_size() as u32,
         logger_name: h.logger_name.clone(),
-        start_time: header_ok.then(|| format_rfc3339(h.start_time)),
-        end_time: (header_ok && h.end_time != 0).then(|| format_rfc3339(h.end_time)),
+        start_time: known(HeaderField::StartTime).then(|| format_rfc3339(h.start_time)),
+        end_time: (known(HeaderField::EndTime) && h.end_time != 0)
+            .then(|| format_rfc3339(h.end_time)),
         first_event: (acc.first != i64::MAX).then(|| format_rfc3339(acc.first)),
         last_event: (acc.last != i64::MIN).then(|| format_rfc3339(acc.last)),
         closed_cleanly: file.closed_cleanly(),

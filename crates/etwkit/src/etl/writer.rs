@@ -119,7 +119,7 @@ impl Output for Cursor<Vec<u8>> {
 /// What goes into the logfile header, and how buffers are sized.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriterOptions {
-    /// Bytes per buffer, header included (multiple of 8, at least 1 KiB).
+    /// Bytes per buffer, header included (a multiple of 512, at least 1 KiB).
     pub buffer_size: u32,
     pub logger_name: String,
     /// The name recorded in the header; `Writer::create` uses the path when empty.
@@ -217,14 +217,21 @@ impl WriterOptions {
     }
 
     /// The header of an input file, for relogging it: same clock (so records copy unchanged), pointer
-    /// size, processors, version and time zone; relog mode, not compressed.
+    /// size, processors, version and time zone; relog mode, not compressed. Fields of `h` that
+    /// hold values no logger writes ([`LogfileHeader::damaged_fields`]) are not copied.
     pub fn from_header(h: &LogfileHeader, clock: Clock) -> WriterOptions {
         let mut o = WriterOptions::new(clock.start_time);
+        let damaged = h.damaged_fields();
+        let sound = |f| !damaged.iter().any(|d| d.field == f);
         o.logger_name = h.logger_name.clone();
         o.pointer_size = h.logger_pointer_size();
-        o.number_of_processors = h.number_of_processors;
+        if sound(super::logfile_header::HeaderField::NumberOfProcessors) {
+            o.number_of_processors = h.number_of_processors;
+        }
         o.clock = clock;
-        if h.cpu_speed_mhz != 0 || clock.clock_type == ClockType::CpuCycle {
+        if sound(super::logfile_header::HeaderField::CpuSpeedMhz)
+            && (h.cpu_speed_mhz != 0 || clock.clock_type == ClockType::CpuCycle)
+        {
             o.cpu_speed_mhz = h.cpu_speed_mhz;
         }
         o.version = [h.version[0], h.version[1], 1, 5];
@@ -241,9 +248,11 @@ impl WriterOptions {
 
     fn validate(&self) -> Result<(), WriteError> {
         let bs = self.buffer_size;
-        if bs % 8 != 0 || !(1024..=super::reader::MAX_BUFFER_SIZE).contains(&bs) {
+        // A multiple of 512, as every logger writes (readers take anything else for damage:
+        // `LogfileHeader::damaged_fields`).
+        if bs % 512 != 0 || !(1024..=super::reader::MAX_BUFFER_SIZE).contains(&bs) {
             return Err(WriteError::Options(format!(
-                "buffer size {bs} must be a multiple of 8 between 1024 and {}",
+                "buffer size {bs} must be a multiple of 512 between 1024 and {}",
                 super::reader::MAX_BUFFER_SIZE
             )));
         }
