@@ -134,7 +134,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     a.filter
         .warn_if_nothing_kept(s.events, &unknown.unwrap_or_default());
     if a.format == TextOrJson::Json {
-        println!("{}", serde_json::to_string(&s)?);
+        outln!("{}", serde_json::to_string(&s)?);
     }
     let unfit = s.unfit();
     if unfit > 0 {

@@ -226,12 +226,21 @@ fn a_full_stdout_is_named() {
             .output()
             .unwrap()
     };
+    let exp = tmp("full_stdout_export");
+    let exp = exp.to_str().unwrap();
+    let relogged = tmp("full_stdout_relog.etl");
+    let relogged = relogged.to_str().unwrap();
     for args in [
         &["dump", "--format", "json"][..],
         &["dump", "--format", "csv"],
         &["stats"],
         &["stats", "--format", "json"],
         &["info"],
+        &["info", "--format", "json"],
+        &["export", "--format", "json", "--overwrite", "-o", exp],
+        &["relog", "-o", relogged],
+        &["heap", "--format", "json", "--report"],
+        &["heap", "--report"],
     ] {
         let full = std::fs::OpenOptions::new()
             .write(true)
@@ -648,12 +657,18 @@ fn a_closed_stdout_ends_every_command_quietly() {
     };
     let f = s.join("perfview_smallEtlFile.etl");
     let f = f.to_str().unwrap();
+    let exp = tmp("closed_stdout_export");
+    let exp = exp.to_str().unwrap();
+    let relogged = tmp("closed_stdout_relog.etl");
+    let relogged = relogged.to_str().unwrap();
     for args in [
         vec!["info", f],
         vec!["stats", f],
         vec!["dump", f, "--format", "json"],
         vec!["heap", "--report", f],
         vec!["net", f, "--format", "json"],
+        vec!["export", f, "--format", "json", "--overwrite", "-o", exp],
+        vec!["relog", f, "-o", relogged],
     ] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_etwkit"))
             .args(&args)
