@@ -1,6 +1,6 @@
 //! `etwkit`: a thin command line over the etwkit library.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// `println!` that returns the write error (`?`) instead of panicking: a closed pipe
 /// (`etwkit info f.etl | head -1`) then ends etwkit quietly with status 0, like any other error path.
@@ -72,7 +72,24 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                // What was asked for, as clap prints it; a closed stdout is the reader's choice.
+                e.print().ok();
+                std::process::exit(0);
+            }
+            eprintln!("etwkit: {}", usage_error(&e));
+            std::process::exit(2);
+        }
+    };
     let result = match cli.command {
         Some(Command::Info(a)) => info::run(a),
         Some(Command::Stats(a)) => stats::run(a),
@@ -112,4 +129,39 @@ fn message(e: &anyhow::Error) -> String {
         }
     }
     msg
+}
+
+/// A command line clap refused, in one sentence: clap's `error:` line (and the lines that
+/// continue it, such as the missing arguments or the possible values), then where to read more:
+/// `invalid value 'abc' for '--pid <PID>': invalid digit found in string (etwkit dump --help)`.
+fn usage_error(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("error:"));
+    let mut msg = lines
+        .next()
+        .map_or("invalid command line", |l| l["error:".len()..].trim())
+        .to_string();
+    // Continuation lines are indented and come before the first blank line.
+    for l in lines.take_while(|l| !l.trim().is_empty()) {
+        let l = l.trim();
+        // A list item follows its colon or the item before it; `[possible values: ...]` stands alone.
+        msg.push_str(if msg.ends_with(':') || l.starts_with('[') {
+            " "
+        } else {
+            ", "
+        });
+        msg.push_str(l);
+    }
+    // The subcommand is the first argument when it names one (there are no global options).
+    let cmd = Cli::command();
+    let sub = std::env::args_os().nth(1).and_then(|a| {
+        let a = a.to_str()?.to_string();
+        cmd.get_subcommands()
+            .find(|s| s.get_name() == a || s.get_all_aliases().any(|al| al == a))
+            .map(|s| s.get_name().to_string())
+    });
+    match sub {
+        Some(s) => format!("{msg} (etwkit {s} --help)"),
+        None => format!("{msg} (etwkit --help)"),
+    }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{etwkit, json_lines, require_root, samples};
+use common::{etwkit, etwkit_code, json_lines, require_root, samples};
 
 fn tmp(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
@@ -205,6 +205,55 @@ fn errors_are_one_sentence_each_fact_once() {
         tmp("never.etl").to_str().unwrap(),
     ]);
     assert!(!ok && err.contains("is a directory"), "{err}");
+}
+
+/// A command line clap refuses is one sentence on stderr naming the subcommand's help, with exit
+/// code 2 (not clap's usage block); asking for help or the version is no error.
+#[test]
+fn a_refused_command_line_is_one_sentence_and_exit_2() {
+    let (code, out, err) = etwkit_code(&["dump", "--pid", "abc", "x.etl"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert_eq!(
+        err,
+        "etwkit: invalid value 'abc' for '--pid <PID>': invalid digit found in string (etwkit dump --help)\n"
+    );
+    for (args, want) in [
+        (
+            &["relog", "x.etl"][..],
+            "etwkit: the following required arguments were not provided: --output <OUTPUT> (etwkit relog --help)",
+        ),
+        (
+            &["relog"],
+            "etwkit: the following required arguments were not provided: --output <OUTPUT>, <INPUTS>... (etwkit relog --help)",
+        ),
+        (
+            &["dump", "--format", "xml", "x.etl"],
+            "etwkit: invalid value 'xml' for '--format <FORMAT>' [possible values: table, json, csv] (etwkit dump --help)",
+        ),
+        (&["dumpp"], "etwkit: unrecognized subcommand 'dumpp' (etwkit --help)"),
+        (
+            &["export", "--pidd", "3", "x.etl"],
+            "etwkit: unexpected argument '--pidd' found (etwkit export --help)",
+        ),
+    ] {
+        let (code, out, err) = etwkit_code(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert_eq!(err.trim_end(), want, "{args:?}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
+    for (args, want) in [
+        (&["--help"][..], "Usage: etwkit [COMMAND]"),
+        (&["dump", "--help"], "Usage: etwkit dump [OPTIONS] <FILE>"),
+        (&["help", "relog"], "Usage: etwkit relog"),
+        (&["--version"], "etwkit "),
+    ] {
+        let (code, out, err) = etwkit_code(args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert!(out.contains(want), "{args:?}: {out}");
+        assert!(err.is_empty(), "{args:?}: {err}");
+    }
 }
 
 /// Standard output that cannot take the output (here /dev/full) is named as what failed, in one
