@@ -119,7 +119,7 @@ fn main() {
 
 /// One line for an error and its causes, each fact once: a cause whose text the message already
 /// holds (library errors name their source in their own text) is not repeated.
-fn message(e: &anyhow::Error) -> String {
+pub(crate) fn message(e: &anyhow::Error) -> String {
     let mut msg = e.to_string();
     for cause in e.chain().skip(1) {
         let c = cause.to_string();
