@@ -332,7 +332,7 @@ fn dash_output_is_standard_output() {
 
     // tshark reads it from a pipe.
     if Command::new("tshark").arg("--version").output().is_ok() {
-        let etwkit = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+        let mut etwkit = Command::new(env!("CARGO_BIN_EXE_etwkit"))
             .args(["pcap", input.to_str().unwrap(), "-o", "-"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -340,9 +340,10 @@ fn dash_output_is_standard_output() {
             .unwrap();
         let o = Command::new("tshark")
             .args(["-r", "-", "-T", "fields", "-e", "frame.len"])
-            .stdin(etwkit.stdout.unwrap())
+            .stdin(etwkit.stdout.take().unwrap())
             .output()
             .unwrap();
+        assert!(etwkit.wait().unwrap().success());
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 114);
     }
