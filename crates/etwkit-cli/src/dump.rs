@@ -75,6 +75,7 @@ pub enum OrderArg {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    a.filter.check_times(None)?;
     // The built-in layouts are made on another core while the file's buffer chain is walked and
     // the file pre-scanned.
     let (f, builtins, prescan) = std::thread::scope(|s| {
@@ -88,6 +89,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         (f, reg, prescan)
     });
     let f = f?;
+    a.filter.check_times(Some(f.header().start_time))?;
     // Decoding also learns the file's embedded provider names, which --provider NAME may use.
     let (decoder, registry) = if a.raw {
         let names = if a.filter.provider.is_empty() {

@@ -36,6 +36,8 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    // Seconds count from each file's start: a pair of mixed units is left to each file.
+    a.filter.check_times(None)?;
     let existing = if a.overwrite {
         Existing::Replace
     } else {

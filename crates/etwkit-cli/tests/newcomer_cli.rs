@@ -256,6 +256,143 @@ fn a_refused_command_line_is_one_sentence_and_exit_2() {
     }
 }
 
+/// `heap --report FILE` refuses the options only a live trace uses instead of ignoring them.
+#[test]
+fn heap_report_refuses_live_only_options() {
+    let Some(s) = samples("heap_report_refuses_live_only_options") else {
+        return;
+    };
+    let f = s.join("perfview_smallEtlFile.etl");
+    let f = f.to_str().unwrap();
+    let (code, out, err) = etwkit_code(&["heap", "--report", f, "--format", "json"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with('{'), "{out}");
+    for (opt, named) in [
+        (&["--pid", "1"][..], "'--pid <PIDS>'"),
+        (&["-o", "x.etl"], "'--output <OUTPUT>'"),
+        (&["--duration", "1"], "'--duration <DURATION>'"),
+        (&["--mode", "shim"], "'--mode <MODE>'"),
+        (&["--follow-forks"], "'--follow-forks'"),
+        (&["--stacks", "none"], "'--stacks <STACKS>'"),
+        (&["--command-stdout", "x.txt"], "'--command-stdout <FILE>'"),
+        (&["--", "true"], "'[COMMAND]...'"),
+    ] {
+        let mut args = vec!["heap", "--report", f];
+        args.extend_from_slice(opt);
+        let (code, out, err) = etwkit_code(&args);
+        assert_eq!(code, Some(2), "{opt:?}: {err}");
+        assert!(out.is_empty(), "{opt:?}: {out}");
+        assert_eq!(
+            err.trim_end(),
+            format!("etwkit: the argument '--report <REPORT>' cannot be used with {named} (etwkit heap --help)"),
+            "{opt:?}"
+        );
+    }
+    assert!(!std::path::Path::new("x.etl").exists() && !std::path::Path::new("x.txt").exists());
+}
+
+/// `--begin` later than `--end` is refused before anything is read or written (it kept nothing,
+/// silently): same units compared as given, mixed ones against the trace start where there is one.
+#[test]
+fn begin_later_than_end_is_refused() {
+    let Some(s) = samples("begin_later_than_end_is_refused") else {
+        return;
+    };
+    let f = s.join("perfview_smallEtlFile.etl");
+    let f = f.to_str().unwrap();
+    let relogged = tmp("begin_end.etl");
+    let exported = tmp("begin_end_export");
+    let (r, x) = (relogged.to_str().unwrap(), exported.to_str().unwrap());
+    let later = "--begin 2016-08-17T23:30:23Z is later than --end 2016-08-17T23:30:22Z, so no event could be kept";
+    let want = "--begin 0.02 is later than --end 0.01, so no event could be kept";
+    for cmd in [
+        vec!["dump", f],
+        vec!["relog", f, "-o", r],
+        vec!["export", f, "-o", x],
+    ] {
+        let _ = std::fs::remove_file(&relogged);
+        let _ = std::fs::remove_dir_all(&exported);
+        let mut args = cmd.clone();
+        args.extend(["--begin", "0.02", "--end", "0.01"]);
+        let (code, out, err) = etwkit_code(&args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert_eq!(err.trim_end(), format!("etwkit: {want}"), "{args:?}");
+        let mut args = cmd.clone();
+        args.extend([
+            "--begin",
+            "2016-08-17T23:30:23Z",
+            "--end",
+            "2016-08-17T23:30:22Z",
+        ]);
+        let (code, out, err) = etwkit_code(&args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert_eq!(err.trim_end(), format!("etwkit: {later}"), "{args:?}");
+        assert!(
+            !relogged.exists() && !exported.exists(),
+            "{args:?} wrote its output"
+        );
+        // The bounds the other way round keep the file's last event (0.031 s after its start).
+        let mut args = cmd.clone();
+        args.extend(["--begin", "0.01", "--end", "0.04"]);
+        let (code, _, err) = etwkit_code(&args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert!(!err.contains("no event matched"), "{args:?}: {err}");
+    }
+    // Mixed units, against the trace's start (2016-08-17T23:30:22.0379266Z).
+    let (code, _, err) =
+        etwkit_code(&["dump", f, "--begin", "1", "--end", "2016-08-17T23:30:22.5Z"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "etwkit: --begin 1 is later than --end 2016-08-17T23:30:22.5Z (seconds counted from the trace start), so no event could be kept"
+    );
+    let (code, _, err) = etwkit_code(&[
+        "dump",
+        f,
+        "--begin",
+        "0.01",
+        "--end",
+        "2016-08-17T23:30:22.5Z",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// `-- CMD` naming a program that cannot be run is refused, naming it, before the armed line a
+/// script waits for and before any session (so it needs no root to be refused).
+#[test]
+fn a_command_that_cannot_be_run_is_named_before_tracing() {
+    for cmd in [&["trace", "--provider", "sched"][..], &["net"], &["heap"]] {
+        let mut args = cmd.to_vec();
+        args.extend(["--", "nosuchprog-etwkit", "arg"]);
+        let (code, out, err) = etwkit_code(&args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert_eq!(
+            err, "etwkit: cannot run nosuchprog-etwkit: not found on PATH\n",
+            "{args:?}"
+        );
+    }
+    let dir = std::env::temp_dir();
+    let (code, _, err) =
+        etwkit_code(&["trace", "--provider", "sched", "--", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        format!("etwkit: cannot run {}: it is a directory", dir.display())
+    );
+    let plain = tmp("not_executable.sh");
+    std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+    let plain = plain.to_str().unwrap();
+    let (code, _, err) = etwkit_code(&["net", "--", plain]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        format!("etwkit: cannot run {plain}: it is not executable")
+    );
+}
+
 /// Standard output that cannot take the output (here /dev/full) is named as what failed, in one
 /// sentence with exit code 1 — a bare "No space left on device" read as if the trace were the
 /// problem. (A reader that stops early is no failure: `a_closed_stdout_ends_every_command_quietly`.)
