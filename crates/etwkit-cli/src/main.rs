@@ -119,16 +119,45 @@ fn main() {
 
 /// One line for an error and its causes, each fact once: a cause whose text the message already
 /// holds (library errors name their source in their own text) is not repeated.
+/// An OS error is said once: a cause that only words it again (`X: No such file or directory (os
+/// error 2)` under `cannot open X: No such file or directory (os error 2)`) is left out too.
 pub(crate) fn message(e: &anyhow::Error) -> String {
     let mut msg = e.to_string();
     for cause in e.chain().skip(1) {
         let c = cause.to_string();
-        if !msg.contains(&c) {
+        let said_os_error = os_error(&c).is_some_and(|o| msg.contains(o));
+        if !msg.contains(&c) && !said_os_error {
             msg.push_str(": ");
             msg.push_str(&c);
         }
     }
     msg
+}
+
+/// The `(os error N)` a message ends with.
+fn os_error(s: &str) -> Option<&str> {
+    let start = s.rfind("(os error ")?;
+    s[start..].ends_with(')').then(|| &s[start..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::message;
+
+    #[test]
+    fn an_os_error_is_said_once() {
+        let inner = anyhow::anyhow!("reading x.etl: No such file or directory (os error 2)");
+        let e = inner.context("cannot open x.etl: No such file or directory (os error 2)");
+        assert_eq!(
+            message(&e),
+            "cannot open x.etl: No such file or directory (os error 2)"
+        );
+        let e = anyhow::Error::new(std::io::Error::from_raw_os_error(13)).context("cannot write y");
+        assert_eq!(
+            message(&e),
+            "cannot write y: Permission denied (os error 13)"
+        );
+    }
 }
 
 /// A command line clap refused, in one sentence: clap's `error:` line (and the lines that

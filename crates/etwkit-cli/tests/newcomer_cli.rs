@@ -205,6 +205,68 @@ fn errors_are_one_sentence_each_fact_once() {
         tmp("never.etl").to_str().unwrap(),
     ]);
     assert!(!ok && err.contains("is a directory"), "{err}");
+    // Every other FILE argument: the directory is said to be one, and no OS error twice.
+    let d = dir.to_str().unwrap();
+    let never = tmp("never_written");
+    let never = never.to_str().unwrap();
+    for args in [
+        &["pcap", d, "-o", never][..],
+        &["net", d],
+        &["heap", "--report", d],
+        &["export", d, "-o", never],
+    ] {
+        let (code, out, err) = etwkit_code(args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(
+            err.contains(&format!("{d} is a directory, not an ETL file")),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("os error"), "{args:?}: {err}");
+    }
+}
+
+/// A `--manifest` that cannot be read is one sentence naming it and the OS's reason, not a parse
+/// error "(at byte 0)"; a directory is said to be one.
+#[test]
+fn an_unreadable_manifest_is_named_with_its_reason() {
+    let Some(s) = samples("an_unreadable_manifest_is_named_with_its_reason") else {
+        return;
+    };
+    let f = s.join("perfview_smallEtlFile.etl");
+    let f = f.to_str().unwrap();
+    let missing = tmp("no_such.man");
+    let missing = missing.to_str().unwrap();
+    let dir = std::env::temp_dir();
+    let dir = dir.to_str().unwrap();
+    let exported = tmp("manifest_export");
+    let relogged = tmp("manifest_relog.etl");
+    let (x, r) = (exported.to_str().unwrap(), relogged.to_str().unwrap());
+    for cmd in [
+        vec!["stats", f],
+        vec!["dump", f],
+        vec!["export", f, "-o", x],
+        vec!["relog", f, "-o", r, "--provider", "Foo"],
+    ] {
+        for (man, want) in [
+            (
+                missing,
+                format!("etwkit: cannot read the instrumentation manifest {missing}: No such file or directory (os error 2)\n"),
+            ),
+            (
+                dir,
+                format!("etwkit: the instrumentation manifest {dir} is a directory\n"),
+            ),
+        ] {
+            let mut args = cmd.clone();
+            args.extend(["--manifest", man]);
+            let (code, out, err) = etwkit_code(&args);
+            assert_eq!(code, Some(1), "{args:?}: {err}");
+            assert!(out.is_empty(), "{args:?}: {out}");
+            assert_eq!(err, want, "{args:?}");
+        }
+    }
+    assert!(!exported.exists() && !relogged.exists());
 }
 
 /// A command line clap refuses is one sentence on stderr naming the subcommand's help, with exit
