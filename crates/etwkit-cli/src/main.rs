@@ -140,26 +140,6 @@ fn os_error(s: &str) -> Option<&str> {
     s[start..].ends_with(')').then(|| &s[start..])
 }
 
-#[cfg(test)]
-mod tests {
-    use super::message;
-
-    #[test]
-    fn an_os_error_is_said_once() {
-        let inner = anyhow::anyhow!("reading x.etl: No such file or directory (os error 2)");
-        let e = inner.context("cannot open x.etl: No such file or directory (os error 2)");
-        assert_eq!(
-            message(&e),
-            "cannot open x.etl: No such file or directory (os error 2)"
-        );
-        let e = anyhow::Error::new(std::io::Error::from_raw_os_error(13)).context("cannot write y");
-        assert_eq!(
-            message(&e),
-            "cannot write y: Permission denied (os error 13)"
-        );
-    }
-}
-
 /// A command line clap refused, in one sentence: clap's `error:` line (and the lines that
 /// continue it, such as the missing arguments or the possible values), then where to read more:
 /// `invalid value 'abc' for '--pid <PID>': invalid digit found in string (etwkit dump --help)`.
@@ -192,5 +172,25 @@ fn usage_error(e: &clap::Error) -> String {
     match sub {
         Some(s) => format!("{msg} (etwkit {s} --help)"),
         None => format!("{msg} (etwkit --help)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::message;
+
+    #[test]
+    fn an_os_error_is_said_once() {
+        let inner = anyhow::anyhow!("reading x.etl: No such file or directory (os error 2)");
+        let e = inner.context("cannot open x.etl: No such file or directory (os error 2)");
+        assert_eq!(
+            message(&e),
+            "cannot open x.etl: No such file or directory (os error 2)"
+        );
+        let e = anyhow::Error::new(std::io::Error::from_raw_os_error(13)).context("cannot write y");
+        assert_eq!(
+            message(&e),
+            "cannot write y: Permission denied (os error 13)"
+        );
     }
 }
