@@ -106,3 +106,33 @@ fn a_directory_that_takes_no_file_is_named() {
     let _guard = Unmount(ro.clone());
     refused_in(&s, &ro, "Read-only file system (os error 30)");
 }
+
+/// A live trace's logfile (written as it comes, not staged) is named once with the reason, and
+/// the session it started is gone.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_live_logfile_that_cannot_be_made_is_named_once() {
+    if !require_root("a_live_logfile_that_cannot_be_made_is_named_once") {
+        return;
+    }
+    let (code, out, err) = etwkit_code(&[
+        "trace",
+        "--provider",
+        "sched",
+        "--name",
+        "outdirtest",
+        "-o",
+        "/proc/out.etl",
+        "--duration",
+        "0.1",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert_eq!(
+        err,
+        "etwkit: cannot create the logfile /proc/out.etl: No such file or directory (os error 2)\n"
+    );
+    let (code, out, err) = etwkit_code(&["sessions", "--format", "json"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!out.contains("outdirtest"), "{out}");
+}
