@@ -9,11 +9,53 @@ use anyhow::Context;
 /// A command from `-- CMD ARGS...`, with its stdout sent to etwkit's stderr, or to `stdout_file`
 /// when the user names one: etwkit's stdout carries only etwkit's output (JSON, CSV, tables).
 pub fn command(argv: &[String], stdout_file: Option<&Path>) -> anyhow::Result<Command> {
+    check_program(argv)?;
     let (prog, args) = argv.split_first().context("no command given after `--`")?;
     let mut cmd = Command::new(prog);
     cmd.args(args);
     cmd.stdout(stdout_target(stdout_file)?);
     Ok(cmd)
+}
+
+/// Refuses a `-- CMD` whose program cannot be run, naming it (`cannot run nosuchprog: not found
+/// on PATH`): live subcommands call it before any session is created or any line is written, so a
+/// script waiting for the armed line is not told to start its workload for a trace that cannot
+/// happen. An empty `argv` (no command) passes. Looked up as `execvp` does: a name with a `/` as
+/// it is, any other in each directory of `PATH` (`/bin:/usr/bin` when unset). Unix only; Windows
+/// names a missing program when it fails to start it.
+pub fn check_program(argv: &[String]) -> anyhow::Result<()> {
+    let Some(prog) = argv.first() else {
+        return Ok(());
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let runnable = |p: &Path| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        };
+        if prog.contains('/') {
+            let p = Path::new(prog);
+            return match std::fs::metadata(p) {
+                Err(e) => anyhow::bail!("cannot run {prog}: {e}"),
+                Ok(m) if m.is_dir() => anyhow::bail!("cannot run {prog}: it is a directory"),
+                Ok(_) if !runnable(p) => anyhow::bail!("cannot run {prog}: it is not executable"),
+                Ok(_) => Ok(()),
+            };
+        }
+        let path = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
+        let found = std::env::split_paths(&path).any(|dir| {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".").to_path_buf()
+            } else {
+                dir
+            };
+            runnable(&dir.join(prog))
+        });
+        if !found {
+            anyhow::bail!("cannot run {prog}: not found on PATH");
+        }
+    }
+    Ok(())
 }
 
 /// Where a traced command's stdout goes: the named file, or etwkit's stderr.

@@ -45,8 +45,13 @@ pub fn naming_registry(
 pub fn registry(manifests: &[std::path::PathBuf]) -> anyhow::Result<etwkit::schema::Registry> {
     let mut reg = etwkit::schema::Registry::with_builtins();
     for m in manifests {
-        reg.add_manifest_file(m)
-            .map_err(|e| anyhow::anyhow!("--manifest {}: {e}", m.display()))?;
+        reg.add_manifest_file(m).map_err(|e| match e {
+            // Names the file itself: `cannot read the instrumentation manifest x.man: ...`.
+            etwkit::schema::registry::ManifestFileError::Parse(e) => {
+                anyhow::anyhow!("--manifest {}: {e}", m.display())
+            }
+            e => anyhow::anyhow!("{e}"),
+        })?;
     }
     Ok(reg)
 }
@@ -75,6 +80,7 @@ pub enum OrderArg {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    a.filter.check_times(None)?;
     // The built-in layouts are made on another core while the file's buffer chain is walked and
     // the file pre-scanned.
     let (f, builtins, prescan) = std::thread::scope(|s| {
@@ -88,6 +94,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         (f, reg, prescan)
     });
     let f = f?;
+    a.filter.check_times(Some(f.header().start_time))?;
     // Decoding also learns the file's embedded provider names, which --provider NAME may use.
     let (decoder, registry) = if a.raw {
         let names = if a.filter.provider.is_empty() {

@@ -36,6 +36,8 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    // Seconds count from each file's start: a pair of mixed units is left to each file.
+    a.filter.check_times(None)?;
     let existing = if a.overwrite {
         Existing::Replace
     } else {
@@ -56,11 +58,18 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .sum();
     let bar = crate::progress::bar(total);
     let mut base = 0;
+    // `--format json`'s `inputs`: each file's read summary (as `relog` gives it) or why it was
+    // skipped, in the order given.
+    let mut inputs: Vec<serde_json::Value> = Vec::with_capacity(a.files.len());
     for path in &a.files {
         let f = match EtlFile::open(path) {
             Ok(f) => f,
             Err(e) => {
                 crate::progress::above(bar.as_ref(), || eprintln!("etwkit: warning: {e}; skipped"));
+                inputs.push(serde_json::json!({
+                    "path": path,
+                    "error": crate::message(&anyhow::Error::new(e)),
+                }));
                 unreadable += 1;
                 continue;
             }
@@ -106,6 +115,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 )
             })?;
         base += f.len();
+        inputs.push(serde_json::json!({ "path": path, "read": &summary }));
         let report = || {
             crate::issues::warn(&summary, &format!("{}: ", path.display()), "exported");
         };
@@ -124,7 +134,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     a.filter
         .warn_if_nothing_kept(s.events, &unknown.unwrap_or_default());
     if a.format == TextOrJson::Json {
-        println!("{}", serde_json::to_string(&s)?);
+        let mut json = serde_json::to_value(&s)?;
+        json["inputs"] = serde_json::Value::Array(inputs);
+        outln!("{json}");
     }
     let unfit = s.unfit();
     if unfit > 0 {

@@ -50,6 +50,44 @@ impl FilterArgs {
         Ok(f)
     }
 
+    /// Refuses `--begin` later than `--end`, which would keep nothing: compared as given when both
+    /// are in the same unit (both RFC 3339, or both seconds from the start), and resolved against
+    /// `trace_start` when they mix units and the start is known (`None`: each input has its own
+    /// start, as in `export`, so a mixed pair is left to each file). Also refuses a bound that does
+    /// not parse. Called before any work.
+    pub fn check_times(&self, trace_start: Option<i64>) -> anyhow::Result<()> {
+        let (Some(b), Some(e)) = (self.begin.as_deref(), self.end.as_deref()) else {
+            for s in self.begin.iter().chain(&self.end) {
+                TimeBound::parse(s).map_err(anyhow::Error::msg)?;
+            }
+            return Ok(());
+        };
+        let begin = TimeBound::parse(b).map_err(anyhow::Error::msg)?;
+        let end = TimeBound::parse(e).map_err(anyhow::Error::msg)?;
+        let later = match (begin, end, trace_start) {
+            (TimeBound::Absolute(b), TimeBound::Absolute(e), _) => b > e,
+            (TimeBound::FromStart(b), TimeBound::FromStart(e), _) => b > e,
+            (b, e, Some(start)) => b.resolve(start) > e.resolve(start),
+            (_, _, None) => false,
+        };
+        if later {
+            let mixed = matches!(
+                (begin, end),
+                (TimeBound::Absolute(_), TimeBound::FromStart(_))
+                    | (TimeBound::FromStart(_), TimeBound::Absolute(_))
+            );
+            anyhow::bail!(
+                "--begin {b} is later than --end {e}{}, so no event could be kept",
+                if mixed {
+                    " (seconds counted from the trace start)"
+                } else {
+                    ""
+                }
+            );
+        }
+        Ok(())
+    }
+
     /// Whether no option was given (every event is kept).
     pub fn is_empty(&self) -> bool {
         self.begin.is_none()

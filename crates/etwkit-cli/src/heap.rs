@@ -14,19 +14,19 @@ pub struct Args {
     /// process: the allocator shim is loaded into it (ptrace + its own dlopen) and taken out again
     /// at the end; several, or where that cannot work: uprobes. Windows: an ETW heap session.
     /// Repeatable.
-    #[arg(long = "pid")]
+    #[arg(long = "pid", conflicts_with = "report")]
     pids: Vec<u32>,
     /// Stop tracing after this many seconds (else at Ctrl-C, or when the traced processes end).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "report")]
     duration: Option<f64>,
     /// With --pid in shim mode (Linux): also trace children the process forks from now on.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "report")]
     follow_forks: bool,
     /// Heap events that carry a stack: any of alloc,realloc,free, or none.
-    #[arg(long, default_value = "alloc,realloc")]
+    #[arg(long, default_value = "alloc,realloc", conflicts_with = "report")]
     stacks: String,
     /// Also write the heap events to this ETL file (TraceLogging heap-provider events).
-    #[arg(short = 'o', long)]
+    #[arg(short = 'o', long, conflicts_with = "report")]
     output: Option<PathBuf>,
     /// Report format.
     #[arg(long, default_value = "table", value_parser = ["table", "json"])]
@@ -35,9 +35,16 @@ pub struct Args {
     /// $ETWKIT_HEAPSHIM: preloaded into a command, loaded into a running process; exact and fast),
     /// `uprobe` (perf uprobes; slow, may lose events) or `auto` (the shim wherever it can work).
     /// Windows: `auto` (an ETW heap session, as xperf starts it).
-    #[arg(long, default_value = "auto", value_parser = ["auto", "shim", "uprobe"])]
+    #[arg(
+        long,
+        default_value = "auto",
+        value_parser = ["auto", "shim", "uprobe"],
+        conflicts_with = "report"
+    )]
     mode: String,
-    /// Report from a saved trace instead of tracing live.
+    /// Report from a saved trace instead of tracing live (the options of a live trace, --pid,
+    /// -o, --duration, --mode, --follow-forks, --stacks, --command-stdout and a command, are refused
+    /// with it).
     #[arg(long)]
     report: Option<PathBuf>,
     /// Stacks listed per section of the report.
@@ -55,10 +62,10 @@ pub struct Args {
     flamegraph: Option<PathBuf>,
     /// Where the traced command's stdout goes (default: etwkit's stderr, so that etwkit's stdout
     /// carries only the report).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "report")]
     command_stdout: Option<PathBuf>,
     /// Command to start suspended and trace from its first allocation; etwkit exits with its status.
-    #[arg(last = true)]
+    #[arg(last = true, conflicts_with = "report")]
     command: Vec<String>,
 }
 
@@ -77,9 +84,6 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
         a.top = usize::MAX;
     }
     let mut outcome = if let Some(file) = &a.report {
-        if !a.pids.is_empty() || !a.command.is_empty() {
-            bail!("--report reads a saved trace; it takes no --pid or command");
-        }
         LiveOutcome {
             report: report_from_etl(file, a.top, a.frames)?,
             status: None,
@@ -191,6 +195,7 @@ fn live(a: &Args) -> anyhow::Result<LiveOutcome> {
     use etwkit::live::heap::{HeapMode, HeapOptions, HeapSession, HeapStacks};
     use std::time::{Duration, Instant};
 
+    crate::child::check_program(&a.command)?;
     let stacks = HeapStacks::parse(&a.stacks).map_err(anyhow::Error::msg)?;
     let mode = HeapMode::parse(&a.mode).map_err(anyhow::Error::msg)?;
     // The traced command's output on our stderr (or --command-stdout): stdout carries only

@@ -179,6 +179,7 @@ fn from_files(files: &[PathBuf]) -> anyhow::Result<(NetReport, usize)> {
 }
 
 fn live(a: &Args) -> anyhow::Result<(NetReport, Option<i32>)> {
+    crate::child::check_program(&a.command)?;
     etwkit::live::check_available()?;
     let etw = Etw::new();
     // Session names are machine-wide (as in ETW): one per etwkit process, so several can run.

@@ -1,5 +1,7 @@
-//! `etwkit pcap FILE.etl -o OUT.pcapng`: the packets of a PktMon trace as a pcapng capture.
+//! `etwkit pcap FILE.etl -o OUT.pcapng`: the packets of a PktMon trace as a pcapng capture
+//! (`-o -`: on standard output, for `| tshark -r -`).
 
+use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 
@@ -10,7 +12,7 @@ use etwkit::export::pcapng::{PcapngWriter, PktMonPackets, SectionInfo};
 pub struct Args {
     /// The ETL file (a PktMon capture: `pktmon start --capture`).
     file: PathBuf,
-    /// The pcapng file to write.
+    /// The pcapng file to write (`-`: standard output).
     #[arg(short, long)]
     output: PathBuf,
 }
@@ -24,8 +26,35 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         hardware: None,
         application: Some(format!("etwkit {}", env!("CARGO_PKG_VERSION"))),
     };
-    let out = etwkit::export::staged::StagedFile::new(&a.output, &[&a.file])?;
-    let mut w = PcapngWriter::new(out.create()?, &info)?;
+    let to_stdout = a.output.as_os_str() == "-";
+    // A file is staged (whole or not at all); standard output is written as packets come, its
+    // errors named `writing standard output` (a closed pipe stays a quiet end).
+    let (out, sink): (_, Box<dyn Write>) = if to_stdout {
+        (
+            None,
+            Box::new(std::io::BufWriter::with_capacity(
+                1 << 16,
+                crate::out::stdout(),
+            )),
+        )
+    } else {
+        let out = etwkit::export::staged::StagedFile::new(&a.output, &[&a.file])?;
+        let file = out.create()?;
+        (Some(out), Box::new(file))
+    };
+    let shown = if to_stdout {
+        "standard output".to_string()
+    } else {
+        a.output.display().to_string()
+    };
+    let named = |e: std::io::Error| -> anyhow::Error {
+        if to_stdout {
+            e.into()
+        } else {
+            anyhow::Error::new(e).context(format!("writing {shown}"))
+        }
+    };
+    let mut w = PcapngWriter::new(sink, &info).map_err(named)?;
     let mut pkts = PktMonPackets::new();
     let mut err = None;
     let summary = f.for_each(Order::Time, |r| {
@@ -39,12 +68,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     });
     if let Some(e) = err {
-        return Err(anyhow::Error::new(e).context(format!("writing {}", a.output.display())));
+        return Err(named(e));
     }
-    w.finish()?
-        .into_inner()
-        .map_err(|e| anyhow::anyhow!("writing {}: {}", a.output.display(), e.error()))?;
-    out.commit()?;
+    w.finish().and_then(|mut w| w.flush()).map_err(named)?;
+    if let Some(out) = out {
+        out.commit()?;
+    }
     crate::issues::warn_issues(&summary, "");
     let s = &pkts.summary;
     for (t, n) in &s.unsupported_types {
@@ -58,17 +87,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     if s.packets == 0 {
         eprintln!(
-            "etwkit: {} holds no PktMon packet events; {} has no packets",
+            "etwkit: {} holds no PktMon packet events; {shown} has no packets",
             a.file.display(),
-            a.output.display()
         );
     } else {
         eprintln!(
-            "etwkit: wrote {} packets ({} dropped) on {} interfaces to {}",
-            s.packets,
-            s.dropped_packets,
-            s.interfaces,
-            a.output.display()
+            "etwkit: wrote {} packets ({} dropped) on {} interfaces to {shown}",
+            s.packets, s.dropped_packets, s.interfaces,
         );
     }
     Ok(())

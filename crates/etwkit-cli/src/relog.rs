@@ -30,6 +30,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    a.filter.check_times(None)?;
     let files = a
         .inputs
         .iter()
@@ -43,14 +44,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             );
         }
     }
-    let inputs: Vec<&std::path::Path> = files.iter().map(|f| f.path()).collect();
-    let out = etwkit::export::staged::StagedFile::new(&a.output, &inputs)?;
     let start = files
         .iter()
         .map(|f| f.header().start_time)
         .filter(|&t| t > 0)
         .min()
         .unwrap_or(0);
+    a.filter.check_times(Some(start))?;
+    let inputs: Vec<&std::path::Path> = files.iter().map(|f| f.path()).collect();
+    let out = etwkit::export::staged::StagedFile::new(&a.output, &inputs)?;
     let names = if a.filter.provider.is_empty() {
         etwkit::schema::Registry::new()
     } else {

@@ -135,6 +135,7 @@ pub fn enable_all(trace: &mut Trace, providers: &[String]) -> anyhow::Result<()>
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    crate::child::check_program(&a.command)?;
     let etw = Etw::new();
     let mut trace = etw.open_trace(&a.name, a.output.as_deref(), None);
     enable_all(&mut trace, &a.providers)?;

@@ -291,6 +291,63 @@ fn unreadable_input_is_named_and_the_rest_exported() {
     assert!(out.join("events.parquet").is_file());
 }
 
+/// `--format json` lists every input in the order given: its read summary (the object `relog`
+/// gives for the same file) or the error that made export skip it.
+#[test]
+fn json_lists_each_inputs_read_summary_or_error() {
+    let Some(dir) = samples("json_lists_each_inputs_read_summary_or_error") else {
+        return;
+    };
+    let out = tmp("export-json-inputs");
+    let missing = out.with_extension("missing.etl");
+    let a = dir.join("tx_Process.etl");
+    let b = dir.join("perfview_smallEtlFile.etl");
+    let (a, b, missing) = (
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        missing.to_str().unwrap(),
+    );
+    let not_a_file = dir.to_str().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+        .args(["export", "--format", "json", "-o", out.to_str().unwrap()])
+        .args([a, missing, not_a_file, b])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "two unreadable inputs fail the run: {err}"
+    );
+    let stdout = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["events"].as_u64(), Some(10344 + 2), "{v}");
+    let inputs = v["inputs"].as_array().unwrap();
+    let paths: Vec<&str> = inputs.iter().map(|i| i["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, [a, missing, not_a_file, b]);
+    for (i, file) in [(0, a), (3, b)] {
+        let relogged = tmp(&format!("export-json-inputs-{i}.etl"));
+        let (ok, r, rerr) = etwkit(&["relog", file, "-o", relogged.to_str().unwrap()]);
+        assert!(ok, "{rerr}");
+        let r: serde_json::Value = serde_json::from_str(r.trim()).unwrap();
+        assert_eq!(inputs[i]["read"], r["inputs"][0]["read"], "{file}");
+        assert!(inputs[i]["read"]["records"].as_u64().unwrap() > 0, "{file}");
+        assert!(inputs[i].get("error").is_none(), "{}", inputs[i]);
+    }
+    assert_eq!(
+        inputs[1]["error"],
+        format!("cannot open {missing}: No such file or directory (os error 2)")
+    );
+    assert_eq!(
+        inputs[2]["error"],
+        format!("{not_a_file} is a directory, not an ETL file")
+    );
+    for i in [1, 2] {
+        assert!(inputs[i].get("read").is_none(), "{}", inputs[i]);
+    }
+}
+
 /// Every file under `dir` (relative paths) with its bytes.
 fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {

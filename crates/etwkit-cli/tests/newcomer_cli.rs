@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{etwkit, json_lines, require_root, samples};
+use common::{etwkit, etwkit_code, json_lines, require_root, samples};
 
 fn tmp(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
@@ -205,6 +205,254 @@ fn errors_are_one_sentence_each_fact_once() {
         tmp("never.etl").to_str().unwrap(),
     ]);
     assert!(!ok && err.contains("is a directory"), "{err}");
+    // Every other FILE argument: the directory is said to be one, and no OS error twice.
+    let d = dir.to_str().unwrap();
+    let never = tmp("never_written");
+    let never = never.to_str().unwrap();
+    for args in [
+        &["pcap", d, "-o", never][..],
+        &["net", d],
+        &["heap", "--report", d],
+        &["export", d, "-o", never],
+    ] {
+        let (code, out, err) = etwkit_code(args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(
+            err.contains(&format!("{d} is a directory, not an ETL file")),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("os error"), "{args:?}: {err}");
+    }
+}
+
+/// A `--manifest` that cannot be read is one sentence naming it and the OS's reason, not a parse
+/// error "(at byte 0)"; a directory is said to be one.
+#[test]
+fn an_unreadable_manifest_is_named_with_its_reason() {
+    let Some(s) = samples("an_unreadable_manifest_is_named_with_its_reason") else {
+        return;
+    };
+    let f = s.join("perfview_smallEtlFile.etl");
+    let f = f.to_str().unwrap();
+    let missing = tmp("no_such.man");
+    let missing = missing.to_str().unwrap();
+    let dir = std::env::temp_dir();
+    let dir = dir.to_str().unwrap();
+    let exported = tmp("manifest_export");
+    let relogged = tmp("manifest_relog.etl");
+    let (x, r) = (exported.to_str().unwrap(), relogged.to_str().unwrap());
+    for cmd in [
+        vec!["stats", f],
+        vec!["dump", f],
+        vec!["export", f, "-o", x],
+        vec!["relog", f, "-o", r, "--provider", "Foo"],
+    ] {
+        for (man, want) in [
+            (
+                missing,
+                format!("etwkit: cannot read the instrumentation manifest {missing}: No such file or directory (os error 2)\n"),
+            ),
+            (
+                dir,
+                format!("etwkit: the instrumentation manifest {dir} is a directory\n"),
+            ),
+        ] {
+            let mut args = cmd.clone();
+            args.extend(["--manifest", man]);
+            let (code, out, err) = etwkit_code(&args);
+            assert_eq!(code, Some(1), "{args:?}: {err}");
+            assert!(out.is_empty(), "{args:?}: {out}");
+            assert_eq!(err, want, "{args:?}");
+        }
+    }
+    assert!(!exported.exists() && !relogged.exists());
+}
+
+/// A command line clap refuses is one sentence on stderr naming the subcommand's help, with exit
+/// code 2 (not clap's usage block); asking for help or the version is no error.
+#[test]
+fn a_refused_command_line_is_one_sentence_and_exit_2() {
+    let (code, out, err) = etwkit_code(&["dump", "--pid", "abc", "x.etl"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert_eq!(
+        err,
+        "etwkit: invalid value 'abc' for '--pid <PID>': invalid digit found in string (etwkit dump --help)\n"
+    );
+    for (args, want) in [
+        (
+            &["relog", "x.etl"][..],
+            "etwkit: the following required arguments were not provided: --output <OUTPUT> (etwkit relog --help)",
+        ),
+        (
+            &["relog"],
+            "etwkit: the following required arguments were not provided: --output <OUTPUT>, <INPUTS>... (etwkit relog --help)",
+        ),
+        (
+            &["dump", "--format", "xml", "x.etl"],
+            "etwkit: invalid value 'xml' for '--format <FORMAT>' [possible values: table, json, csv] (etwkit dump --help)",
+        ),
+        (&["dumpp"], "etwkit: unrecognized subcommand 'dumpp' (etwkit --help)"),
+        (
+            &["export", "--pidd", "3", "x.etl"],
+            "etwkit: unexpected argument '--pidd' found (etwkit export --help)",
+        ),
+    ] {
+        let (code, out, err) = etwkit_code(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert_eq!(err.trim_end(), want, "{args:?}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
+    for (args, want) in [
+        (&["--help"][..], "Usage: etwkit [COMMAND]"),
+        (&["dump", "--help"], "Usage: etwkit dump [OPTIONS] <FILE>"),
+        (&["help", "relog"], "Usage: etwkit relog"),
+        (&["--version"], "etwkit "),
+    ] {
+        let (code, out, err) = etwkit_code(args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert!(out.contains(want), "{args:?}: {out}");
+        assert!(err.is_empty(), "{args:?}: {err}");
+    }
+}
+
+/// `heap --report FILE` refuses the options only a live trace uses instead of ignoring them.
+#[test]
+fn heap_report_refuses_live_only_options() {
+    let Some(s) = samples("heap_report_refuses_live_only_options") else {
+        return;
+    };
+    let f = s.join("perfview_smallEtlFile.etl");
+    let f = f.to_str().unwrap();
+    let (code, out, err) = etwkit_code(&["heap", "--report", f, "--format", "json"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with('{'), "{out}");
+    for (opt, named) in [
+        (&["--pid", "1"][..], "'--pid <PIDS>'"),
+        (&["-o", "x.etl"], "'--output <OUTPUT>'"),
+        (&["--duration", "1"], "'--duration <DURATION>'"),
+        (&["--mode", "shim"], "'--mode <MODE>'"),
+        (&["--follow-forks"], "'--follow-forks'"),
+        (&["--stacks", "none"], "'--stacks <STACKS>'"),
+        (&["--command-stdout", "x.txt"], "'--command-stdout <FILE>'"),
+        (&["--", "true"], "'[COMMAND]...'"),
+    ] {
+        let mut args = vec!["heap", "--report", f];
+        args.extend_from_slice(opt);
+        let (code, out, err) = etwkit_code(&args);
+        assert_eq!(code, Some(2), "{opt:?}: {err}");
+        assert!(out.is_empty(), "{opt:?}: {out}");
+        assert_eq!(
+            err.trim_end(),
+            format!("etwkit: the argument '--report <REPORT>' cannot be used with {named} (etwkit heap --help)"),
+            "{opt:?}"
+        );
+    }
+    assert!(!std::path::Path::new("x.etl").exists() && !std::path::Path::new("x.txt").exists());
+}
+
+/// `--begin` later than `--end` is refused before anything is read or written (it kept nothing,
+/// silently): same units compared as given, mixed ones against the trace start where there is one.
+#[test]
+fn begin_later_than_end_is_refused() {
+    let Some(s) = samples("begin_later_than_end_is_refused") else {
+        return;
+    };
+    let f = s.join("perfview_smallEtlFile.etl");
+    let f = f.to_str().unwrap();
+    let relogged = tmp("begin_end.etl");
+    let exported = tmp("begin_end_export");
+    let (r, x) = (relogged.to_str().unwrap(), exported.to_str().unwrap());
+    let later = "--begin 2016-08-17T23:30:23Z is later than --end 2016-08-17T23:30:22Z, so no event could be kept";
+    let want = "--begin 0.02 is later than --end 0.01, so no event could be kept";
+    for cmd in [
+        vec!["dump", f],
+        vec!["relog", f, "-o", r],
+        vec!["export", f, "-o", x],
+    ] {
+        let _ = std::fs::remove_file(&relogged);
+        let _ = std::fs::remove_dir_all(&exported);
+        let mut args = cmd.clone();
+        args.extend(["--begin", "0.02", "--end", "0.01"]);
+        let (code, out, err) = etwkit_code(&args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert_eq!(err.trim_end(), format!("etwkit: {want}"), "{args:?}");
+        let mut args = cmd.clone();
+        args.extend([
+            "--begin",
+            "2016-08-17T23:30:23Z",
+            "--end",
+            "2016-08-17T23:30:22Z",
+        ]);
+        let (code, out, err) = etwkit_code(&args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert_eq!(err.trim_end(), format!("etwkit: {later}"), "{args:?}");
+        assert!(
+            !relogged.exists() && !exported.exists(),
+            "{args:?} wrote its output"
+        );
+        // The bounds the other way round keep the file's last event (0.031 s after its start).
+        let mut args = cmd.clone();
+        args.extend(["--begin", "0.01", "--end", "0.04"]);
+        let (code, _, err) = etwkit_code(&args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert!(!err.contains("no event matched"), "{args:?}: {err}");
+    }
+    // Mixed units, against the trace's start (2016-08-17T23:30:22.0379266Z).
+    let (code, _, err) =
+        etwkit_code(&["dump", f, "--begin", "1", "--end", "2016-08-17T23:30:22.5Z"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "etwkit: --begin 1 is later than --end 2016-08-17T23:30:22.5Z (seconds counted from the trace start), so no event could be kept"
+    );
+    let (code, _, err) = etwkit_code(&[
+        "dump",
+        f,
+        "--begin",
+        "0.01",
+        "--end",
+        "2016-08-17T23:30:22.5Z",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// `-- CMD` naming a program that cannot be run is refused, naming it, before the armed line a
+/// script waits for and before any session (so it needs no root to be refused).
+#[test]
+fn a_command_that_cannot_be_run_is_named_before_tracing() {
+    for cmd in [&["trace", "--provider", "sched"][..], &["net"], &["heap"]] {
+        let mut args = cmd.to_vec();
+        args.extend(["--", "nosuchprog-etwkit", "arg"]);
+        let (code, out, err) = etwkit_code(&args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert_eq!(
+            err, "etwkit: cannot run nosuchprog-etwkit: not found on PATH\n",
+            "{args:?}"
+        );
+    }
+    let dir = std::env::temp_dir();
+    let (code, _, err) =
+        etwkit_code(&["trace", "--provider", "sched", "--", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        format!("etwkit: cannot run {}: it is a directory", dir.display())
+    );
+    let plain = tmp("not_executable.sh");
+    std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+    let plain = plain.to_str().unwrap();
+    let (code, _, err) = etwkit_code(&["net", "--", plain]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        format!("etwkit: cannot run {plain}: it is not executable")
+    );
 }
 
 /// Standard output that cannot take the output (here /dev/full) is named as what failed, in one
@@ -226,12 +474,21 @@ fn a_full_stdout_is_named() {
             .output()
             .unwrap()
     };
+    let exp = tmp("full_stdout_export");
+    let exp = exp.to_str().unwrap();
+    let relogged = tmp("full_stdout_relog.etl");
+    let relogged = relogged.to_str().unwrap();
     for args in [
         &["dump", "--format", "json"][..],
         &["dump", "--format", "csv"],
         &["stats"],
         &["stats", "--format", "json"],
         &["info"],
+        &["info", "--format", "json"],
+        &["export", "--format", "json", "--overwrite", "-o", exp],
+        &["relog", "-o", relogged],
+        &["heap", "--format", "json", "--report"],
+        &["heap", "--report"],
     ] {
         let full = std::fs::OpenOptions::new()
             .write(true)
@@ -648,12 +905,18 @@ fn a_closed_stdout_ends_every_command_quietly() {
     };
     let f = s.join("perfview_smallEtlFile.etl");
     let f = f.to_str().unwrap();
+    let exp = tmp("closed_stdout_export");
+    let exp = exp.to_str().unwrap();
+    let relogged = tmp("closed_stdout_relog.etl");
+    let relogged = relogged.to_str().unwrap();
     for args in [
         vec!["info", f],
         vec!["stats", f],
         vec!["dump", f, "--format", "json"],
         vec!["heap", "--report", f],
         vec!["net", f, "--format", "json"],
+        vec!["export", f, "--format", "json", "--overwrite", "-o", exp],
+        vec!["relog", f, "-o", relogged],
     ] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_etwkit"))
             .args(&args)

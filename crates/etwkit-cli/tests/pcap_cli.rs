@@ -4,7 +4,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use common::{etwkit, json_lines, samples};
 
@@ -253,4 +253,98 @@ fn output_is_never_the_input_and_a_failed_run_keeps_the_old_output() {
     assert!(ok, "{err}");
     assert_eq!(read_pcapng(&out).packets.len(), 114);
     assert!(partials(&dir).is_empty(), "{:?}", partials(&dir));
+}
+
+/// `-o -` writes the capture to standard output (`| tshark -r -`), the same bytes as the file, and
+/// creates no file named `-`; a full or closed standard output behaves as for any other command.
+#[test]
+fn dash_output_is_standard_output() {
+    let Some(s) = samples("dash_output_is_standard_output") else {
+        return;
+    };
+    let dir = tmp("pcap-dash");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = s.join("demikernel_PktMon.etl");
+    let file = dir.join("file.pcapng");
+    let (ok, _, err) = etwkit(&[
+        "pcap",
+        input.to_str().unwrap(),
+        "-o",
+        file.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let run = |stdout: Stdio| {
+        Command::new(env!("CARGO_BIN_EXE_etwkit"))
+            .current_dir(&dir)
+            .args(["pcap", input.to_str().unwrap(), "-o", "-"])
+            .stdout(stdout)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap()
+    };
+    let o = run(Stdio::piped());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(
+        o.stdout.len(),
+        std::fs::metadata(&file).unwrap().len() as usize
+    );
+    assert!(
+        o.stdout == std::fs::read(&file).unwrap(),
+        "stdout differs from the file"
+    );
+    assert!(!dir.join("-").exists(), "a file named - was created");
+    assert!(partials(&dir).is_empty(), "{:?}", partials(&dir));
+    assert_eq!(
+        err.trim_end(),
+        "etwkit: wrote 114 packets (0 dropped) on 4 interfaces to standard output"
+    );
+
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = run(Stdio::from(full));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "etwkit: writing standard output: No space left on device (os error 28)"
+    );
+
+    // A reader that goes away (`| head -c0`) ends it quietly.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+        .current_dir(&dir)
+        .args(["pcap", input.to_str().unwrap(), "-o", "-"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("os error"),
+        "{err}"
+    );
+
+    // tshark reads it from a pipe.
+    if Command::new("tshark").arg("--version").output().is_ok() {
+        let mut etwkit = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+            .args(["pcap", input.to_str().unwrap(), "-o", "-"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let o = Command::new("tshark")
+            .args(["-r", "-", "-T", "fields", "-e", "frame.len"])
+            .stdin(etwkit.stdout.take().unwrap())
+            .output()
+            .unwrap();
+        assert!(etwkit.wait().unwrap().success());
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 114);
+    }
 }

@@ -232,7 +232,13 @@ fn counted_arrays_binary_structs_and_truncation() {
 fn bad_manifests_are_clear_errors() {
     let mut reg = Registry::new();
     let e = reg.add_manifest_file("/nonexistent/x.man").unwrap_err();
-    assert!(e.to_string().contains("cannot read"), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "cannot read the instrumentation manifest /nonexistent/x.man: No such file or directory (os error 2)"
+    );
+    let e = reg.add_manifest_file(std::env::temp_dir()).unwrap_err();
+    assert!(e.to_string().ends_with(" is a directory"), "{e}");
+    assert!(!e.to_string().contains("at byte"), "{e}");
     let text = std::fs::read_to_string(man()).unwrap();
     let broken = text.replace(r#"length="AddressLength""#, r#"length="NoSuchField""#);
     let e =

@@ -35,6 +35,19 @@ pub fn etwkit(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// Runs `etwkit ARGS`: (exit code, stdout, stderr).
+pub fn etwkit_code(args: &[&str]) -> (Option<i32>, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_etwkit"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
 /// Every line of `s` as JSON.
 pub fn json_lines(s: &str) -> Vec<serde_json::Value> {
     s.lines()

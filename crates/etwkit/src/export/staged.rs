@@ -34,6 +34,31 @@ pub enum StageError {
     IsInput { path: PathBuf },
     #[error("the output {} is a directory", path.display())]
     IsDirectory { path: PathBuf },
+    /// The directory the output goes in takes no file (read-only, not a directory, missing): said
+    /// of the output as the user named it and of that directory, never of the hidden staging name.
+    #[error("cannot write {}: cannot create a file in {}: {source}", path.display(), dir.display())]
+    Create {
+        path: PathBuf,
+        dir: PathBuf,
+        source: io::Error,
+    },
+}
+
+/// [`StageError::Create`] for the output `path` in `dir`.
+fn create_error<'a>(path: &'a Path, dir: &'a Path) -> impl FnOnce(io::Error) -> StageError + 'a {
+    move |source| StageError::Create {
+        path: path.to_path_buf(),
+        dir: dir.to_path_buf(),
+        source,
+    }
+}
+
+/// The directory `dest` goes in (`.` for a bare name).
+fn parent_of(dest: &Path) -> &Path {
+    match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StageError + '_ {
@@ -66,23 +91,22 @@ impl Staged {
     /// Checks `dest` (see [`Existing`]) and makes the staging directory beside it; `marker` is the
     /// file every dataset holds.
     pub fn new(dest: &Path, existing: Existing, marker: &str) -> Result<Staged, StageError> {
+        let given = dest;
         // The destination as a path whose parent and name are known: `-o .` or `-o out/..` name
         // a directory too, and a symbolic link to a dataset is replaced where it points.
         let dest = match std::fs::symlink_metadata(dest) {
             Ok(_) => std::fs::canonicalize(dest).map_err(io_error(dest))?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let parent = match dest.parent() {
-                    Some(p) if !p.as_os_str().is_empty() => p,
-                    _ => Path::new("."),
-                };
-                std::fs::create_dir_all(parent).map_err(io_error(parent))?;
+                let parent = parent_of(dest);
+                std::fs::create_dir_all(parent).map_err(create_error(given, parent))?;
                 let parent = std::fs::canonicalize(parent).map_err(io_error(parent))?;
                 match dest.file_name() {
                     Some(name) => parent.join(name),
                     None => parent,
                 }
             }
-            Err(e) => return Err(io_error(dest)(e)),
+            // A parent that is a file (ENOTDIR), or one that cannot be searched.
+            Err(e) => return Err(create_error(given, parent_of(given))(e)),
         };
         let before = match std::fs::metadata(&dest) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Before::Nothing,
@@ -121,7 +145,7 @@ impl Staged {
         let staging = staging_path(parent, name);
         let _ = std::fs::remove_dir_all(&staging);
         remove_leftovers(parent, name);
-        std::fs::create_dir(&staging).map_err(io_error(&staging))?;
+        std::fs::create_dir(&staging).map_err(create_error(given, parent_of(given)))?;
         Ok(Staged {
             dest,
             staging,
@@ -308,7 +332,9 @@ pub struct StagedFile {
 }
 
 impl StagedFile {
-    /// Starts `dest`, refusing it when it is one of `inputs` or a directory.
+    /// Starts `dest`, refusing it when it is one of `inputs` or a directory, or when its directory
+    /// takes no file ([`StageError::Create`]: the staging file is created here, before the caller
+    /// does any work, and left empty for [`StagedFile::path`] or [`StagedFile::create`]).
     pub fn new(dest: &Path, inputs: &[&Path]) -> Result<StagedFile, StageError> {
         if inputs.iter().any(|i| same_file(i, dest)) {
             return Err(StageError::IsInput {
@@ -323,14 +349,13 @@ impl StagedFile {
                 })
             }
         };
-        let parent = match dest.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
+        let parent = parent_of(dest);
         remove_leftovers(parent, name);
+        let staging = staging_path(parent, name);
+        std::fs::File::create(&staging).map_err(create_error(dest, parent))?;
         Ok(StagedFile {
             dest: dest.to_path_buf(),
-            staging: staging_path(parent, name),
+            staging,
             committed: false,
         })
     }
@@ -344,7 +369,7 @@ impl StagedFile {
     pub fn create(&self) -> Result<io::BufWriter<std::fs::File>, StageError> {
         std::fs::File::create(&self.staging)
             .map(io::BufWriter::new)
-            .map_err(io_error(&self.dest))
+            .map_err(create_error(&self.dest, parent_of(&self.dest)))
     }
 
     /// Renames the complete file over the output.

@@ -543,7 +543,14 @@ impl Trace {
             let mut opts = crate::etl::writer::WriterOptions::now();
             opts.logger_name = self.name.clone();
             let w = crate::etl::writer::Writer::create(p, opts).map_err(|e| {
-                LiveError::Other(format!("cannot create the logfile {}: {e}", p.display()))
+                // The logfile named once: `cannot create the logfile x.etl: <reason>`.
+                let why = match e {
+                    crate::etl::writer::WriteError::Io { path, source } if path == *p => {
+                        source.to_string()
+                    }
+                    e => e.to_string(),
+                };
+                LiveError::Other(format!("cannot create the logfile {}: {why}", p.display()))
             })?;
             self.writer = Some(w);
         }

@@ -263,6 +263,21 @@ impl std::fmt::Debug for Registry {
     }
 }
 
+/// Why [`Registry::add_manifest_file`] failed: the file could not be read (no byte of it was), or
+/// its XML is not a manifest etwkit takes ([`SchemaError`], with where in the file).
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestFileError {
+    #[error("cannot read the instrumentation manifest {}: {source}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the instrumentation manifest {} is a directory", path.display())]
+    IsDirectory { path: std::path::PathBuf },
+    #[error(transparent)]
+    Parse(#[from] SchemaError),
+}
+
 impl Registry {
     pub fn new() -> Registry {
         Registry::default()
@@ -389,14 +404,19 @@ impl Registry {
     }
 
     /// Reads an instrumentation manifest (`--manifest FILE.man`).
-    pub fn add_manifest_file(&mut self, path: impl AsRef<Path>) -> Result<usize, SchemaError> {
+    pub fn add_manifest_file(
+        &mut self,
+        path: impl AsRef<Path>,
+    ) -> Result<usize, ManifestFileError> {
         let path = path.as_ref();
-        let xml = std::fs::read_to_string(path).map_err(|e| {
-            SchemaError::new(
-                "instrumentation manifest",
-                0,
-                format!("cannot read {}: {e}", path.display()),
-            )
+        if path.is_dir() {
+            return Err(ManifestFileError::IsDirectory {
+                path: path.to_path_buf(),
+            });
+        }
+        let xml = std::fs::read_to_string(path).map_err(|source| ManifestFileError::Read {
+            path: path.to_path_buf(),
+            source,
         })?;
         let m = manifest::parse_manifest(&xml, SchemaSource::UserManifest).map_err(|e| {
             SchemaError {

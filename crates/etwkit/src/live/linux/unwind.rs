@@ -36,7 +36,9 @@ pub struct ProcessMaps {
 impl ProcessMaps {
     /// Parses `/proc/PID/maps`, keeping file-backed executable mappings.
     pub fn read(pid: u32) -> std::io::Result<ProcessMaps> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        let path = format!("/proc/{pid}/maps");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{path}: {e}")))?;
         let mut m = ProcessMaps::default();
         for line in text.lines() {
             let mut it = line.split_whitespace();
@@ -492,5 +494,24 @@ impl LinuxStackNamer {
 impl StackNamer for LinuxStackNamer {
     fn name(&mut self, pid: u32, stack: &[u64]) -> Vec<Frame> {
         self.symbolizer.symbolize_stack(self.maps.get(&pid), stack)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ProcessMaps;
+
+    #[test]
+    fn maps_of_a_missing_process_name_the_file() {
+        let e = ProcessMaps::read(u32::MAX).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(
+            e.to_string(),
+            "/proc/4294967295/maps: No such file or directory (os error 2)"
+        );
+        assert!(!ProcessMaps::read(std::process::id())
+            .unwrap()
+            .mappings
+            .is_empty());
     }
 }

@@ -91,8 +91,6 @@ impl ShimFile {
 /// by path): `/run/etwkit` as root, else `$TMPDIR/etwkit-<uid>`, a directory of ours that only we
 /// can write, named by the bytes' hash (the same copy serves every attach of the same shim).
 pub fn installed_copy(bytes: &[u8]) -> io::Result<PathBuf> {
-    use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     let dir = if uid == 0 {
@@ -100,12 +98,24 @@ pub fn installed_copy(bytes: &[u8]) -> io::Result<PathBuf> {
     } else {
         std::env::temp_dir().join(format!("etwkit-{uid}"))
     };
-    match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
+    installed_copy_in(&dir, uid, bytes)
+}
+
+/// [`installed_copy`] in `dir`, which only `uid` may write. Errors name the file or directory
+/// they are about (`/run/etwkit: Not a directory (os error 20)`), never a bare OS reason.
+fn installed_copy_in(dir: &Path, uid: u32, bytes: &[u8]) -> io::Result<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+    let named = |p: &Path| {
+        let p = p.to_path_buf();
+        move |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", p.display()))
+    };
+    match std::fs::DirBuilder::new().mode(0o755).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
+        Err(e) => return Err(named(dir)(e)),
     }
-    let meta = std::fs::symlink_metadata(&dir)?;
+    let meta = std::fs::symlink_metadata(dir).map_err(named(dir))?;
     if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o022 != 0 {
         return Err(io::Error::other(format!(
             "{} is not a directory that only this user can write",
@@ -126,10 +136,11 @@ pub fn installed_copy(bytes: &[u8]) -> io::Result<PathBuf> {
         .write(true)
         .create_new(true)
         .mode(0o644)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
+        .open(&tmp)
+        .map_err(named(&tmp))?;
+    f.write_all(bytes).map_err(named(&tmp))?;
+    f.sync_all().map_err(named(&tmp))?;
+    std::fs::rename(&tmp, &path).map_err(named(&path))?;
     Ok(path)
 }
 
@@ -1115,5 +1126,35 @@ fn accept_shim(
             ));
         }
         return Ok(fd);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory that cannot be made is named in the error (the heap command shows it as "the
+    /// built-in shim could not be written out (...)").
+    #[test]
+    fn installed_copy_names_the_directory_it_cannot_make() {
+        let base = std::env::temp_dir().join(format!("etwkit-shim-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        let file = base.join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let dir = file.join("etwkit");
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let e = installed_copy_in(&dir, uid, b"shim").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("{}: Not a directory (os error 20)", dir.display())
+        );
+        // And where it can, the copy is made and found again.
+        let ok = base.join("ok");
+        let p = installed_copy_in(&ok, uid, b"shim").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"shim");
+        assert_eq!(installed_copy_in(&ok, uid, b"shim").unwrap(), p);
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }
