@@ -45,13 +45,9 @@ pub fn naming_registry(
 pub fn registry(manifests: &[std::path::PathBuf]) -> anyhow::Result<etwkit::schema::Registry> {
     let mut reg = etwkit::schema::Registry::with_builtins();
     for m in manifests {
-        reg.add_manifest_file(m).map_err(|e| match e {
-            // Names the file itself: `cannot read the instrumentation manifest x.man: ...`.
-            etwkit::schema::registry::ManifestFileError::Parse(e) => {
-                anyhow::anyhow!("--manifest {}: {e}", m.display())
-            }
-            e => anyhow::anyhow!("{e}"),
-        })?;
+        // Each error names the file: `the instrumentation manifest x.man: not well-formed XML: ...`.
+        reg.add_manifest_file(m)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     Ok(reg)
 }

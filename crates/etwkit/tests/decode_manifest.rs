@@ -254,3 +254,39 @@ fn bad_manifests_are_clear_errors() {
         .unwrap_err();
     assert!(e.reason.contains("unknown inType \"win:Quad\""), "{e}");
 }
+
+/// A manifest that is not well-formed XML names the file once and where the XML breaks, in bytes:
+/// the line and column the parser gives, or the document's end for a root element never closed.
+#[test]
+fn malformed_manifests_name_the_file_once_and_the_place() {
+    let dir = std::env::temp_dir().join(format!("etwkit-malformed-man-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut reg = Registry::new();
+    for (name, xml, want) in [
+        (
+            "unclosed.man",
+            "<instrumentationManifest><events>",
+            "not well-formed XML: the root node was opened but never closed (at byte 33)",
+        ),
+        (
+            "twice.man",
+            "<a>\n  <b x=\"1\" x=\"2\"/></a>",
+            "not well-formed XML: attribute 'x' at 2:12 is already defined (at byte 15)",
+        ),
+        (
+            "utf8.man",
+            "<a>\n<b>\u{e9}\u{e9}</c></a>",
+            "not well-formed XML: expected 'b' tag, not 'c' at 2:6 (at byte 11)",
+        ),
+        ("none.man", "<a/>", "no <provider> element (at byte 0)"),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, xml).unwrap();
+        let e = reg.add_manifest_file(&path).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("the instrumentation manifest {}: {want}", path.display())
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

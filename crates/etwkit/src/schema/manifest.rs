@@ -66,10 +66,35 @@ fn standard_opcode(name: &str) -> Option<(u8, &'static str)> {
     })
 }
 
+/// Where in `xml` a parse error is: the byte its line and column name, the end of the document
+/// for a root element never closed (the parser gives no position for it), 0 when there is none.
+fn xml_error_offset(xml: &str, e: &roxmltree::Error) -> usize {
+    if matches!(e, roxmltree::Error::UnclosedRootNode) {
+        return xml.len();
+    }
+    let pos = e.pos();
+    let line_start: usize = xml
+        .split_inclusive('\n')
+        .take(pos.row.saturating_sub(1) as usize)
+        .map(str::len)
+        .sum();
+    let line = &xml[line_start.min(xml.len())..];
+    line_start
+        + line
+            .char_indices()
+            .nth(pos.col.saturating_sub(1) as usize)
+            .map_or(line.len(), |(i, _)| i)
+}
+
 /// Parses a manifest document.
 pub fn parse_manifest(xml: &str, source: SchemaSource) -> Result<Manifest, SchemaError> {
-    let doc = Document::parse(xml)
-        .map_err(|e| SchemaError::new(WHAT, 0, format!("not well-formed XML: {e}")))?;
+    let doc = Document::parse(xml).map_err(|e| {
+        SchemaError::new(
+            WHAT,
+            xml_error_offset(xml, &e),
+            format!("not well-formed XML: {e}"),
+        )
+    })?;
     let mut strings: HashMap<String, String> = HashMap::new();
     if let Some(table) = doc
         .descendants()
@@ -96,7 +121,7 @@ pub fn parse_manifest(xml: &str, source: SchemaSource) -> Result<Manifest, Schem
         .filter(|n| n.is_element() && n.tag_name().name() == "provider")
         .collect();
     if providers.is_empty() {
-        return Err(SchemaError::new(WHAT, 0, "no <provider> element"));
+        return Err(err(doc.root_element(), "no <provider> element"));
     }
     for p in providers {
         let name = p

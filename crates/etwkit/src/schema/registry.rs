@@ -264,7 +264,8 @@ impl std::fmt::Debug for Registry {
 }
 
 /// Why [`Registry::add_manifest_file`] failed: the file could not be read (no byte of it was), or
-/// its XML is not a manifest etwkit takes ([`SchemaError`], with where in the file).
+/// its XML is not a manifest etwkit takes ([`SchemaError`], with where in the file). Each names the
+/// file once.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestFileError {
     #[error("cannot read the instrumentation manifest {}: {source}", path.display())]
@@ -274,8 +275,11 @@ pub enum ManifestFileError {
     },
     #[error("the instrumentation manifest {} is a directory", path.display())]
     IsDirectory { path: std::path::PathBuf },
-    #[error(transparent)]
-    Parse(#[from] SchemaError),
+    #[error("the instrumentation manifest {}: {} (at byte {})", path.display(), source.reason, source.offset)]
+    Parse {
+        path: std::path::PathBuf,
+        source: SchemaError,
+    },
 }
 
 impl Registry {
@@ -418,10 +422,10 @@ impl Registry {
             path: path.to_path_buf(),
             source,
         })?;
-        let m = manifest::parse_manifest(&xml, SchemaSource::UserManifest).map_err(|e| {
-            SchemaError {
-                reason: format!("{}: {}", path.display(), e.reason),
-                ..e
+        let m = manifest::parse_manifest(&xml, SchemaSource::UserManifest).map_err(|source| {
+            ManifestFileError::Parse {
+                path: path.to_path_buf(),
+                source,
             }
         })?;
         Ok(self.add_manifest(m))
