@@ -1,13 +1,12 @@
 //! Printing events through the shared sinks with names and decoded properties: one printer for
 //! `dump` (ETL files), `trace` (live) and the demo.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::ops::ControlFlow;
-use std::time::{Duration, Instant};
 
 use etwkit::decode::Decoder;
 use etwkit::etl::Record;
+use etwkit::live::ProcessNames;
 use etwkit::schema::Registry;
 use etwkit::sink::{make_sink, EventView, Format, Sink};
 use etwkit::EventRecord;
@@ -19,31 +18,8 @@ pub struct Printer<'w> {
     pub count: u64,
     pub decoded: u64,
     pub error: Option<std::io::Error>,
-    /// Live events' process names by pid: when last asked ([`etwkit::live::process_name`]) and
-    /// the answer.
-    names: HashMap<u32, NameEntry>,
-}
-
-/// A live event's process name as last asked (`asked: None`: never).
-#[derive(Default)]
-struct NameEntry {
-    asked: Option<Instant>,
-    name: Option<String>,
-}
-
-/// How long a process name is trusted before it is asked again (an `exec` renames a process, an
-/// exited one's pid is reused).
-const NAME_TTL: Duration = Duration::from_secs(1);
-
-impl NameEntry {
-    /// The name, asked of the system when never asked or last asked over [`NAME_TTL`] ago.
-    fn get(&mut self, pid: u32, now: Instant) -> Option<&str> {
-        if self.asked.is_none_or(|t| now.duration_since(t) > NAME_TTL) {
-            self.asked = Some(now);
-            self.name = etwkit::live::process_name(pid);
-        }
-        self.name.as_deref()
-    }
+    /// Live events' process names (asked of the system once a second per pid).
+    names: ProcessNames,
 }
 
 impl<'w> Printer<'w> {
@@ -65,7 +41,7 @@ impl<'w> Printer<'w> {
             count: 0,
             decoded: 0,
             error: None,
-            names: HashMap::new(),
+            names: ProcessNames::new(),
         }
     }
 
@@ -77,9 +53,8 @@ impl<'w> Printer<'w> {
             self.decoded += 1;
         }
         let mut v = EventView::decoded(ev, d.as_ref(), &mut self.props);
-        let pid = v.pid();
-        if v.process_name.is_none() && pid != u32::MAX {
-            v.process_name = self.names.entry(pid).or_default().get(pid, Instant::now());
+        if v.process_name.is_none() {
+            v.process_name = self.names.name(v.pid()).map(|n| &**n);
         }
         self.count += 1;
         match self.sink.event(&v) {

@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use etwkit::decode::Decoder;
-use etwkit::live::{Etw, LiveError, StopHandle, Trace, TraceSummary};
+use etwkit::live::{Etw, LiveError, ProcessNames, StopHandle, Trace, TraceSummary};
 use etwkit::schema::Registry;
 use etwkit::Guid;
 use pyo3::exceptions::PyValueError;
@@ -440,13 +440,19 @@ impl EtwTrace {
             let (err, res) = std::thread::scope(|s| {
                 let w = s.spawn(move || {
                     let mut decoder = Decoder::new(Registry::with_builtins());
+                    let mut names = ProcessNames::new();
                     t.process(
                         |ev| {
                             if decoder.learn(ev) {
                                 return ControlFlow::Continue(());
                             }
-                            let d = decoder.decode(ev);
-                            send(&tx, vec![OwnedEvent::new(ev, d)])
+                            let mut o = OwnedEvent::new(ev, decoder.decode(ev));
+                            // A live event carries only a pid: its process as the system names
+                            // it now, as `etwkit trace` prints it (asked once a second per pid).
+                            if o.decoded.process_name.is_none() {
+                                o.decoded.process_name = names.name(o.pid).cloned();
+                            }
+                            send(&tx, vec![o])
                         },
                         begin,
                         end,

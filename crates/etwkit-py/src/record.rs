@@ -202,8 +202,10 @@ impl PyEventRecord {
     fn pid(&self) -> Option<u32> {
         (self.ev.pid != u32::MAX).then_some(self.ev.pid)
     }
-    /// The image name of the event's process by the trace's kernel Process events
-    /// (`"PerfView.exe"`), or None when the trace does not name it.
+    /// The image name of the event's process: in a file by the trace's kernel Process events
+    /// (`"PerfView.exe"`); for a live event the process's name as the system gives it when the
+    /// event is read (`etwkit::live::process_name`, asked once a second per pid). None when
+    /// nothing names it.
     #[getter]
     fn process_name(&self) -> Option<&str> {
         self.ev.decoded.process_name.as_deref()

@@ -228,3 +228,81 @@ def test_logfile_trace_writes_what_it_delivers(tmp_path):
     again = []
     trace.process(again.append)
     assert [key(e) for e in again if e.guid == AFD_GUID] == [key(e) for e in back]
+
+
+NAMED = r"""
+import json, socket, sys
+
+def comm(name):
+    with open("/proc/self/comm", "w") as f:
+        f.write(name)
+
+def tcp():
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    cli = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    cli.connect(("127.0.0.1", port))
+    conn, _ = srv.accept()
+    for s in (conn, cli, srv):
+        s.close()
+    return port
+
+comm(sys.argv[1])
+print(json.dumps({"port": tcp()}), flush=True)
+sys.stdin.readline()  # the test has seen the first connect
+comm(sys.argv[2])
+print("renamed", flush=True)
+sys.stdin.readline()  # over a second later
+print(json.dumps({"port": tcp()}), flush=True)
+sys.stdin.read()  # alive until the test is done: its name comes from /proc/PID/comm
+"""
+
+FIRST, SECOND = "pytest-named", "pytest-renamed"
+
+
+def test_live_events_carry_the_process_name_asked_again_after_a_second():
+    require_live()
+    trace = etwkit.etw.open_trace(name("names"))
+    trace.enable(AFD)
+    trace.start()
+    events = []
+    th = threading.Thread(target=trace.process, args=(events.append,))
+    th.start()
+    child = subprocess.Popen([sys.executable, "-c", NAMED, FIRST, SECOND], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+
+    def connect(port):
+        """The child's connect event to `port`, once process() has delivered it."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for e in list(events):
+                if e.pid == child.pid and e.id == 4 and e.properties.get("Port") == port:
+                    return e
+            time.sleep(0.05)
+        pytest.fail(f"no connect of pid {child.pid} to port {port} among {len(events)} events")
+
+    try:
+        first = connect(json.loads(child.stdout.readline())["port"])
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "renamed\n"
+        # The cached name was asked before the rename: past a second the next event asks again.
+        time.sleep(1.2)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        second = connect(json.loads(child.stdout.readline())["port"])
+    finally:
+        trace.stop(soft=True)
+        th.join(10)
+        child.stdin.close()
+        child.wait(10)
+    assert not th.is_alive(), "process() did not return after stop()"
+
+    assert first.process_name == FIRST, repr(first)
+    assert second.process_name == SECOND, repr(second)
+    mine = [e.process_name for e in events if e.pid == child.pid]
+    # Every event of the child named, the first name up to the rename and the second after it.
+    assert set(mine) == {FIRST, SECOND}, mine
+    assert mine == sorted(mine, key=lambda n: n == SECOND), mine

@@ -75,8 +75,12 @@ class EventRecord:
     def opcode_name(self) -> Optional[str]: ...
     @property
     def process_name(self) -> Optional[str]:
-        """The image name of the event's process by the trace's kernel Process events
-        (``"PerfView.exe"``); None when the trace does not name it."""
+        """The image name of the event's process: in a file by the trace's kernel Process events
+        (``"PerfView.exe"``); for a live event (``EtwTrace.process`` on a realtime trace) the
+        process's name as the system gives it when the event is read, as ``etwkit trace`` prints
+        it (Linux: ``/proc/PID/comm``, else tracefs' ``saved_cmdlines`` for a process gone,
+        ``swapper`` for pid 0; Windows: the image's file name), asked once a second per pid, so a
+        rename or ``exec`` shows within a second. None when nothing names it."""
     @property
     def user_data(self) -> bytes:
         """The raw payload (UserData), as PythonForWindows gives it."""

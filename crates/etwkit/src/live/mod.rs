@@ -15,11 +15,13 @@
 //! On Linux a session is a tracefs instance (see [`linux`]); on Windows an ETW session
 //! ([`windows::WindowsBackend`]) implements the same [`Backend`] trait.
 
+use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::event::EventRecord;
 use crate::guid::Guid;
@@ -384,6 +386,75 @@ pub fn process_name(pid: u32) -> Option<String> {
     {
         let _ = pid;
         None
+    }
+}
+
+/// Live events' process names by pid, as [`process_name`] gives them, for whatever names live
+/// events as they arrive (the CLI's printer, the Python package's live records): each pid is asked
+/// of the system once and again when last asked over [`ProcessNames::TTL`] ago, so an `exec` or a
+/// reused pid shows within that time while a busy process costs one lookup a second.
+///
+/// ```no_run
+/// let mut names = etwkit::live::ProcessNames::new();
+/// if let Some(n) = names.name(std::process::id()) {
+///     println!("this process is {n}");
+/// }
+/// ```
+pub struct ProcessNames {
+    /// When each pid was last asked, and the answer.
+    names: HashMap<u32, (Instant, Option<Arc<str>>)>,
+    lookup: fn(u32) -> Option<String>,
+}
+
+impl Default for ProcessNames {
+    fn default() -> Self {
+        ProcessNames::new()
+    }
+}
+
+impl ProcessNames {
+    /// How long an answer is trusted before the pid is asked again (an `exec` renames a process,
+    /// an exited one's pid is reused).
+    pub const TTL: Duration = Duration::from_secs(1);
+
+    /// Pids remembered at most: past it the answers older than [`Self::TTL`] are dropped (a long
+    /// trace of many short processes), or all of them when none is that old.
+    const CAP: usize = 16_384;
+
+    pub fn new() -> ProcessNames {
+        ProcessNames {
+            names: HashMap::new(),
+            lookup: process_name,
+        }
+    }
+
+    /// The name of process `pid` now (see [`process_name`]); `None` for `u32::MAX` (a record
+    /// without a process) and for a pid nobody can name.
+    pub fn name(&mut self, pid: u32) -> Option<&Arc<str>> {
+        self.name_at(pid, Instant::now())
+    }
+
+    /// [`Self::name`] at time `now`.
+    pub fn name_at(&mut self, pid: u32, now: Instant) -> Option<&Arc<str>> {
+        if pid == u32::MAX {
+            return None;
+        }
+        let fresh = |asked: Instant| now.saturating_duration_since(asked) <= Self::TTL;
+        if self.names.len() >= Self::CAP && !self.names.contains_key(&pid) {
+            self.names.retain(|_, (asked, _)| fresh(*asked));
+            if self.names.len() >= Self::CAP {
+                self.names.clear();
+            }
+        }
+        let lookup = self.lookup;
+        let e = self
+            .names
+            .entry(pid)
+            .or_insert_with(|| (now, lookup(pid).map(Arc::from)));
+        if !fresh(e.0) {
+            *e = (now, lookup(pid).map(Arc::from));
+        }
+        e.1.as_ref()
     }
 }
 
@@ -784,6 +855,50 @@ impl Backend for Unavailable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    thread_local! {
+        static ASKED: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+        static NAME: std::cell::RefCell<&'static str> = const { std::cell::RefCell::new("first") };
+    }
+
+    fn fake_lookup(pid: u32) -> Option<String> {
+        ASKED.with(|a| a.borrow_mut().push(pid));
+        (pid != 7).then(|| NAME.with(|n| n.borrow().to_string()))
+    }
+
+    #[test]
+    fn process_names_are_asked_once_a_second_per_pid() {
+        let mut names = ProcessNames {
+            names: HashMap::new(),
+            lookup: fake_lookup,
+        };
+        let t0 = Instant::now();
+        let name = |n: &mut ProcessNames, pid, after_ms| {
+            n.name_at(pid, t0 + Duration::from_millis(after_ms))
+                .map(|s| s.to_string())
+        };
+        assert_eq!(name(&mut names, 42, 0).as_deref(), Some("first"));
+        NAME.with(|n| *n.borrow_mut() = "second");
+        // Within the second: the cached answer, not asked again.
+        assert_eq!(name(&mut names, 42, 500).as_deref(), Some("first"));
+        assert_eq!(name(&mut names, 42, 1000).as_deref(), Some("first"));
+        // Another pid is asked on its own.
+        assert_eq!(name(&mut names, 43, 600).as_deref(), Some("second"));
+        // Past the second: asked again, the new name.
+        assert_eq!(name(&mut names, 42, 1001).as_deref(), Some("second"));
+        // No name is remembered as none (asked once), a record without a process not asked at all.
+        assert_eq!(name(&mut names, 7, 1001), None);
+        assert_eq!(name(&mut names, 7, 1500), None);
+        assert_eq!(name(&mut names, u32::MAX, 0), None);
+        assert_eq!(ASKED.with(|a| a.borrow().clone()), [42, 43, 42, 7]);
+    }
+
+    #[test]
+    fn process_names_name_this_process() {
+        let mut names = ProcessNames::new();
+        let pid = std::process::id();
+        assert_eq!(names.name(pid).map(|s| s.to_string()), process_name(pid));
+    }
+
     #[test]
     fn level_and_keyword_filter() {
         let s = EnableSpec {
