@@ -23,12 +23,9 @@ use std::sync::Arc;
 use crate::decode::symbols::{Frame, ModuleMap};
 use crate::decode::{DecodedEvent, Decoder};
 use crate::event::EventRecord;
-use crate::guid::Guid;
 
-/// The kernel PerfInfo event group.
-pub const PERFINFO_GUID: Guid = Guid::from_str_const("ce1dbfb4-137e-4da6-87b0-3f59aa102cbc");
-/// PerfInfo SampledProfile (one timer or counter sample).
-pub const OPCODE_SAMPLED_PROFILE: u8 = 46;
+// The PerfInfo group and its SampledProfile opcode (facts of the decoder's stack join).
+pub use crate::decode::stacks::{OPCODE_SAMPLED_PROFILE, PERFINFO_GUID};
 /// PerfInfo events carrying the sampling interval (SetInterval, CollectionStart, CollectionEnd).
 pub const OPCODES_INTERVAL: [u8; 3] = [72, 73, 74];
 

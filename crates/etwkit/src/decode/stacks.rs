@@ -11,7 +11,9 @@
 //! `EventTimeStamp` is the raw (logger-clock) timestamp of the event the stack was taken for. Kernel
 //! and user halves arrive as separate events for one event, kernel first, and are concatenated. An
 //! event matches when its raw timestamp equals `EventTimeStamp` and its thread equals `StackThread`;
-//! PERFINFO records carry no thread and match on the timestamp when only one thread's stack has it.
+//! PERFINFO records carry no thread: a SampledProfile record matches on the thread its payload names
+//! (ThreadId, after the InstructionPointer), any other on the timestamp when only one thread's stack
+//! has it (timer samples of several CPUs often share a timestamp).
 //!
 //! Two ways to join: [`StackIndex`] (observe all records first — a pre-scan of a file — then ask per
 //! event; compressed stacks resolve even when their keys are only defined by the rundown at the end)
@@ -36,6 +38,27 @@ pub const OPCODE_KEY_DELETE: u8 = 35;
 pub const OPCODE_KEY_RUNDOWN: u8 = 36;
 pub const OPCODE_STACK_KEY_KERNEL: u8 = 37;
 pub const OPCODE_STACK_KEY_USER: u8 = 38;
+
+/// The kernel PerfInfo event group.
+pub const PERFINFO_GUID: Guid = Guid::from_str_const("ce1dbfb4-137e-4da6-87b0-3f59aa102cbc");
+/// PerfInfo SampledProfile: `InstructionPointer` (pointer-sized), `ThreadId` (u32), `Count`...
+pub const OPCODE_SAMPLED_PROFILE: u8 = 46;
+
+/// The thread whose stack `rec` matches: the header's, else (PERFINFO records carry none) the
+/// `ThreadId` of a SampledProfile payload; `u32::MAX` when neither names one.
+fn stack_thread(rec: &EventRecord<'_>) -> u32 {
+    if rec.tid != u32::MAX
+        || rec.provider != PERFINFO_GUID
+        || rec.descriptor.opcode != OPCODE_SAMPLED_PROFILE
+        || !rec.header_type.is_kernel()
+    {
+        return rec.tid;
+    }
+    let w = if rec.pointer_size == 4 { 4 } else { 8 };
+    rec.payload
+        .get(w..w + 4)
+        .map_or(u32::MAX, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
 
 /// What a StackWalk event contributes to one event's stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -560,13 +583,14 @@ impl StackIndex {
         if t.seen.get(b / 64).is_some_and(|w| w & (1 << (b % 64)) != 0) {
             let v = &t.entries[t.find(rec.raw_timestamp, hint)];
             if !v.is_empty() {
-                let e = if rec.tid == u32::MAX {
+                let tid = stack_thread(rec);
+                let e = if tid == u32::MAX {
                     match v {
                         [one] => one,
                         _ => return false,
                     }
                 } else {
-                    match v.iter().find(|e| e.thread == rec.tid) {
+                    match v.iter().find(|e| e.thread == tid) {
                         Some(e) => e,
                         None => return false,
                     }
@@ -620,13 +644,14 @@ impl StackIndex {
     /// [`StackIndex::stack_for`] among the stacks observed one by one.
     fn stack_for_observed(&self, rec: &EventRecord<'_>) -> Option<Stack> {
         let v = self.by_ts.get(&rec.raw_timestamp)?;
-        let e = if rec.tid == u32::MAX {
+        let tid = stack_thread(rec);
+        let e = if tid == u32::MAX {
             match v.as_slice() {
                 [one] => one,
                 _ => return None,
             }
         } else {
-            v.iter().find(|e| e.thread == rec.tid)?
+            v.iter().find(|e| e.thread == tid)?
         };
         Some(Stack {
             match_id: 0,
@@ -808,5 +833,37 @@ mod tests {
             event.tid = 99;
             assert!(!index.stack_into(&event, &mut 0, &mut got));
         }
+    }
+
+    /// A SampledProfile record (PERFINFO header: no thread) sampled at `raw_ts` on `thread`.
+    fn sample(raw_ts: i64, ip: u64, thread: u32) -> EventRecord<'static> {
+        let mut rec = stackwalk(raw_ts, 0, 0, &[]);
+        rec.provider = PERFINFO_GUID;
+        rec.descriptor.opcode = OPCODE_SAMPLED_PROFILE;
+        let mut p = ip.to_le_bytes().to_vec();
+        p.extend_from_slice(&thread.to_le_bytes());
+        p.extend_from_slice(&1u32.to_le_bytes());
+        rec.payload = Cow::Owned(p);
+        rec
+    }
+
+    #[test]
+    fn samples_match_the_stack_of_their_payload_thread() {
+        // Two CPUs sampled at one tick: thread 300 has a stack, the idle thread 0 has none.
+        let mut index = StackIndex::new();
+        index.observe(&stackwalk(101, 100, 300, &[0x1000, 0x2000]));
+        index.observe(&stackwalk(201, 200, 0, &[0x3000]));
+        index.observe(&stackwalk(202, 200, 400, &[0x4000]));
+        let stack = |rec: &EventRecord<'_>| index.stack_for(rec).map(|s| s.addresses);
+        assert_eq!(stack(&sample(100, 0x1000, 300)), Some(vec![0x1000, 0x2000]));
+        // The one stack at that tick is another thread's: not this sample's.
+        assert_eq!(stack(&sample(100, 0x9000, 0)), None);
+        // Several threads' stacks at one tick: the payload's thread picks its own.
+        assert_eq!(stack(&sample(200, 0x3000, 0)), Some(vec![0x3000]));
+        assert_eq!(stack(&sample(200, 0x4000, 400)), Some(vec![0x4000]));
+        // Another PERFINFO record without a thread still takes a lone stack.
+        let mut other = sample(100, 0, 0);
+        other.descriptor.opcode = 47;
+        assert_eq!(stack(&other), Some(vec![0x1000, 0x2000]));
     }
 }
