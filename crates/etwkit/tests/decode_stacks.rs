@@ -111,9 +111,11 @@ fn stackwalk_events_attach_to_their_events() {
     // records match the stack of their payload's thread: 39 samples (idle ones, thread 0) no
     // longer take the lone stack another CPU's thread left at the same tick, and 12 whose tick
     // has several threads' stacks get theirs (27 fewer than the 7,853 and 8,508 matched on the
-    // timestamp alone).
-    assert_eq!((walked, walked_frames), (7_826, 166_258));
-    assert_eq!((with_stack, frames), (8_481, 195_469));
+    // timestamp alone). A key reference means what the key stood for when it was logged: 1,909
+    // KeyDelete records name the frames of keys later reused, which the rundown at the end does
+    // not (166,258 and 195,469 frames when references took the rundown's).
+    assert_eq!((walked, walked_frames), (7_826, 203_696));
+    assert_eq!((with_stack, frames), (8_481, 232_907));
 }
 
 #[test]

@@ -5,8 +5,11 @@
 //!   return addresses;
 //! * opcodes 37/38 `StackKeyKernel`/`StackKeyUser` (stack compression): the same three fields, then a
 //!   pointer-sized StackKey naming a stack defined by
-//! * opcodes 34/36 `KeyCreate`/`KeyRundown`: a pointer-sized StackKey, then the frames (35
-//!   `KeyDelete` retires a key).
+//! * opcodes 34/36 `KeyCreate`/`KeyRundown`: a pointer-sized StackKey, then the frames; 35
+//!   `KeyDelete`, the same, retires a key and names the frames it stood for. Keys are reused: a
+//!   reference resolves to what its key meant when the reference was logged (the definition
+//!   before it, unless deleted since; else the next delete or rundown, which name the frames in
+//!   force).
 //!
 //! `EventTimeStamp` is the raw (logger-clock) timestamp of the event the stack was taken for. Kernel
 //! and user halves arrive as separate events for one event, kernel first, and are concatenated. An
@@ -148,6 +151,20 @@ pub fn parse_key_definition(rec: &EventRecord<'_>) -> Option<(u64, Vec<u64>)> {
     {
         return None;
     }
+    key_frames(rec)
+}
+
+/// A stack key retired (KeyDelete): (key, the frames it stood for until then). `None` for other
+/// records.
+pub fn parse_key_delete(rec: &EventRecord<'_>) -> Option<(u64, Vec<u64>)> {
+    if !is_stackwalk(rec) || rec.descriptor.opcode != OPCODE_KEY_DELETE {
+        return None;
+    }
+    key_frames(rec)
+}
+
+/// The key and frames of a KeyCreate, KeyDelete or KeyRundown record.
+fn key_frames(rec: &EventRecord<'_>) -> Option<(u64, Vec<u64>)> {
     let w = if rec.pointer_size == 4 { 4 } else { 8 };
     let p = &rec.payload;
     let key = ptrs(p.get(..w)?, w).next()?;
@@ -164,42 +181,70 @@ struct Entry {
     parts: Vec<(i64, StackPart)>,
 }
 
-/// Key definitions: key → [(raw time of the definition, frames)] in the order seen.
+/// What a KeyCreate/KeyRundown (`delete: false`) or KeyDelete (`delete: true`) record says of a
+/// key at its raw time `t`: the frames it stands for (a KeyDelete names the frames it retires:
+/// keys are reused, so a reference made before a delete means the deleted frames, not the
+/// rundown's at the end of the trace).
+#[derive(Clone, Debug)]
+struct KeyEvent {
+    t: i64,
+    delete: bool,
+    frames: Vec<u64>,
+}
+
+/// Key events by key, in time order (ties in the order seen).
 #[derive(Clone, Debug, Default)]
 struct KeyTable {
-    defs: HashMap<u64, Vec<(i64, Vec<u64>)>>,
+    defs: HashMap<u64, Vec<KeyEvent>>,
 }
 
 impl KeyTable {
+    /// Takes a KeyCreate, KeyRundown or KeyDelete record; returns whether `rec` was one.
     fn observe(&mut self, rec: &EventRecord<'_>) -> bool {
-        match parse_key_definition(rec) {
+        let (parsed, delete) = match parse_key_definition(rec) {
+            Some(d) => (Some(d), false),
+            None => (parse_key_delete(rec), true),
+        };
+        match parsed {
             Some((k, frames)) => {
-                self.defs
-                    .entry(k)
-                    .or_default()
-                    .push((rec.raw_timestamp, frames));
+                self.add(k, rec.raw_timestamp, delete, frames);
                 true
             }
             None => false,
         }
     }
-    /// The definition in force at `t`: the latest made at or before `t`, else the first after it
-    /// (rundown at the end of a trace defines keys used earlier).
+    fn add(&mut self, key: u64, t: i64, delete: bool, frames: Vec<u64>) {
+        let v = self.defs.entry(key).or_default();
+        let at = v.partition_point(|e| e.t <= t);
+        v.insert(at, KeyEvent { t, delete, frames });
+    }
+    /// Keys a KeyCreate or KeyRundown defines.
+    fn defined(&self) -> usize {
+        self.defs
+            .values()
+            .filter(|v| v.iter().any(|e| !e.delete))
+            .count()
+    }
+    /// The frames `key` stood for at `t` (the raw time of the record naming it): the latest event
+    /// at or before `t` when it defines the key, else the first event after `t` (a delete names
+    /// the frames it retires; the rundown at the end of a trace defines keys used earlier).
+    /// `None` for a key deleted before `t` and not defined again.
     fn resolve(&self, key: u64, t: i64) -> Option<&[u64]> {
         let v = self.defs.get(&key)?;
-        v.iter()
-            .rev()
-            .find(|d| d.0 <= t)
-            .or_else(|| v.iter().find(|d| d.0 > t))
-            .map(|d| d.1.as_slice())
+        let at = v.partition_point(|e| e.t <= t);
+        match at.checked_sub(1).map(|i| &v[i]) {
+            Some(e) if !e.delete => Some(&e.frames),
+            _ => v.get(at).map(|e| e.frames.as_slice()),
+        }
     }
-    fn assemble(&self, parts: &[(i64, StackPart)], t: i64) -> Vec<u64> {
+    /// The frames of an event's parts, each key resolved at the time of the record naming it.
+    fn assemble(&self, parts: &[(i64, StackPart)]) -> Vec<u64> {
         let mut out = Vec::new();
-        for (_, p) in parts {
+        for (t, p) in parts {
             match p {
                 StackPart::Frames(f) => out.extend_from_slice(f),
                 StackPart::Key(k) => {
-                    if let Some(f) = self.resolve(*k, t) {
+                    if let Some(f) = self.resolve(*k, *t) {
                         out.extend_from_slice(f);
                     }
                 }
@@ -393,8 +438,9 @@ pub struct Collected {
     parts: Vec<CollectedPart>,
     /// The frames of the event at hand, before they are stored.
     scratch: Vec<u64>,
-    /// Key definitions (KeyCreate/KeyRundown): (raw timestamp, key, frames).
-    key_defs: Vec<(i64, u64, Vec<u64>)>,
+    /// Key events (KeyCreate/KeyRundown, and KeyDelete: `true`): (raw timestamp, key, delete,
+    /// frames).
+    key_defs: Vec<(i64, u64, bool, Vec<u64>)>,
 }
 
 impl Collected {
@@ -405,7 +451,11 @@ impl Collected {
             return false;
         }
         if let Some((k, frames)) = parse_key_definition(rec) {
-            self.key_defs.push((rec.raw_timestamp, k, frames));
+            self.key_defs.push((rec.raw_timestamp, k, false, frames));
+            return true;
+        }
+        if let Some((k, frames)) = parse_key_delete(rec) {
+            self.key_defs.push((rec.raw_timestamp, k, true, frames));
             return true;
         }
         let op = rec.descriptor.opcode;
@@ -499,8 +549,8 @@ impl StackIndex {
         let stretches: Vec<Collected> = stretches.into_iter().collect();
         let mut index = StackIndex::new();
         for c in &stretches {
-            for (t, k, f) in &c.key_defs {
-                index.keys.defs.entry(*k).or_default().push((*t, f.clone()));
+            for (t, k, delete, f) in &c.key_defs {
+                index.keys.add(*k, *t, *delete, f.clone());
             }
         }
         // Parts by event, thread and raw time; ties in file order (stretch, then position in it),
@@ -543,7 +593,7 @@ impl StackIndex {
                 match stretches[c].parts[k].part {
                     PartRef::Frames(shard, a, b) => t.pieces.push((shard, a, b)),
                     PartRef::Key(key) => {
-                        if let Some(f) = index.keys.resolve(key, ts) {
+                        if let Some(f) = index.keys.resolve(key, all[j].2) {
                             t.pieces.push(frames.intern(f));
                         }
                     }
@@ -628,7 +678,7 @@ impl StackIndex {
 
     /// Number of distinct stack keys defined.
     pub fn keys_defined(&self) -> usize {
-        self.keys.defs.len()
+        self.keys.defined()
     }
 
     /// The stack taken for `rec`, if StackWalk events name its timestamp and thread.
@@ -655,7 +705,7 @@ impl StackIndex {
         };
         Some(Stack {
             match_id: 0,
-            addresses: self.keys.assemble(&e.parts, rec.raw_timestamp),
+            addresses: self.keys.assemble(&e.parts),
         })
     }
 
@@ -865,5 +915,58 @@ mod tests {
         let mut other = sample(100, 0, 0);
         other.descriptor.opcode = 47;
         assert_eq!(stack(&other), Some(vec![0x1000, 0x2000]));
+    }
+
+    /// A 64-bit key event (KeyCreate 34, KeyDelete 35, KeyRundown 36) logged at `raw_ts`.
+    fn key_event(opcode: u8, raw_ts: i64, key: u64, frames: &[u64]) -> EventRecord<'static> {
+        let mut rec = stackwalk(raw_ts, 0, 0, &[]);
+        rec.descriptor.opcode = opcode;
+        let mut p = key.to_le_bytes().to_vec();
+        for f in frames {
+            p.extend_from_slice(&f.to_le_bytes());
+        }
+        rec.payload = Cow::Owned(p);
+        rec
+    }
+
+    /// A StackKeyKernel reference (37) logged at `raw_ts` for the event at `event_ts` on `thread`.
+    fn key_ref(raw_ts: i64, event_ts: i64, thread: u32, key: u64) -> EventRecord<'static> {
+        let mut rec = stackwalk(raw_ts, event_ts, thread, &[key]);
+        rec.descriptor.opcode = OPCODE_STACK_KEY_KERNEL;
+        rec
+    }
+
+    #[test]
+    fn a_reused_key_means_what_it_stood_for_when_referenced() {
+        let k = 0xffff_a000_0000_0010;
+        let records = [
+            // Referenced before any definition in the trace: the delete names its frames.
+            key_ref(11, 10, 5, k),
+            key_event(OPCODE_KEY_DELETE, 20, k, &[0xa0, 0xa1, 0xa2]),
+            key_event(OPCODE_KEY_CREATE, 30, k, &[0xb0, 0xb1]),
+            // After the key is created again: the new frames.
+            key_ref(41, 40, 5, k),
+            key_event(OPCODE_KEY_RUNDOWN, 90, k, &[0xb0, 0xb1]),
+        ];
+        let event = |ts: i64| {
+            let mut e = stackwalk(ts, 0, 5, &[]);
+            e.provider = Guid::ZERO;
+            e.tid = 5;
+            e
+        };
+        let mut observed = StackIndex::new();
+        let mut c = Collected::default();
+        let store = FrameStore::new();
+        for r in &records {
+            observed.observe(r);
+            c.observe(r, &store);
+        }
+        let built = StackIndex::from_collected([c], store);
+        for index in [&observed, &built] {
+            let stack = |ts| index.stack_for(&event(ts)).map(|s| s.addresses);
+            assert_eq!(stack(10), Some(vec![0xa0, 0xa1, 0xa2]));
+            assert_eq!(stack(40), Some(vec![0xb0, 0xb1]));
+            assert_eq!(index.keys_defined(), 1);
+        }
     }
 }
