@@ -22,6 +22,8 @@ const X86: &str = "perfview_net.4.5.x86.etl";
 struct Dumped {
     samples: u64,
     with_stack: u64,
+    /// Samples whose stack does not start at their InstructionPointer.
+    ip_not_first: u64,
     by_pid: BTreeMap<u64, u64>,
     /// Image file names (no directory, lower case) by the ProcessId of their Image event.
     images: BTreeMap<u64, BTreeSet<String>>,
@@ -37,8 +39,9 @@ fn dumped(file: &Path, extra: &[&str]) -> Dumped {
         if e["provider"] == PERFINFO && e["opcode"] == 46 {
             d.samples += 1;
             *d.by_pid.entry(e["pid"].as_u64().unwrap()).or_default() += 1;
-            if e["stack"].as_array().is_some_and(|s| !s.is_empty()) {
+            if let Some(s) = e["stack"].as_array().filter(|s| !s.is_empty()) {
                 d.with_stack += 1;
+                d.ip_not_first += (s[0] != e["properties"]["InstructionPointer"]) as u64;
             }
         }
         if e["provider"] == IMAGE {
@@ -156,6 +159,14 @@ fn check_against_dump(name: &'static str) {
     for m in &seen {
         assert!(incl.contains_key(m), "{m} in the whole report too");
     }
+    // The stacks are the samples' own: they start at the sampled InstructionPointer (a few
+    // whose kernel half was not logged excepted).
+    assert!(
+        d.ip_not_first * 100 <= d.with_stack,
+        "{name}: {} of {} stacks do not start at their sample's InstructionPointer",
+        d.ip_not_first,
+        d.with_stack
+    );
     // Top stacks: at most --top (10), frames leaf first as module+0xOFFSET or 0xADDR.
     let top = r["top_stacks"].as_array().unwrap();
     assert!(!top.is_empty() && top.len() <= 10);
