@@ -99,8 +99,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     if report.lost_events > 0 || report.lost_buffers > 0 {
         eprintln!(
-            "etwkit: warning: the logger lost {} events and {} buffers: the sample counts are low by at least that much",
-            report.lost_events, report.lost_buffers
+            "etwkit: warning: the logger lost {} events and {} buffers{}",
+            report.lost_events,
+            report.lost_buffers,
+            match read.samples_in_file {
+                0 => "",
+                _ => ": the sample counts may be low",
+            }
         );
     }
     crate::issues::warn(&read.read, "", "read");
