@@ -8,8 +8,10 @@
 //! instruction pointer); a sample without a stack stands for its instruction pointer alone. Frames
 //! are named `module+0xOFFSET` from the trace's own image events ([`ModuleMap`]: Image
 //! Load/DCStart/DCEnd, KernelTraceControl ImageID); kernel addresses are looked up in the kernel's
-//! images (pid 0, else the System process, pid 4). No PDBs are read: frames stay module+offset,
-//! as PerfView shows frames it could not resolve. The sampling interval comes from PerfInfo
+//! images (pid 0, else the System process, pid 4). An address in no module but in JIT-compiled
+//! .NET code is named by the trace's .NET method events (`Namespace.Method`; its module stays
+//! unknown, `?`). No PDBs are read: frames stay module+offset, as PerfView shows frames it could
+//! not resolve. The sampling interval comes from PerfInfo
 //! CollectionStart/CollectionEnd (the timer source's NewInterval, in 100 ns units).
 //!
 //! [`CpuAnalyzer`] takes the events ([`CpuAnalyzer::add_event`], [`CpuAnalyzer::add_image`],
@@ -26,11 +28,25 @@ use crate::event::EventRecord;
 
 // The PerfInfo group and its SampledProfile opcode (facts of the decoder's stack join).
 pub use crate::decode::stacks::{OPCODE_SAMPLED_PROFILE, PERFINFO_GUID};
+use crate::guid::Guid;
+/// The .NET runtime and its rundown provider: their MethodLoadVerbose/MethodUnloadVerbose and
+/// MethodDCStartVerbose/MethodDCStopVerbose events (ids 143, 144) place JIT-compiled methods.
+pub const CLR_RUNTIME: Guid = Guid::from_str_const("e13c0d23-ccbc-4e12-931b-d9cc2eee27e4");
+pub const CLR_RUNDOWN: Guid = Guid::from_str_const("a669021c-c450-4609-a035-5af59af4df18");
+pub const CLR_METHOD_VERBOSE_IDS: [u16; 2] = [143, 144];
+
 /// PerfInfo events carrying the sampling interval (SetInterval, CollectionStart, CollectionEnd).
 pub const OPCODES_INTERVAL: [u8; 3] = [72, 73, 74];
 
 /// The name of a frame outside every known module's exclusive/inclusive account.
 pub const UNKNOWN_MODULE: &str = "?";
+
+/// Whether `rec` is a .NET method event that places JIT-compiled code (see [`CLR_RUNTIME`]).
+pub fn is_clr_method(rec: &EventRecord<'_>) -> bool {
+    (rec.provider == CLR_RUNTIME || rec.provider == CLR_RUNDOWN)
+        && rec.header_type.is_event_header()
+        && CLR_METHOD_VERBOSE_IDS.contains(&rec.descriptor.id)
+}
 
 /// Whether `rec` is a kernel SampledProfile record.
 pub fn is_sample(rec: &EventRecord<'_>) -> bool {
@@ -90,6 +106,8 @@ struct Group {
 #[derive(Default)]
 pub struct CpuAnalyzer {
     modules: ModuleMap,
+    /// JIT-compiled methods by process: start → (end, `Namespace.Name`).
+    methods: HashMap<u32, std::collections::BTreeMap<u64, (u64, Arc<str>)>>,
     /// Samples by (pid, frames: the stack, or the IP alone).
     groups: HashMap<(Option<u32>, Vec<u64>), Group>,
     names: HashMap<Option<u32>, Arc<str>>,
@@ -144,6 +162,45 @@ impl CpuAnalyzer {
     /// was one.
     pub fn add_image(&mut self, rec: &EventRecord<'_>) -> bool {
         self.modules.push(rec)
+    }
+
+    /// A decoded .NET method event (MethodLoadVerbose, MethodUnloadVerbose, MethodDCStartVerbose,
+    /// MethodDCStopVerbose): the method's code range in the record's process names the frames
+    /// no module holds. True when it was one.
+    pub fn add_method(&mut self, rec: &EventRecord<'_>, ev: &DecodedEvent) -> bool {
+        if !is_clr_method(rec) {
+            return false;
+        }
+        let p = &ev.properties;
+        let start = p.get("MethodStartAddress").and_then(|v| v.as_u64());
+        let size = p.get("MethodSize").and_then(|v| v.as_u64());
+        let name = p.get("MethodName").and_then(|v| v.as_str());
+        let ns = p.get("MethodNamespace").and_then(|v| v.as_str());
+        if let (Some(start), Some(size), Some(name)) = (start, size, name) {
+            self.add_jit_method(rec.pid, start, size, ns.unwrap_or(""), name);
+        }
+        true
+    }
+
+    /// Names `start..start+size` of process `pid` `namespace.name` (JIT-compiled code).
+    pub fn add_jit_method(&mut self, pid: u32, start: u64, size: u64, namespace: &str, name: &str) {
+        if size == 0 {
+            return;
+        }
+        let full = match namespace {
+            "" => name.to_string(),
+            ns => format!("{ns}.{name}"),
+        };
+        self.methods
+            .entry(pid)
+            .or_default()
+            .insert(start, (start.saturating_add(size), Arc::from(full)));
+    }
+
+    /// The JIT-compiled method holding `addr` in `pid`.
+    fn method(&self, pid: Option<u32>, addr: u64) -> Option<&Arc<str>> {
+        let (_, (end, name)) = self.methods.get(&pid?)?.range(..=addr).next_back()?;
+        (addr < *end).then_some(name)
     }
 
     /// The modules the image events loaded.
@@ -209,7 +266,10 @@ impl CpuAnalyzer {
                 offset: Some(off),
                 ..Default::default()
             },
-            None => Frame::unknown(addr),
+            None => Frame {
+                function: self.method(pid, addr).map(|n| n.to_string()),
+                ..Frame::unknown(addr)
+            },
         }
     }
 
@@ -538,6 +598,8 @@ pub fn analyze_file(
             if OPCODES_INTERVAL.contains(&rec.descriptor.opcode) {
                 an.add_interval(rec, &decoder.decode(rec));
             }
+        } else if is_clr_method(rec) {
+            an.add_method(rec, &decoder.decode(rec));
         } else {
             an.add_image(rec);
         }
@@ -644,6 +706,25 @@ mod tests {
             .iter()
             .any(|s| s.frames == ["0x9999", "other.exe+0x10", "other.exe+0x10"]));
         assert!((r.processes[0].share - 0.6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn jit_compiled_methods_name_frames_outside_modules() {
+        let mut an = analyzer();
+        an.add_jit_method(10, 0x9000, 0x100, "Test.Program", "Main");
+        an.add_jit_method(20, 0x9000, 0x100, "", "Other");
+        an.add(sample(10, 0x9010, &[0x9010, 0x40_0010, 0x9100]));
+        an.add(sample(20, 0x90ff, &[]));
+        let r = an.report(10, 10);
+        let frames: Vec<&Vec<String>> = r.top_stacks.iter().map(|s| &s.frames).collect();
+        assert!(frames.contains(&&vec![
+            "Test.Program.Main".to_string(),
+            "app.exe+0x10".into(),
+            "0x9100".into()
+        ]));
+        assert!(frames.contains(&&vec!["Other".to_string()]), "{frames:?}");
+        // Their module stays unknown.
+        assert_eq!(module_totals(&r)[UNKNOWN_MODULE], (2, 2));
     }
 
     #[test]
