@@ -27,6 +27,10 @@ struct Dumped {
     by_pid: BTreeMap<u64, u64>,
     /// Image file names (no directory, lower case) by the ProcessId of their Image event.
     images: BTreeMap<u64, BTreeSet<String>>,
+    /// JIT-compiled methods (.NET method events flagged Jitted) by pid: (start, end, `Namespace.Name`).
+    jitted: BTreeMap<u64, Vec<(u64, u64, String)>>,
+    /// Sample stacks by pid (for a check of JIT names).
+    stacks: BTreeMap<u64, Vec<Vec<u64>>>,
 }
 
 fn dumped(file: &Path, extra: &[&str]) -> Dumped {
@@ -40,9 +44,28 @@ fn dumped(file: &Path, extra: &[&str]) -> Dumped {
             d.samples += 1;
             *d.by_pid.entry(e["pid"].as_u64().unwrap()).or_default() += 1;
             if let Some(s) = e["stack"].as_array().filter(|s| !s.is_empty()) {
+                d.stacks
+                    .entry(e["pid"].as_u64().unwrap())
+                    .or_default()
+                    .push(s.iter().map(hex).collect());
                 d.with_stack += 1;
                 d.ip_not_first += (s[0] != e["properties"]["InstructionPointer"]) as u64;
             }
+        }
+        let p = &e["properties"];
+        if p["MethodFlags"]
+            .as_str()
+            .is_some_and(|f| f.contains("Jitted"))
+        {
+            let (start, size) = (hex(&p["MethodStartAddress"]), hex(&p["MethodSize"]));
+            let name = match p["MethodNamespace"].as_str().unwrap() {
+                "" => p["MethodName"].as_str().unwrap().to_string(),
+                ns => format!("{ns}.{}", p["MethodName"].as_str().unwrap()),
+            };
+            d.jitted
+                .entry(e["pid"].as_u64().unwrap())
+                .or_default()
+                .push((start, start + size, name));
         }
         if e["provider"] == IMAGE {
             let p = &e["properties"];
@@ -53,6 +76,14 @@ fn dumped(file: &Path, extra: &[&str]) -> Dumped {
         }
     }
     d
+}
+
+/// An address or size of dump's JSON: a `"0x…"` string, or a number.
+fn hex(v: &Value) -> u64 {
+    match v.as_str() {
+        Some(s) => u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap(),
+        None => v.as_u64().unwrap(),
+    }
 }
 
 /// The dump of a sample file, made once per test process.
@@ -167,7 +198,57 @@ fn check_against_dump(name: &'static str) {
         d.ip_not_first,
         d.with_stack
     );
-    // Top stacks: at most --top (10), frames leaf first as module+0xOFFSET or 0xADDR.
+    // JIT-compiled .NET code is named by the trace's method events: the method on most of the
+    // busiest process's stacks (by dump's stacks and method ranges) is on as many of the
+    // report's.
+    if let Some(methods) = d.jitted.get(&busiest) {
+        let mut on: BTreeMap<&str, u64> = BTreeMap::new();
+        for st in &d.stacks[&busiest] {
+            let mut names: Vec<&str> = st
+                .iter()
+                .filter_map(|&a| {
+                    let m = methods.iter().find(|m| m.0 <= a && a < m.1)?;
+                    Some(m.2.as_str())
+                })
+                .collect();
+            names.sort();
+            names.dedup();
+            for n in names {
+                *on.entry(n).or_default() += 1;
+            }
+        }
+        let (&top_method, &n) = on.iter().max_by_key(|(_, n)| **n).unwrap();
+        let (all, _) = cpu_json(
+            &file,
+            &[
+                "--pid",
+                &busiest.to_string(),
+                "--top",
+                "1000000",
+                "--frames",
+                "100000",
+            ],
+        );
+        let in_report: u64 = all["top_stacks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| {
+                s["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|f| f == top_method)
+            })
+            .map(|s| s["samples"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            in_report, n,
+            "{name}: samples with {top_method} on the stack"
+        );
+    }
+    // Top stacks: at most --top (10), frames leaf first as module+0xOFFSET, 0xADDR or a
+    // method's name.
     let top = r["top_stacks"].as_array().unwrap();
     assert!(!top.is_empty() && top.len() <= 10);
     let n: Vec<u64> = top.iter().map(|s| s["samples"].as_u64().unwrap()).collect();
@@ -175,9 +256,10 @@ fn check_against_dump(name: &'static str) {
     for s in top {
         for f in s["frames"].as_array().unwrap() {
             let f = f.as_str().unwrap();
+            let method = d.jitted.values().flatten().any(|m| m.2 == f);
             assert!(
-                f.contains("+0x") || f.starts_with("0x"),
-                "frame {f} is neither module+0xOFFSET nor 0xADDR"
+                f.contains("+0x") || f.starts_with("0x") || method,
+                "frame {f} is neither module+0xOFFSET nor 0xADDR nor a JIT-compiled method"
             );
         }
     }
