@@ -12,6 +12,7 @@ macro_rules! outln {
 }
 
 mod child;
+mod cpu;
 mod demo;
 mod dump;
 mod export;
@@ -68,6 +69,9 @@ enum Command {
     DemoWorkload,
     /// Trace the heap of processes (live on Linux) and report what is still allocated, by stack.
     Heap(heap::Args),
+    /// CPU sampling profile of an ETL file (kernel SampledProfile events): samples per process,
+    /// module and stack; also as pprof or a flame graph.
+    Cpu(cpu::Args),
     /// One row per socket (who, to whom, how much, how long, what failed) from AFD events: ETL files, or live.
     Net(net::Args),
 }
@@ -101,6 +105,7 @@ fn main() {
         Some(Command::Trace(a)) => trace::run(a),
         Some(Command::Heap(a)) => heap::run(a),
         Some(Command::Net(a)) => net::run(a),
+        Some(Command::Cpu(a)) => cpu::run(a),
         Some(Command::Sessions(a)) => sessions::sessions(a),
         Some(Command::Providers(a)) => sessions::providers(a),
         Some(Command::DemoWorkload) => demo::workload(),

@@ -612,3 +612,58 @@ pub fn analyze_file_read(
     }
     (an, images, modules, summary)
 }
+
+/// The report as a stack profile (for `export::pprof` and `export::flamegraph`): sample types in
+/// Go's heap-profile order, `alloc_objects`/count, `alloc_space`/bytes, `inuse_objects`/count,
+/// `inuse_space`/bytes (the default, which the flame graph draws); one sample per stack of
+/// [`HeapReport::outstanding_by_stack`] and of [`HeapReport::top_allocating_stacks`] (a stack in
+/// both lists is one sample; one in only one list has zeros in the other's values). Every
+/// allocation is one event: the period is 1 of space/bytes. The notes are its comments.
+impl crate::export::profile::ToStackProfile for HeapReport {
+    fn to_stack_profile(&self) -> crate::export::profile::StackProfile {
+        use crate::export::profile::{FlameStyle, ProfileSample, StackProfile, ValueType};
+        let mut samples: Vec<ProfileSample> = Vec::new();
+        let mut at: std::collections::BTreeMap<(Option<u32>, &[Frame]), usize> =
+            std::collections::BTreeMap::new();
+        let groups = self
+            .outstanding_by_stack
+            .iter()
+            .map(|g| (g, true))
+            .chain(self.top_allocating_stacks.iter().map(|g| (g, false)));
+        for (g, inuse) in groups {
+            let i = *at.entry((g.pid, g.frames.as_slice())).or_insert_with(|| {
+                samples.push(ProfileSample {
+                    pid: g.pid,
+                    process: None,
+                    frames: g.frames.clone(),
+                    values: vec![0; 4],
+                });
+                samples.len() - 1
+            });
+            let v = &mut samples[i].values;
+            let k = if inuse { 2 } else { 0 };
+            v[k] += g.count;
+            v[k + 1] += g.bytes;
+        }
+        StackProfile {
+            sample_types: vec![
+                ValueType::new("alloc_objects", "count"),
+                ValueType::new("alloc_space", "bytes"),
+                ValueType::new("inuse_objects", "count"),
+                ValueType::new("inuse_space", "bytes"),
+            ],
+            default_sample_type: 3,
+            period_type: ValueType::new("space", "bytes"),
+            period: 1,
+            comments: self.notes.clone(),
+            samples,
+            flame: FlameStyle {
+                title: "Outstanding heap bytes by allocation stack".into(),
+                count_name: "bytes".into(),
+                memory: true,
+                empty_subtitle: "no outstanding blocks".into(),
+                empty_frame: "[nothing outstanding]".into(),
+            },
+        }
+    }
+}

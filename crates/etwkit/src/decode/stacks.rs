@@ -5,13 +5,18 @@
 //!   return addresses;
 //! * opcodes 37/38 `StackKeyKernel`/`StackKeyUser` (stack compression): the same three fields, then a
 //!   pointer-sized StackKey naming a stack defined by
-//! * opcodes 34/36 `KeyCreate`/`KeyRundown`: a pointer-sized StackKey, then the frames (35
-//!   `KeyDelete` retires a key).
+//! * opcodes 34/36 `KeyCreate`/`KeyRundown`: a pointer-sized StackKey, then the frames; 35
+//!   `KeyDelete`, the same, retires a key and names the frames it stood for. Keys are reused: a
+//!   reference resolves to what its key meant when the reference was logged (the definition
+//!   before it, unless deleted since; else the next delete or rundown, which name the frames in
+//!   force).
 //!
 //! `EventTimeStamp` is the raw (logger-clock) timestamp of the event the stack was taken for. Kernel
 //! and user halves arrive as separate events for one event, kernel first, and are concatenated. An
 //! event matches when its raw timestamp equals `EventTimeStamp` and its thread equals `StackThread`;
-//! PERFINFO records carry no thread and match on the timestamp when only one thread's stack has it.
+//! PERFINFO records carry no thread: a SampledProfile record matches on the thread its payload names
+//! (ThreadId, after the InstructionPointer), any other on the timestamp when only one thread's stack
+//! has it (timer samples of several CPUs often share a timestamp).
 //!
 //! Two ways to join: [`StackIndex`] (observe all records first — a pre-scan of a file — then ask per
 //! event; compressed stacks resolve even when their keys are only defined by the rundown at the end)
@@ -36,6 +41,27 @@ pub const OPCODE_KEY_DELETE: u8 = 35;
 pub const OPCODE_KEY_RUNDOWN: u8 = 36;
 pub const OPCODE_STACK_KEY_KERNEL: u8 = 37;
 pub const OPCODE_STACK_KEY_USER: u8 = 38;
+
+/// The kernel PerfInfo event group.
+pub const PERFINFO_GUID: Guid = Guid::from_str_const("ce1dbfb4-137e-4da6-87b0-3f59aa102cbc");
+/// PerfInfo SampledProfile: `InstructionPointer` (pointer-sized), `ThreadId` (u32), `Count`...
+pub const OPCODE_SAMPLED_PROFILE: u8 = 46;
+
+/// The thread whose stack `rec` matches: the header's, else (PERFINFO records carry none) the
+/// `ThreadId` of a SampledProfile payload; `u32::MAX` when neither names one.
+fn stack_thread(rec: &EventRecord<'_>) -> u32 {
+    if rec.tid != u32::MAX
+        || rec.provider != PERFINFO_GUID
+        || rec.descriptor.opcode != OPCODE_SAMPLED_PROFILE
+        || !rec.header_type.is_kernel()
+    {
+        return rec.tid;
+    }
+    let w = if rec.pointer_size == 4 { 4 } else { 8 };
+    rec.payload
+        .get(w..w + 4)
+        .map_or(u32::MAX, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
 
 /// What a StackWalk event contributes to one event's stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,6 +151,20 @@ pub fn parse_key_definition(rec: &EventRecord<'_>) -> Option<(u64, Vec<u64>)> {
     {
         return None;
     }
+    key_frames(rec)
+}
+
+/// A stack key retired (KeyDelete): (key, the frames it stood for until then). `None` for other
+/// records.
+pub fn parse_key_delete(rec: &EventRecord<'_>) -> Option<(u64, Vec<u64>)> {
+    if !is_stackwalk(rec) || rec.descriptor.opcode != OPCODE_KEY_DELETE {
+        return None;
+    }
+    key_frames(rec)
+}
+
+/// The key and frames of a KeyCreate, KeyDelete or KeyRundown record.
+fn key_frames(rec: &EventRecord<'_>) -> Option<(u64, Vec<u64>)> {
     let w = if rec.pointer_size == 4 { 4 } else { 8 };
     let p = &rec.payload;
     let key = ptrs(p.get(..w)?, w).next()?;
@@ -141,42 +181,70 @@ struct Entry {
     parts: Vec<(i64, StackPart)>,
 }
 
-/// Key definitions: key → [(raw time of the definition, frames)] in the order seen.
+/// What a KeyCreate/KeyRundown (`delete: false`) or KeyDelete (`delete: true`) record says of a
+/// key at its raw time `t`: the frames it stands for (a KeyDelete names the frames it retires:
+/// keys are reused, so a reference made before a delete means the deleted frames, not the
+/// rundown's at the end of the trace).
+#[derive(Clone, Debug)]
+struct KeyEvent {
+    t: i64,
+    delete: bool,
+    frames: Vec<u64>,
+}
+
+/// Key events by key, in time order (ties in the order seen).
 #[derive(Clone, Debug, Default)]
 struct KeyTable {
-    defs: HashMap<u64, Vec<(i64, Vec<u64>)>>,
+    defs: HashMap<u64, Vec<KeyEvent>>,
 }
 
 impl KeyTable {
+    /// Takes a KeyCreate, KeyRundown or KeyDelete record; returns whether `rec` was one.
     fn observe(&mut self, rec: &EventRecord<'_>) -> bool {
-        match parse_key_definition(rec) {
+        let (parsed, delete) = match parse_key_definition(rec) {
+            Some(d) => (Some(d), false),
+            None => (parse_key_delete(rec), true),
+        };
+        match parsed {
             Some((k, frames)) => {
-                self.defs
-                    .entry(k)
-                    .or_default()
-                    .push((rec.raw_timestamp, frames));
+                self.add(k, rec.raw_timestamp, delete, frames);
                 true
             }
             None => false,
         }
     }
-    /// The definition in force at `t`: the latest made at or before `t`, else the first after it
-    /// (rundown at the end of a trace defines keys used earlier).
+    fn add(&mut self, key: u64, t: i64, delete: bool, frames: Vec<u64>) {
+        let v = self.defs.entry(key).or_default();
+        let at = v.partition_point(|e| e.t <= t);
+        v.insert(at, KeyEvent { t, delete, frames });
+    }
+    /// Keys a KeyCreate or KeyRundown defines.
+    fn defined(&self) -> usize {
+        self.defs
+            .values()
+            .filter(|v| v.iter().any(|e| !e.delete))
+            .count()
+    }
+    /// The frames `key` stood for at `t` (the raw time of the record naming it): the latest event
+    /// at or before `t` when it defines the key, else the first event after `t` (a delete names
+    /// the frames it retires; the rundown at the end of a trace defines keys used earlier).
+    /// `None` for a key deleted before `t` and not defined again.
     fn resolve(&self, key: u64, t: i64) -> Option<&[u64]> {
         let v = self.defs.get(&key)?;
-        v.iter()
-            .rev()
-            .find(|d| d.0 <= t)
-            .or_else(|| v.iter().find(|d| d.0 > t))
-            .map(|d| d.1.as_slice())
+        let at = v.partition_point(|e| e.t <= t);
+        match at.checked_sub(1).map(|i| &v[i]) {
+            Some(e) if !e.delete => Some(&e.frames),
+            _ => v.get(at).map(|e| e.frames.as_slice()),
+        }
     }
-    fn assemble(&self, parts: &[(i64, StackPart)], t: i64) -> Vec<u64> {
+    /// The frames of an event's parts, each key resolved at the time of the record naming it.
+    fn assemble(&self, parts: &[(i64, StackPart)]) -> Vec<u64> {
         let mut out = Vec::new();
-        for (_, p) in parts {
+        for (t, p) in parts {
             match p {
                 StackPart::Frames(f) => out.extend_from_slice(f),
                 StackPart::Key(k) => {
-                    if let Some(f) = self.resolve(*k, t) {
+                    if let Some(f) = self.resolve(*k, *t) {
                         out.extend_from_slice(f);
                     }
                 }
@@ -370,8 +438,9 @@ pub struct Collected {
     parts: Vec<CollectedPart>,
     /// The frames of the event at hand, before they are stored.
     scratch: Vec<u64>,
-    /// Key definitions (KeyCreate/KeyRundown): (raw timestamp, key, frames).
-    key_defs: Vec<(i64, u64, Vec<u64>)>,
+    /// Key events (KeyCreate/KeyRundown, and KeyDelete: `true`): (raw timestamp, key, delete,
+    /// frames).
+    key_defs: Vec<(i64, u64, bool, Vec<u64>)>,
 }
 
 impl Collected {
@@ -382,7 +451,11 @@ impl Collected {
             return false;
         }
         if let Some((k, frames)) = parse_key_definition(rec) {
-            self.key_defs.push((rec.raw_timestamp, k, frames));
+            self.key_defs.push((rec.raw_timestamp, k, false, frames));
+            return true;
+        }
+        if let Some((k, frames)) = parse_key_delete(rec) {
+            self.key_defs.push((rec.raw_timestamp, k, true, frames));
             return true;
         }
         let op = rec.descriptor.opcode;
@@ -476,8 +549,8 @@ impl StackIndex {
         let stretches: Vec<Collected> = stretches.into_iter().collect();
         let mut index = StackIndex::new();
         for c in &stretches {
-            for (t, k, f) in &c.key_defs {
-                index.keys.defs.entry(*k).or_default().push((*t, f.clone()));
+            for (t, k, delete, f) in &c.key_defs {
+                index.keys.add(*k, *t, *delete, f.clone());
             }
         }
         // Parts by event, thread and raw time; ties in file order (stretch, then position in it),
@@ -520,7 +593,7 @@ impl StackIndex {
                 match stretches[c].parts[k].part {
                     PartRef::Frames(shard, a, b) => t.pieces.push((shard, a, b)),
                     PartRef::Key(key) => {
-                        if let Some(f) = index.keys.resolve(key, ts) {
+                        if let Some(f) = index.keys.resolve(key, all[j].2) {
                             t.pieces.push(frames.intern(f));
                         }
                     }
@@ -560,13 +633,14 @@ impl StackIndex {
         if t.seen.get(b / 64).is_some_and(|w| w & (1 << (b % 64)) != 0) {
             let v = &t.entries[t.find(rec.raw_timestamp, hint)];
             if !v.is_empty() {
-                let e = if rec.tid == u32::MAX {
+                let tid = stack_thread(rec);
+                let e = if tid == u32::MAX {
                     match v {
                         [one] => one,
                         _ => return false,
                     }
                 } else {
-                    match v.iter().find(|e| e.thread == rec.tid) {
+                    match v.iter().find(|e| e.thread == tid) {
                         Some(e) => e,
                         None => return false,
                     }
@@ -604,7 +678,7 @@ impl StackIndex {
 
     /// Number of distinct stack keys defined.
     pub fn keys_defined(&self) -> usize {
-        self.keys.defs.len()
+        self.keys.defined()
     }
 
     /// The stack taken for `rec`, if StackWalk events name its timestamp and thread.
@@ -620,17 +694,18 @@ impl StackIndex {
     /// [`StackIndex::stack_for`] among the stacks observed one by one.
     fn stack_for_observed(&self, rec: &EventRecord<'_>) -> Option<Stack> {
         let v = self.by_ts.get(&rec.raw_timestamp)?;
-        let e = if rec.tid == u32::MAX {
+        let tid = stack_thread(rec);
+        let e = if tid == u32::MAX {
             match v.as_slice() {
                 [one] => one,
                 _ => return None,
             }
         } else {
-            v.iter().find(|e| e.thread == rec.tid)?
+            v.iter().find(|e| e.thread == tid)?
         };
         Some(Stack {
             match_id: 0,
-            addresses: self.keys.assemble(&e.parts, rec.raw_timestamp),
+            addresses: self.keys.assemble(&e.parts),
         })
     }
 
@@ -807,6 +882,91 @@ mod tests {
             // Another thread at the same time has no stack.
             event.tid = 99;
             assert!(!index.stack_into(&event, &mut 0, &mut got));
+        }
+    }
+
+    /// A SampledProfile record (PERFINFO header: no thread) sampled at `raw_ts` on `thread`.
+    fn sample(raw_ts: i64, ip: u64, thread: u32) -> EventRecord<'static> {
+        let mut rec = stackwalk(raw_ts, 0, 0, &[]);
+        rec.provider = PERFINFO_GUID;
+        rec.descriptor.opcode = OPCODE_SAMPLED_PROFILE;
+        let mut p = ip.to_le_bytes().to_vec();
+        p.extend_from_slice(&thread.to_le_bytes());
+        p.extend_from_slice(&1u32.to_le_bytes());
+        rec.payload = Cow::Owned(p);
+        rec
+    }
+
+    #[test]
+    fn samples_match_the_stack_of_their_payload_thread() {
+        // Two CPUs sampled at one tick: thread 300 has a stack, the idle thread 0 has none.
+        let mut index = StackIndex::new();
+        index.observe(&stackwalk(101, 100, 300, &[0x1000, 0x2000]));
+        index.observe(&stackwalk(201, 200, 0, &[0x3000]));
+        index.observe(&stackwalk(202, 200, 400, &[0x4000]));
+        let stack = |rec: &EventRecord<'_>| index.stack_for(rec).map(|s| s.addresses);
+        assert_eq!(stack(&sample(100, 0x1000, 300)), Some(vec![0x1000, 0x2000]));
+        // The one stack at that tick is another thread's: not this sample's.
+        assert_eq!(stack(&sample(100, 0x9000, 0)), None);
+        // Several threads' stacks at one tick: the payload's thread picks its own.
+        assert_eq!(stack(&sample(200, 0x3000, 0)), Some(vec![0x3000]));
+        assert_eq!(stack(&sample(200, 0x4000, 400)), Some(vec![0x4000]));
+        // Another PERFINFO record without a thread still takes a lone stack.
+        let mut other = sample(100, 0, 0);
+        other.descriptor.opcode = 47;
+        assert_eq!(stack(&other), Some(vec![0x1000, 0x2000]));
+    }
+
+    /// A 64-bit key event (KeyCreate 34, KeyDelete 35, KeyRundown 36) logged at `raw_ts`.
+    fn key_event(opcode: u8, raw_ts: i64, key: u64, frames: &[u64]) -> EventRecord<'static> {
+        let mut rec = stackwalk(raw_ts, 0, 0, &[]);
+        rec.descriptor.opcode = opcode;
+        let mut p = key.to_le_bytes().to_vec();
+        for f in frames {
+            p.extend_from_slice(&f.to_le_bytes());
+        }
+        rec.payload = Cow::Owned(p);
+        rec
+    }
+
+    /// A StackKeyKernel reference (37) logged at `raw_ts` for the event at `event_ts` on `thread`.
+    fn key_ref(raw_ts: i64, event_ts: i64, thread: u32, key: u64) -> EventRecord<'static> {
+        let mut rec = stackwalk(raw_ts, event_ts, thread, &[key]);
+        rec.descriptor.opcode = OPCODE_STACK_KEY_KERNEL;
+        rec
+    }
+
+    #[test]
+    fn a_reused_key_means_what_it_stood_for_when_referenced() {
+        let k = 0xffff_a000_0000_0010;
+        let records = [
+            // Referenced before any definition in the trace: the delete names its frames.
+            key_ref(11, 10, 5, k),
+            key_event(OPCODE_KEY_DELETE, 20, k, &[0xa0, 0xa1, 0xa2]),
+            key_event(OPCODE_KEY_CREATE, 30, k, &[0xb0, 0xb1]),
+            // After the key is created again: the new frames.
+            key_ref(41, 40, 5, k),
+            key_event(OPCODE_KEY_RUNDOWN, 90, k, &[0xb0, 0xb1]),
+        ];
+        let event = |ts: i64| {
+            let mut e = stackwalk(ts, 0, 5, &[]);
+            e.provider = Guid::ZERO;
+            e.tid = 5;
+            e
+        };
+        let mut observed = StackIndex::new();
+        let mut c = Collected::default();
+        let store = FrameStore::new();
+        for r in &records {
+            observed.observe(r);
+            c.observe(r, &store);
+        }
+        let built = StackIndex::from_collected([c], store);
+        for index in [&observed, &built] {
+            let stack = |ts| index.stack_for(&event(ts)).map(|s| s.addresses);
+            assert_eq!(stack(10), Some(vec![0xa0, 0xa1, 0xa2]));
+            assert_eq!(stack(40), Some(vec![0xb0, 0xb1]));
+            assert_eq!(index.keys_defined(), 1);
         }
     }
 }

@@ -7,8 +7,10 @@
 //!   and `tape` carry decoded records between its threads as bytes, `memo` spares repeated
 //!   payloads their walk; `pq` writes the files, `staged` makes the directory (and
 //!   any output file) appear whole or not at all.
-//! - `pprof` (feature `pprof`): a heap report as a pprof profile.
-//! - `flamegraph` (feature `flamegraph`): a heap report's outstanding bytes as a flame graph (SVG).
+//! - [`profile`]: the stack profile heap and CPU reports convert into, which the two below write.
+//! - `pprof` (feature `pprof`): a stack profile (heap, CPU) as a pprof profile.
+//! - `flamegraph` (feature `flamegraph`): a stack profile (a heap report's outstanding bytes, a
+//!   CPU report's samples) as a flame graph (SVG).
 
 #[cfg(feature = "arrow")]
 pub mod arrow;
@@ -23,6 +25,7 @@ pub mod pcapng;
 pub mod pprof;
 #[cfg(feature = "parquet")]
 pub mod pq;
+pub mod profile;
 #[cfg(feature = "parquet")]
 pub mod rows;
 pub mod staged;

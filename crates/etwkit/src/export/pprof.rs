@@ -1,18 +1,22 @@
-//! A heap report as a pprof profile (`profile.proto`, gzip-compressed): what `go tool pprof`,
+//! Stack profiles as pprof profiles (`profile.proto`, gzip-compressed): what `go tool pprof`,
 //! pprof's web UI, Speedscope and Grafana Pyroscope read.
 //!
-//! Sample types, in Go's heap-profile order: `alloc_objects`/count, `alloc_space`/bytes,
-//! `inuse_objects`/count, `inuse_space`/bytes (the default). One sample per allocation stack of
-//! the report (the union of [`HeapReport::outstanding_by_stack`] and
-//! [`HeapReport::top_allocating_stacks`]; a stack in only one list has zeros in the other's
-//! values), its locations leaf first, each with a line naming its function and, when known, its
-//! source file and line. Samples carry a numeric `pid` label. The report's notes become comments.
-//! Only the stacks the report holds are in the profile: build the report with a large enough `top`.
+//! One writer for every report that converts into a [`StackProfile`]: its sample types, period
+//! and default sample type (a heap report: Go's heap-profile types `alloc_objects`/count,
+//! `alloc_space`/bytes, `inuse_objects`/count, `inuse_space`/bytes, the last the default; a CPU
+//! report: `samples`/count and, when the trace gives the sampling interval, `cpu`/nanoseconds).
+//! One sample per distinct (process, stack), its locations leaf first; one location per
+//! distinct frame (address, function, line), each with a line naming its function (the frame's
+//! function, else `module+0xOFFSET`, else `0xADDR`) and, when known, its source file and line.
+//! Samples carry a numeric `pid` label (and a `process` label when the name is known). The
+//! profile's comments are the report's notes. Only the stacks the report holds are in the
+//! profile: build a heap report with a large enough `top`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
-use crate::analysis::heap::{Frame, HeapReport};
+use super::profile::{StackProfile, ToStackProfile, ValueType};
+use crate::decode::symbols::Frame;
 
 /// profile.proto field numbers (github.com/google/pprof/proto/profile.proto).
 mod field {
@@ -34,6 +38,7 @@ mod field {
     pub const S_LABEL: u32 = 3;
     // Label
     pub const L_KEY: u32 = 1;
+    pub const L_STR: u32 = 2;
     pub const L_NUM: u32 = 3;
     // Location
     pub const LOC_ID: u32 = 1;
@@ -112,66 +117,53 @@ impl Strings {
     }
 }
 
-/// The name pprof shows for a frame: its function, else `module!0xADDR`, else `0xADDR`.
-pub fn frame_function(f: &Frame) -> String {
-    match (&f.function, &f.module) {
-        (Some(n), _) => n.clone(),
-        (None, Some(m)) => format!("{m}!{:#x}", f.address),
-        (None, None) => format!("{:#x}", f.address),
-    }
+/// The name pprof shows for a frame: its function, else `module+0xOFFSET` (`module!0xADDR`
+/// without an offset), else `0xADDR`.
+pub use super::profile::frame_function;
+
+/// The uncompressed profile.proto bytes of `report` (a [heap report](crate::analysis::heap::HeapReport), a CPU report, a
+/// [`StackProfile`]).
+pub fn profile_bytes<P: ToStackProfile + ?Sized>(report: &P) -> Vec<u8> {
+    stack_profile_bytes(&report.to_stack_profile())
 }
 
-/// Per-stack values: alloc count, alloc bytes, in-use count, in-use bytes.
-type Values = [u64; 4];
-
-/// The uncompressed profile.proto bytes of `report`.
-pub fn profile_bytes(report: &HeapReport) -> Vec<u8> {
+/// The uncompressed profile.proto bytes of `profile`.
+pub fn stack_profile_bytes(profile: &StackProfile) -> Vec<u8> {
     let mut strings = Strings::new();
-    // Samples by (pid, frames), in the report's order (in-use first).
-    let mut order: Vec<(Option<u32>, &[Frame])> = Vec::new();
-    let mut values: BTreeMap<(Option<u32>, &[Frame]), Values> = BTreeMap::new();
-    let groups = report
-        .outstanding_by_stack
-        .iter()
-        .map(|g| (g, true))
-        .chain(report.top_allocating_stacks.iter().map(|g| (g, false)));
-    for (g, inuse) in groups {
-        let k = (g.pid, g.frames.as_slice());
+    // Samples by (pid, process, frames), in the profile's order; equal keys add up.
+    let mut order: Vec<SampleKey<'_>> = Vec::new();
+    let mut values: BTreeMap<SampleKey<'_>, Vec<u64>> = BTreeMap::new();
+    let width = profile.sample_types.len();
+    for s in &profile.samples {
+        let k = (s.pid, s.process.as_deref(), s.frames.as_slice());
         let v = values.entry(k).or_insert_with(|| {
             order.push(k);
-            [0; 4]
+            vec![0; width]
         });
-        let at = if inuse { 2 } else { 0 };
-        v[at] += g.count;
-        v[at + 1] += g.bytes;
+        for (a, b) in v.iter_mut().zip(&s.values) {
+            *a += b;
+        }
     }
 
     let mut out = Msg::default();
-    for (t, u) in [
-        ("alloc_objects", "count"),
-        ("alloc_space", "bytes"),
-        ("inuse_objects", "count"),
-        ("inuse_space", "bytes"),
-    ] {
-        let mut vt = Msg::default();
-        vt.uint(field::VT_TYPE, strings.id(t));
-        vt.uint(field::VT_UNIT, strings.id(u));
-        out.msg(field::SAMPLE_TYPE, vt);
+    for t in &profile.sample_types {
+        out.msg(field::SAMPLE_TYPE, value_type(&mut strings, t));
     }
 
-    // Functions by (name, file); locations by (pid, address, function, line).
+    // Functions by (name, file); locations by (address, function, line): one per distinct frame.
     let mut functions: HashMap<(String, String), u64> = HashMap::new();
     let mut function_msgs: Vec<Msg> = Vec::new();
-    let mut locations: HashMap<(Option<u32>, u64, u64, u32), u64> = HashMap::new();
+    let mut locations: HashMap<(u64, u64, u32), u64> = HashMap::new();
     let mut location_msgs: Vec<Msg> = Vec::new();
     let no_stack = [Frame {
         function: Some("[no stack]".into()),
         ..Default::default()
     }];
     let pid_key = strings.id("pid");
+    let process_key = strings.id("process");
     for k in &order {
-        let v = values[k];
-        let (pid, frames) = *k;
+        let v = &values[k];
+        let (pid, process, frames) = *k;
         let frames: &[Frame] = if frames.is_empty() { &no_stack } else { frames };
         let mut ids = Vec::with_capacity(frames.len());
         for f in frames {
@@ -192,28 +184,32 @@ pub fn profile_bytes(report: &HeapReport) -> Vec<u8> {
                 });
             let line = f.line.unwrap_or(0);
             let next_loc = locations.len() as u64 + 1;
-            let lid = *locations
-                .entry((pid, f.address, fid, line))
-                .or_insert_with(|| {
-                    let mut m = Msg::default();
-                    m.uint(field::LOC_ID, next_loc);
-                    m.uint(field::LOC_ADDRESS, f.address);
-                    let mut l = Msg::default();
-                    l.uint(field::LINE_FUNCTION_ID, fid);
-                    l.uint(field::LINE_LINE, line as u64);
-                    m.msg(field::LOC_LINE, l);
-                    location_msgs.push(m);
-                    next_loc
-                });
+            let lid = *locations.entry((f.address, fid, line)).or_insert_with(|| {
+                let mut m = Msg::default();
+                m.uint(field::LOC_ID, next_loc);
+                m.uint(field::LOC_ADDRESS, f.address);
+                let mut l = Msg::default();
+                l.uint(field::LINE_FUNCTION_ID, fid);
+                l.uint(field::LINE_LINE, line as u64);
+                m.msg(field::LOC_LINE, l);
+                location_msgs.push(m);
+                next_loc
+            });
             ids.push(lid);
         }
         let mut s = Msg::default();
         s.packed(field::S_LOCATION_ID, &ids);
-        s.packed(field::S_VALUE, &v);
+        s.packed(field::S_VALUE, v);
         if let Some(p) = pid {
             let mut l = Msg::default();
             l.uint(field::L_KEY, pid_key);
             l.uint(field::L_NUM, p as u64);
+            s.msg(field::S_LABEL, l);
+        }
+        if let Some(name) = process {
+            let mut l = Msg::default();
+            l.uint(field::L_KEY, process_key);
+            l.uint(field::L_STR, strings.id(name));
             s.msg(field::S_LABEL, l);
         }
         out.msg(field::SAMPLE, s);
@@ -224,27 +220,40 @@ pub fn profile_bytes(report: &HeapReport) -> Vec<u8> {
     for m in function_msgs {
         out.msg(field::FUNCTION, m);
     }
-    // Every allocation is one event: period 1 of space/bytes.
-    let mut pt = Msg::default();
-    pt.uint(field::VT_TYPE, strings.id("space"));
-    pt.uint(field::VT_UNIT, strings.id("bytes"));
-    let comments: Vec<u64> = report.notes.iter().map(|n| strings.id(n)).collect();
-    let default_type = strings.id("inuse_space");
+    let pt = value_type(&mut strings, &profile.period_type);
+    let comments: Vec<u64> = profile.comments.iter().map(|n| strings.id(n)).collect();
+    let default_type = profile
+        .sample_types
+        .get(profile.default_sample_type)
+        .map(|t| strings.id(&t.kind));
     for s in &strings.table {
         out.bytes(field::STRING_TABLE, s.as_bytes());
     }
     out.msg(field::PERIOD_TYPE, pt);
-    out.uint(field::PERIOD, 1);
+    out.uint(field::PERIOD, profile.period);
     for c in comments {
         out.key(field::COMMENT, 0);
         out.varint(c);
     }
-    out.uint(field::DEFAULT_SAMPLE_TYPE, default_type);
+    if let Some(t) = default_type {
+        out.uint(field::DEFAULT_SAMPLE_TYPE, t);
+    }
     out.0
 }
 
-/// Writes `report` as a gzip-compressed pprof profile (the `.pb.gz` pprof tools expect).
-pub fn write_pprof<W: Write>(report: &HeapReport, out: W) -> io::Result<()> {
+/// A sample's identity: pid, process name, frames.
+type SampleKey<'a> = (Option<u32>, Option<&'a str>, &'a [Frame]);
+
+fn value_type(strings: &mut Strings, t: &ValueType) -> Msg {
+    let mut vt = Msg::default();
+    vt.uint(field::VT_TYPE, strings.id(&t.kind));
+    vt.uint(field::VT_UNIT, strings.id(&t.unit));
+    vt
+}
+
+/// Writes `report` (a [heap report](crate::analysis::heap::HeapReport), a CPU report, a [`StackProfile`]) as a gzip-compressed
+/// pprof profile (the `.pb.gz` pprof tools expect).
+pub fn write_pprof<P: ToStackProfile + ?Sized, W: Write>(report: &P, out: W) -> io::Result<()> {
     let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
     gz.write_all(&profile_bytes(report))?;
     gz.finish()?.flush()
