@@ -7,7 +7,6 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use serde_json::Value;
@@ -356,46 +355,6 @@ fn no_samples_is_said_and_empty() {
     assert!(r["top_stacks"].as_array().unwrap().is_empty());
 }
 
-/// `go` from PATH or Debian's golang-go; `None` after a loud SKIPPED line, a failure under
-/// ETWKIT_REQUIRE_TOOLS=1 (as `.ci/run` sets, installing golang-go).
-fn go(test: &str) -> Option<PathBuf> {
-    for p in ["go", "/usr/lib/go/bin/go"] {
-        if Command::new(p)
-            .arg("version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            return Some(PathBuf::from(p));
-        }
-    }
-    if std::env::var("ETWKIT_REQUIRE_TOOLS").is_ok_and(|v| v == "1") {
-        panic!("{test}: Go (Debian golang-go) is needed to read the pprof file and ETWKIT_REQUIRE_TOOLS=1");
-    }
-    eprintln!(
-        "\n*** SKIPPED {test}: no Go toolchain (Debian golang-go) to read the pprof file ***\n"
-    );
-    None
-}
-
-/// `go tool pprof ARGS FILE`'s stdout.
-fn pprof(go: &Path, args: &[&str], file: &Path) -> String {
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let o = Command::new(go)
-        .args(["tool", "pprof", "-symbolize=none"])
-        .args(args)
-        .arg(file)
-        .env("PPROF_TMPDIR", &tmp)
-        .env("GOCACHE", tmp.join("gocache"))
-        .output()
-        .expect("go tool pprof");
-    assert!(
-        o.status.success(),
-        "go tool pprof {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 /// `--pprof` read back by Go's pprof: the same total, the top stack's leaf as the top function,
 /// CPU time at the trace's interval; `--flamegraph` names the top module.
 #[test]
@@ -404,7 +363,7 @@ fn pprof_and_flamegraph() {
     let Some(file) = sample(X64) else {
         return;
     };
-    let Some(go) = go(test) else {
+    let Some(go) = common::go(test) else {
         return;
     };
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
@@ -422,7 +381,7 @@ fn pprof_and_flamegraph() {
     let total = dump_of(X64).samples;
     assert_eq!(r["total_samples"].as_u64(), Some(total));
 
-    let top = pprof(&go, &["-top", "-sample_index=samples"], &pb);
+    let top = common::pprof(&go, &["-top", "-sample_index=samples"], &pb);
     assert!(top.contains(&format!("of {total} total")), "{top}");
     // The first row after the header: the function with the most flat samples.
     let row = top
@@ -436,7 +395,7 @@ fn pprof_and_flamegraph() {
     let flat: u64 = cols[0].parse().unwrap();
     assert!(flat >= r["top_stacks"][0]["samples"].as_u64().unwrap());
 
-    let raw = pprof(&go, &["-raw"], &pb);
+    let raw = common::pprof(&go, &["-raw"], &pb);
     let ns = r["sampling_interval_ns"].as_u64().unwrap();
     assert!(raw.contains("PeriodType: cpu nanoseconds"), "{raw}");
     assert!(raw.contains(&format!("Period: {ns}")), "{raw}");

@@ -64,47 +64,6 @@ fn pattern_report(test: &str) -> Option<HeapReport> {
     Some(report)
 }
 
-/// `go` from PATH or Debian's golang-go; `None` after a loud SKIPPED line, a failure under
-/// ETWKIT_REQUIRE_TOOLS=1 (as `.ci/run` sets, installing golang-go).
-fn go(test: &str) -> Option<PathBuf> {
-    for p in ["go", "/usr/lib/go/bin/go"] {
-        if Command::new(p)
-            .arg("version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            return Some(PathBuf::from(p));
-        }
-    }
-    if std::env::var("ETWKIT_REQUIRE_TOOLS").is_ok_and(|v| v == "1") {
-        panic!("{test}: Go (Debian golang-go) is needed to read the pprof file and ETWKIT_REQUIRE_TOOLS=1");
-    }
-    eprintln!(
-        "\n*** SKIPPED {test}: no Go toolchain (Debian golang-go) to read the pprof file ***\n"
-    );
-    None
-}
-
-/// `go tool pprof ARGS FILE`'s stdout.
-fn pprof(go: &PathBuf, args: &[&str], file: &PathBuf) -> String {
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let o = Command::new(go)
-        .args(["tool", "pprof", "-symbolize=none"])
-        .args(args)
-        .arg(file)
-        // pprof keeps state in $HOME/pprof; Go wants a writable cache.
-        .env("PPROF_TMPDIR", &tmp)
-        .env("GOCACHE", tmp.join("gocache"))
-        .output()
-        .expect("go tool pprof");
-    assert!(
-        o.status.success(),
-        "go tool pprof {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 /// The flat value of `function` in `pprof -top` output (values printed as plain numbers).
 fn flat_of(top: &str, function: &str) -> Option<u64> {
     let line = top
@@ -122,7 +81,7 @@ fn flat_of(top: &str, function: &str) -> Option<u64> {
 #[test]
 fn leak_in_pprof_read_by_go_pprof_and_in_flamegraph() {
     let test = "leak_in_pprof_read_by_go_pprof_and_in_flamegraph";
-    let Some(go) = go(test) else {
+    let Some(go) = common::go(test) else {
         return;
     };
     let Some(report) = pattern_report(test) else {
@@ -138,7 +97,7 @@ fn leak_in_pprof_read_by_go_pprof_and_in_flamegraph() {
         ("alloc_space", allocated_bytes()),
         ("alloc_objects", THREADS * N),
     ] {
-        let top = pprof(
+        let top = common::pprof(
             &go,
             &[
                 "-top",
@@ -157,7 +116,7 @@ fn leak_in_pprof_read_by_go_pprof_and_in_flamegraph() {
         assert!(top.contains("worker"), "{top}");
     }
     // Source lines: the location of the allocating frame names pattern.c.
-    let raw = pprof(&go, &["-raw"], &pb);
+    let raw = common::pprof(&go, &["-raw"], &pb);
     assert!(
         raw.lines()
             .any(|l| l.contains("leaky_allocation_site") && l.contains("pattern.c:")),
@@ -201,7 +160,7 @@ fn leak_in_pprof_read_by_go_pprof_and_in_flamegraph() {
 #[test]
 fn heap_command_writes_pprof_and_flamegraph() {
     let test = "heap_command_writes_pprof_and_flamegraph";
-    let Some(go) = go(test) else {
+    let Some(go) = common::go(test) else {
         return;
     };
     if !common::require_root(test) {
@@ -238,7 +197,7 @@ fn heap_command_writes_pprof_and_flamegraph() {
     ]);
     assert!(ok, "{err}");
     let check = |pb: &PathBuf, svg: &PathBuf| {
-        let top = pprof(
+        let top = common::pprof(
             &go,
             &[
                 "-top",

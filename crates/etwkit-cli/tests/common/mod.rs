@@ -101,3 +101,44 @@ pub fn require_root(test: &str) -> bool {
     }
     root
 }
+
+/// `go` from PATH or Debian's golang-go (to read pprof files); `None` after a loud SKIPPED line, a
+/// failure under ETWKIT_REQUIRE_TOOLS=1 (as `.ci/run` sets, installing golang-go).
+pub fn go(test: &str) -> Option<PathBuf> {
+    for p in ["go", "/usr/lib/go/bin/go"] {
+        if Command::new(p)
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return Some(PathBuf::from(p));
+        }
+    }
+    if std::env::var("ETWKIT_REQUIRE_TOOLS").is_ok_and(|v| v == "1") {
+        panic!("{test}: Go (Debian golang-go) is needed to read the pprof file and ETWKIT_REQUIRE_TOOLS=1");
+    }
+    eprintln!(
+        "\n*** SKIPPED {test}: no Go toolchain (Debian golang-go) to read the pprof file ***\n"
+    );
+    None
+}
+
+/// `go tool pprof ARGS FILE`'s stdout.
+pub fn pprof(go: &std::path::Path, args: &[&str], file: &std::path::Path) -> String {
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let o = Command::new(go)
+        .args(["tool", "pprof", "-symbolize=none"])
+        .args(args)
+        .arg(file)
+        // pprof keeps state in $HOME/pprof; Go wants a writable cache.
+        .env("PPROF_TMPDIR", &tmp)
+        .env("GOCACHE", tmp.join("gocache"))
+        .output()
+        .expect("go tool pprof");
+    assert!(
+        o.status.success(),
+        "go tool pprof {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
