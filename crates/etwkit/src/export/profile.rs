@@ -1,7 +1,7 @@
-//! The stack profile the profile writers ([`super::pprof`], [`super::flamegraph`]) draw: samples
-//! of named stacks with one value per sample type. Each report that has stacks to show (the heap
-//! report, the CPU sampling report) converts into one ([`ToStackProfile`]), so there is one
-//! writer per format.
+//! The stack profile the profile writers (`export::pprof`, `export::flamegraph`: features of those
+//! names) draw: samples of named stacks with one value per sample type. Each report that has stacks
+//! to show (the heap report, the CPU sampling report) converts into one ([`ToStackProfile`]), so
+//! there is one writer per format.
 
 use crate::decode::symbols::Frame;
 
