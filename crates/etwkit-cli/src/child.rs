@@ -68,6 +68,22 @@ pub fn stop_when_exits(
     })
 }
 
+/// Parses `--duration S`: a finite, non-negative number of seconds (`inf`, `NaN` and negative
+/// values used to panic the timer thread or end the trace at once).
+pub fn parse_seconds(s: &str) -> Result<f64, String> {
+    let d: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if d.is_nan() || d < 0.0 || std::time::Duration::try_from_secs_f64(d).is_err() {
+        return Err(format!(
+            "{s:?} is not a number of seconds from 0 to {}",
+            u64::MAX
+        ));
+    }
+    Ok(d)
+}
+
 /// `--duration S`: stops the trace after that many seconds.
 pub fn stop_after(seconds: Option<f64>, stop: &etwkit::live::StopHandle) {
     if let Some(d) = seconds {

@@ -17,7 +17,7 @@ pub struct Args {
     #[arg(long = "pid")]
     pids: Vec<u32>,
     /// Stop tracing after this many seconds (else at Ctrl-C, or when the traced processes end).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::child::parse_seconds)]
     duration: Option<f64>,
     /// With --pid in shim mode (Linux): also trace children the process forks from now on.
     #[arg(long)]

@@ -29,7 +29,7 @@ pub struct Args {
     #[arg(long)]
     pid: Vec<u32>,
     /// Live: stop after this many seconds (otherwise at Ctrl-C, or when the command exits).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::child::parse_seconds)]
     duration: Option<f64>,
     /// Output: a table, JSON lines (one object per socket or process), or CSV.
     #[arg(long, value_enum, default_value = "table")]

@@ -24,7 +24,7 @@ pub struct Args {
     #[arg(short = 'o', long = "output")]
     output: Option<PathBuf>,
     /// Stop after this many seconds.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::child::parse_seconds)]
     duration: Option<f64>,
     #[arg(long, value_enum, default_value = "table")]
     format: OutFormat,
@@ -61,8 +61,20 @@ pub fn parse_provider(s: &str) -> anyhow::Result<(String, u8, u64)> {
     };
     let kw = match it.next() {
         None | Some("") => 0,
-        Some(k) => u64::from_str_radix(k.trim_start_matches("0x"), 16)
-            .map_err(|_| anyhow::anyhow!("--provider {s:?}: keywords {k:?} are not hex"))?,
+        Some(k) => {
+            let digits = k
+                .strip_prefix("0x")
+                .or_else(|| k.strip_prefix("0X"))
+                .unwrap_or(k);
+            u64::from_str_radix(digits, 16).map_err(|e| match e.kind() {
+                std::num::IntErrorKind::PosOverflow => anyhow::anyhow!(
+                    "--provider {s:?}: keywords {k:?} do not fit 64 bits (at most 16 hex digits)"
+                ),
+                _ => anyhow::anyhow!(
+                    "--provider {s:?}: keywords {k:?} are not a hex mask (e.g. 0x10)"
+                ),
+            })?
+        }
     };
     Ok((name, level, kw))
 }

@@ -75,3 +75,93 @@ fn sawbuck_process_events_keep_their_sid_image_and_command_line() {
         );
     }
 }
+
+/// Runs `etwkit ARGS`, killed after `secs` seconds: (exit code or None when killed, stderr).
+fn etwkit_within(args: &[&str], secs: u64) -> (Option<i32>, String) {
+    use std::io::Read;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_etwkit"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let code = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.code();
+        }
+        if start.elapsed() > std::time::Duration::from_secs(secs) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (code, err)
+}
+
+/// `--duration inf` (or 1e30) panicked the timer thread ("cannot convert float seconds to
+/// Duration") and traced on; `NaN` and `-1` traced "for NaN s" / "for -1 s" and stopped at once,
+/// exit 0. Each is now refused before anything is traced, naming the option.
+#[test]
+fn duration_must_be_finite_non_negative_seconds() {
+    for cmd in [
+        &["trace", "--provider", "sched"][..],
+        &["heap"][..],
+        &["net"][..],
+    ] {
+        for bad in ["inf", "1e30", "NaN", "-1", "-0.5", "soon"] {
+            let arg = format!("--duration={bad}");
+            let mut args = cmd.to_vec();
+            args.push(&arg);
+            if cmd[0] != "trace" {
+                args.extend(["--", "true"]);
+            }
+            let (code, err) = etwkit_within(&args, 10);
+            assert!(
+                code.is_some_and(|c| c != 0),
+                "{args:?}: exit {code:?}, stderr {err}"
+            );
+            assert!(!err.contains("panicked"), "{args:?}: {err}");
+            assert!(!err.contains("tracing"), "{args:?} traced: {err}");
+            assert!(
+                err.contains("--duration") && err.contains("is not a number of seconds"),
+                "{args:?}: {err}"
+            );
+        }
+    }
+}
+
+/// A keyword mask wider than 64 bits was called "not hex"; `0X10` (capital X) was refused and
+/// `0x0x10` accepted (every leading "0x" was stripped).
+#[test]
+fn provider_keyword_masks_are_read_as_written() {
+    let (ok, _, err) = etwkit(&[
+        "trace",
+        "--provider",
+        "sched:5:ffffffffffffffffff",
+        "--duration",
+        "0",
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("keywords \"ffffffffffffffffff\" do not fit 64 bits"),
+        "{err}"
+    );
+    for bad in ["0x0x10", "0x", "zz"] {
+        let p = format!("sched:5:{bad}");
+        let (ok, _, err) = etwkit(&["trace", "--provider", &p, "--duration", "0"]);
+        assert!(!ok, "{p}");
+        assert!(
+            err.contains(&format!("keywords {bad:?} are not a hex mask")),
+            "{p}: {err}"
+        );
+    }
+}
