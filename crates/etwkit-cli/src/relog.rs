@@ -91,7 +91,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     a.filter
-        .warn_if_nothing_kept(s.inputs.iter().map(|i| i.kept).sum(), &unknown);
+        .warn_if_nothing_kept(s.inputs.iter().map(|i| i.events_kept()).sum(), &unknown);
     outln!("{}", serde_json::to_string(&s)?);
     Ok(())
 }

@@ -165,3 +165,65 @@ fn provider_keyword_masks_are_read_as_written() {
         );
     }
 }
+
+/// A relog filter keeps the file's TDH schema records whatever its pid/id/time conditions say (so
+/// kept events decode). A `--pid` no event has kept only those 85 records: `kept` said 85 and the
+/// "no event matched the filter" warning `dump` gives was missing. `schema_kept` now says how many
+/// of `kept` are schema records, and the warning counts events only; on every relog path (one
+/// input on several threads or one, several inputs merged).
+#[test]
+fn relog_filter_keeping_only_schema_records_says_nothing_matched() {
+    let test = "relog_filter_keeping_only_schema_records_says_nothing_matched";
+    let Some(dir) = samples(test) else {
+        return;
+    };
+    let tmp = std::env::temp_dir().join(format!("etwkit-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let out = tmp.join("out.etl");
+    let net = dir.join("perfview_net.4.5.2.x64.etl");
+    let process = dir.join("tx_Process.etl");
+    let (net, process, out) = (
+        net.to_str().unwrap(),
+        process.to_str().unwrap(),
+        out.to_str().unwrap(),
+    );
+    // The dump's count of the events `--id 1` selects.
+    let (ok, dumped, err) = etwkit(&["dump", net, "--id", "1", "--format", "json"]);
+    assert!(ok, "{err}");
+    let id1 = json_lines(&dumped).len() as u64;
+    assert_eq!(id1, 529);
+    for extra in [
+        &["--threads", "1"][..],
+        &["--threads", "2"][..],
+        &[process][..],
+    ] {
+        let relog = |filter: &[&str]| -> (serde_json::Value, String) {
+            let mut args = vec!["relog", net];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(filter);
+            args.extend(["-o", out]);
+            let (ok, stdout, err) = etwkit(&args);
+            assert!(ok, "{args:?}: {err}");
+            (serde_json::from_str(&stdout).unwrap(), err)
+        };
+        // pid 2496 has no event in either file.
+        let (s, err) = relog(&["--pid", "2496"]);
+        assert_eq!(s["inputs"][0]["kept"], 85, "{extra:?}");
+        assert_eq!(s["inputs"][0]["schema_kept"], 85, "{extra:?}");
+        assert_eq!(
+            err.trim(),
+            "etwkit: warning: no event matched the filter",
+            "{extra:?}"
+        );
+        let (s, err) = relog(&["--id", "1"]);
+        let i = &s["inputs"][0];
+        assert_eq!(i["schema_kept"], 85, "{extra:?}");
+        assert_eq!(
+            i["kept"].as_u64().unwrap() - i["schema_kept"].as_u64().unwrap(),
+            id1,
+            "{extra:?}"
+        );
+        assert!(!err.contains("no event matched"), "{extra:?}: {err}");
+    }
+    std::fs::remove_dir_all(&tmp).ok();
+}

@@ -58,6 +58,11 @@ impl RelogFilter {
         crate::filter::provider_matches(&self.providers, &self.names, ev)
     }
 
+    /// Is `ev` a TDH schema record (EventInfo/EventMapInfo)?
+    pub fn is_schema(ev: &EventRecord<'_>) -> bool {
+        metadata_provider(ev).is_some()
+    }
+
     /// Does the record pass? Schema records (EventInfo/EventMapInfo) of a kept provider are kept
     /// whatever the id, pid and time conditions say, so the kept events stay decodable.
     pub fn matches(&self, ev: &EventRecord<'_>) -> bool {
@@ -95,6 +100,16 @@ pub struct RelogInput {
     pub read: ReadSummary,
     /// Records that passed the filter and were written.
     pub kept: u64,
+    /// Of `kept`, the TDH schema records (EventInfo/EventMapInfo) kept so that the kept events
+    /// decode: a filter can keep them when it keeps no event at all.
+    pub schema_kept: u64,
+}
+
+impl RelogInput {
+    /// The events kept: `kept` less the schema records.
+    pub fn events_kept(&self) -> u64 {
+        self.kept - self.schema_kept
+    }
 }
 
 /// The outcome of a relog.
@@ -203,6 +218,7 @@ pub fn relog_with<W: super::writer::Output>(
         let clock = f.clock();
         let mut err = None;
         let mut kept = 0u64;
+        let mut schema_kept = 0u64;
         let read = f.for_each(Order::Time, |r| {
             if is_logfile_header(r) || !filter.matches(r) {
                 return ControlFlow::Continue(());
@@ -210,6 +226,7 @@ pub fn relog_with<W: super::writer::Output>(
             match w.write_raw(r.raw, r.cpu, &clock) {
                 Ok(()) => {
                     kept += 1;
+                    schema_kept += RelogFilter::is_schema(r) as u64;
                     ControlFlow::Continue(())
                 }
                 Err(e) => {
@@ -225,6 +242,7 @@ pub fn relog_with<W: super::writer::Output>(
             path: f.path().to_path_buf(),
             read,
             kept,
+            schema_kept,
         });
     } else if !inputs.is_empty() {
         summaries = merge_many(inputs, filter, &mut w)?;
@@ -247,6 +265,7 @@ fn relog_parallel<W: super::writer::Output>(
     let clock = f.clock();
     let mut err = None;
     let mut kept = 0u64;
+    let schema_kept = std::sync::atomic::AtomicU64::new(0);
     let s = f.par_render_vectored(
         Order::Time,
         threads,
@@ -254,6 +273,9 @@ fn relog_parallel<W: super::writer::Output>(
         |_, r, out| {
             if is_logfile_header(r) || !filter.matches(r) {
                 return false;
+            }
+            if RelogFilter::is_schema(r) {
+                schema_kept.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             out.extend_from_slice(&(r.raw.len() as u32).to_le_bytes());
             out.extend_from_slice(&r.cpu.to_le_bytes());
@@ -286,6 +308,7 @@ fn relog_parallel<W: super::writer::Output>(
         path: f.path().to_path_buf(),
         read: s.read,
         kept,
+        schema_kept: schema_kept.into_inner(),
     })
 }
 
@@ -313,12 +336,14 @@ fn merge_many<W: super::writer::Output>(
             handles.push(scope.spawn(move || {
                 let mut batch = Vec::with_capacity(BATCH);
                 let mut kept = 0u64;
+                let mut schema_kept = 0u64;
                 let mut hung_up = false;
                 let read = f.for_each(Order::Time, |r| {
                     if is_logfile_header(r) || !filter.matches(r) {
                         return ControlFlow::Continue(());
                     }
                     kept += 1;
+                    schema_kept += RelogFilter::is_schema(r) as u64;
                     batch.push(Owned {
                         utc: r.timestamp,
                         cpu: r.cpu,
@@ -333,7 +358,7 @@ fn merge_many<W: super::writer::Output>(
                 if !batch.is_empty() && !hung_up {
                     let _ = tx.send(batch);
                 }
-                (read, kept)
+                (read, kept, schema_kept)
             }));
         }
         let clocks: Vec<Clock> = inputs.iter().map(|f| f.clock()).collect();
@@ -375,7 +400,7 @@ fn merge_many<W: super::writer::Output>(
         drop(rxs);
         let mut out = Vec::new();
         for (f, h) in inputs.iter().zip(handles) {
-            let Ok((read, kept)) = h.join() else {
+            let Ok((read, kept, schema_kept)) = h.join() else {
                 return Err(WriteError::Failed(format!(
                     "the reader of {} panicked",
                     f.path().display()
@@ -385,6 +410,7 @@ fn merge_many<W: super::writer::Output>(
                 path: f.path().to_path_buf(),
                 read,
                 kept,
+                schema_kept,
             });
         }
         result.map(|_| out)
