@@ -147,6 +147,17 @@ pub fn enable_all(trace: &mut Trace, providers: &[String]) -> anyhow::Result<()>
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    if a.pid.is_empty() && a.command.is_empty() {
+        for p in &a.providers {
+            let (name, _, _) = parse_provider(p)?;
+            if etwkit::live::heap::is_heap_provider(&name) {
+                // Without a process it armed nothing and ended with "0 events delivered".
+                anyhow::bail!(
+                    "--provider {p:?}: the heap provider traces processes, not the whole system: give --pid P or -- CMD"
+                );
+            }
+        }
+    }
     let etw = Etw::new();
     let mut trace = etw.open_trace(&a.name, a.output.as_deref(), None);
     enable_all(&mut trace, &a.providers)?;

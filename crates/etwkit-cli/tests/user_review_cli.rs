@@ -227,3 +227,26 @@ fn relog_filter_keeping_only_schema_records_says_nothing_matched() {
     }
     std::fs::remove_dir_all(&tmp).ok();
 }
+
+/// `trace --provider heap` with neither `--pid` nor a command armed nothing and ended with
+/// "0 events delivered", exit 0: the heap provider traces processes. It is refused, by any of its
+/// names or its GUID, before a session is made.
+#[test]
+fn heap_provider_without_a_process_is_refused() {
+    for p in [
+        "heap",
+        "HeapTraceProvider",
+        "microsoft-windows-heap:5:4",
+        "222962ab-6180-4b88-a825-346b75f2a24a",
+    ] {
+        let (code, err) = etwkit_within(&["trace", "--provider", p, "--duration", "0.2"], 10);
+        assert_eq!(code, Some(1), "{p}: {err}");
+        assert_eq!(
+            err.trim(),
+            format!(
+                "etwkit: --provider {p:?}: the heap provider traces processes, not the whole system: give --pid P or -- CMD"
+            ),
+            "{p}"
+        );
+    }
+}
