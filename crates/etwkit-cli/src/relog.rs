@@ -59,7 +59,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let unknown = a.filter.unknown_providers(&names);
     let mut events = a.filter.to_filter(start, &names)?;
     let names = std::mem::take(&mut events.provider_names);
-    let filter = RelogFilter::new(events, names);
+    let mut filter = RelogFilter::new(events, names);
+    if filter.has_pids() {
+        // --pid sees a kernel record's process as dump --pid does (payload, thread table).
+        filter = filter.with_pid_decoders(
+            files
+                .iter()
+                .map(|f| {
+                    let registry = etwkit::schema::Registry::with_builtins();
+                    Some(etwkit::decode::Decoder::for_file(registry, f).0)
+                })
+                .collect(),
+        );
+    }
     let mut opts = relog_options(&files);
     opts.buffer_size = a
         .buffer_kib

@@ -250,3 +250,77 @@ fn heap_provider_without_a_process_is_refused() {
         );
     }
 }
+
+/// `relog --pid P` matched kernel records by their header's pid (the context they were logged
+/// in), `dump --pid P` by the process their payload or the thread table names: relogging
+/// perfview_net.4.5.2.x64.etl's pid 3988 dropped all 356 of its CPU samples (PERFINFO records
+/// carry no pid) and kept records of other processes. Now the relog keeps what `dump --pid` shows,
+/// on every relog path, and the copy's own `dump --pid` gives the same events.
+#[test]
+fn relog_pid_keeps_what_dump_pid_shows() {
+    let test = "relog_pid_keeps_what_dump_pid_shows";
+    let Some(dir) = samples(test) else {
+        return;
+    };
+    let tmp = std::env::temp_dir().join(format!("etwkit-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let out = tmp.join("out.etl");
+    let net = dir.join("perfview_net.4.5.2.x64.etl");
+    let process = dir.join("tx_Process.etl");
+    let (net, process, out) = (
+        net.to_str().unwrap(),
+        process.to_str().unwrap(),
+        out.to_str().unwrap(),
+    );
+    // (timestamp, provider, opcode, pid, tid) of every event `dump --pid 3988` of `file` shows,
+    // the logfile header left out (a relog writes its own).
+    let events = |file: &str| -> Vec<(String, String, u64, u64, Option<u64>)> {
+        let (ok, stdout, err) = etwkit(&["dump", file, "--pid", "3988", "--format", "json"]);
+        assert!(ok, "{err}");
+        let mut v: Vec<_> = json_lines(&stdout)
+            .into_iter()
+            .filter(|l| l["opcode_name"] != "Header")
+            .map(|l| {
+                (
+                    l["timestamp"].as_str().unwrap().to_string(),
+                    l["provider"].as_str().unwrap().to_string(),
+                    l["opcode"].as_u64().unwrap(),
+                    l["pid"].as_u64().unwrap(),
+                    l["tid"].as_u64(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let want = events(net);
+    assert_eq!(want.len(), 35_349);
+    let samples_of = |v: &[(String, String, u64, u64, Option<u64>)]| {
+        v.iter()
+            .filter(|e| e.1 == "ce1dbfb4-137e-4da6-87b0-3f59aa102cbc" && e.2 == 46)
+            .count()
+    };
+    assert_eq!(samples_of(&want), 356, "SampledProfile records of pid 3988");
+    for extra in [
+        &["--threads", "1"][..],
+        &["--threads", "2"][..],
+        &[process][..],
+    ] {
+        let mut args = vec!["relog", net];
+        args.extend_from_slice(extra);
+        args.extend(["--pid", "3988", "-o", out]);
+        let (ok, stdout, err) = etwkit(&args);
+        assert!(ok, "{args:?}: {err}");
+        let s: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(s["inputs"][0]["kept"], 35_405, "{extra:?}");
+        let got = events(out);
+        assert_eq!(samples_of(&got), 356, "{extra:?}");
+        assert!(
+            got == want,
+            "{extra:?}: {} events, not {}",
+            got.len(),
+            want.len()
+        );
+    }
+    std::fs::remove_dir_all(&tmp).ok();
+}

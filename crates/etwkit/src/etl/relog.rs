@@ -34,6 +34,30 @@ pub struct RelogFilter {
     names: Vec<String>,
     /// Time, id and pid conditions (providers handled above).
     rest: EventFilter,
+    /// Per input (by position), the decoder through which the pid condition sees kernel records:
+    /// see [`RelogFilter::with_pid_decoders`].
+    pid_decoders: PidDecoders,
+}
+
+/// Decoders of the inputs, by position (none: a kernel record's header pid is matched).
+#[derive(Clone, Default)]
+struct PidDecoders(Vec<Option<std::sync::Arc<crate::decode::Decoder>>>);
+
+impl std::fmt::Debug for PidDecoders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PidDecoders({} inputs)", self.0.len())
+    }
+}
+
+impl PartialEq for PidDecoders {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && self.0.iter().zip(&other.0).all(|(a, b)| match (a, b) {
+                (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            })
+    }
 }
 
 impl RelogFilter {
@@ -47,7 +71,27 @@ impl RelogFilter {
                 providers: Vec::new(),
                 ..events
             },
+            pid_decoders: PidDecoders::default(),
         }
+    }
+
+    /// The pid condition matches a kernel record by the process its decoder attributes it to (its
+    /// payload's ProcessId, or the thread table's process for a header without one: sampled
+    /// profile, DPC, context switch records), as `dump --pid` selects — not by the header's pid,
+    /// the context it was logged in. `decoders[i]` is input `i`'s ([`crate::decode::Decoder::for_file`]).
+    pub fn with_pid_decoders(mut self, decoders: Vec<Option<crate::decode::Decoder>>) -> Self {
+        self.pid_decoders = PidDecoders(
+            decoders
+                .into_iter()
+                .map(|d| d.map(std::sync::Arc::new))
+                .collect(),
+        );
+        self
+    }
+
+    /// Whether the pid condition needs decoders to be exact ([`RelogFilter::with_pid_decoders`]).
+    pub fn has_pids(&self) -> bool {
+        !self.rest.pids.is_empty()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -66,13 +110,22 @@ impl RelogFilter {
     /// Does the record pass? Schema records (EventInfo/EventMapInfo) of a kept provider are kept
     /// whatever the id, pid and time conditions say, so the kept events stay decodable.
     pub fn matches(&self, ev: &EventRecord<'_>) -> bool {
+        self.matches_in(usize::MAX, ev)
+    }
+
+    /// [`RelogFilter::matches`] for a record of input `input` (its decoder sees kernel pids).
+    fn matches_in(&self, input: usize, ev: &EventRecord<'_>) -> bool {
         if self.is_empty() {
             return true;
         }
         if let Some(p) = metadata_provider(ev) {
             return self.providers.is_empty() || self.providers.contains(&p);
         }
-        self.provider_ok(ev) && self.rest.matches(ev)
+        self.provider_ok(ev)
+            && match self.pid_decoders.0.get(input).and_then(Option::as_ref) {
+                Some(d) => d.matches(&self.rest, ev),
+                None => self.rest.matches(ev),
+            }
     }
 }
 
@@ -220,7 +273,7 @@ pub fn relog_with<W: super::writer::Output>(
         let mut kept = 0u64;
         let mut schema_kept = 0u64;
         let read = f.for_each(Order::Time, |r| {
-            if is_logfile_header(r) || !filter.matches(r) {
+            if is_logfile_header(r) || !filter.matches_in(0, r) {
                 return ControlFlow::Continue(());
             }
             match w.write_raw(r.raw, r.cpu, &clock) {
@@ -271,7 +324,7 @@ fn relog_parallel<W: super::writer::Output>(
         threads,
         || (),
         |_, r, out| {
-            if is_logfile_header(r) || !filter.matches(r) {
+            if is_logfile_header(r) || !filter.matches_in(0, r) {
                 return false;
             }
             if RelogFilter::is_schema(r) {
@@ -330,7 +383,7 @@ fn merge_many<W: super::writer::Output>(
     std::thread::scope(|scope| {
         let mut rxs = Vec::new();
         let mut handles = Vec::new();
-        for f in inputs {
+        for (input, f) in inputs.iter().enumerate() {
             let (tx, rx) = mpsc::sync_channel::<Vec<Owned>>(4);
             rxs.push(rx);
             handles.push(scope.spawn(move || {
@@ -339,7 +392,7 @@ fn merge_many<W: super::writer::Output>(
                 let mut schema_kept = 0u64;
                 let mut hung_up = false;
                 let read = f.for_each(Order::Time, |r| {
-                    if is_logfile_header(r) || !filter.matches(r) {
+                    if is_logfile_header(r) || !filter.matches_in(input, r) {
                         return ControlFlow::Continue(());
                     }
                     kept += 1;
