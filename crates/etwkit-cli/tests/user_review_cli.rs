@@ -324,3 +324,77 @@ fn relog_pid_keeps_what_dump_pid_shows() {
     }
     std::fs::remove_dir_all(&tmp).ok();
 }
+
+/// A non-blocking connect (curl, asyncio, Go, browsers) that the transport answers inside
+/// connect() itself — on loopback the refusing reset, or the handshake, waits in the socket's
+/// backlog until connect releases the socket, after it chose EINPROGRESS — had no "connect
+/// completed" event: `net` showed a refused connect as plainly "closed" with no failure, and a
+/// successful one with `connected: null`. Both now complete at connect's return.
+#[cfg(target_os = "linux")]
+#[test]
+fn net_live_non_blocking_connects_complete() {
+    let test = "net_live_non_blocking_connects_complete";
+    if !common::require_root(test) {
+        return;
+    }
+    let script = r#"
+import json, select, socket
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(); port = l.getsockname()[1]
+gone = socket.socket(); gone.bind(("127.0.0.1", 0)); closed_port = gone.getsockname()[1]; gone.close()
+def connect(p):
+    s = socket.socket(); s.setblocking(False)
+    rc = s.connect_ex(("127.0.0.1", p))
+    select.select([], [s], [], 2)
+    err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    return s, rc, err, s.getsockname()[1]
+ok, ok_rc, ok_err, ok_local = connect(port)
+c, _ = l.accept(); c.close(); ok.close()
+bad, bad_rc, bad_err, _ = connect(closed_port)
+bad.close(); l.close()
+print("facts:", json.dumps(dict(port=port, closed_port=closed_port, ok_rc=ok_rc, ok_err=ok_err,
+      ok_local=ok_local, bad_rc=bad_rc, bad_err=bad_err)), flush=True)
+"#;
+    let (code, out, err) = {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_etwkit"))
+            .args(["net", "--format", "json", "--", "python3", "-c", script])
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    assert_eq!(code, Some(0), "{err}");
+    let facts: serde_json::Value = serde_json::from_str(
+        err.lines()
+            .find_map(|l| l.strip_prefix("facts: "))
+            .unwrap_or_else(|| panic!("no facts: {err}")),
+    )
+    .unwrap();
+    // The program saw what the test is about: EINPROGRESS, then success / ECONNREFUSED.
+    assert_eq!(facts["ok_rc"], 115, "{facts}");
+    assert_eq!(facts["ok_err"], 0, "{facts}");
+    assert_eq!(facts["bad_rc"], 115, "{facts}");
+    assert_eq!(facts["bad_err"], 111, "{facts}");
+    let rows = json_lines(&out);
+    let remote = |p: &serde_json::Value| format!("127.0.0.1:{p}");
+    let ok = rows
+        .iter()
+        .find(|r| r["remote"] == remote(&facts["port"]) && !r["accepted"].as_bool().unwrap())
+        .unwrap_or_else(|| panic!("no client row: {out}"));
+    assert!(ok["connected"].is_string(), "{ok}");
+    assert_eq!(ok["local"], remote(&facts["ok_local"]), "{ok}");
+    assert_eq!(ok["failures"].as_array().unwrap().len(), 0, "{ok}");
+    let bad = rows
+        .iter()
+        .find(|r| r["remote"] == remote(&facts["closed_port"]))
+        .unwrap_or_else(|| panic!("no refused row: {out}"));
+    assert!(bad["connected"].is_null(), "{bad}");
+    assert_eq!(bad["failures"][0]["kind"], "connect_failed", "{bad}");
+    assert_eq!(bad["failures"][0]["code"]["code"], 111, "{bad}");
+    assert_eq!(
+        bad["outcome"], "connect failed: connection refused",
+        "{bad}"
+    );
+}
