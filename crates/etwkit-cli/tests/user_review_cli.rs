@@ -398,3 +398,62 @@ print("facts:", json.dumps(dict(port=port, closed_port=closed_port, ok_rc=ok_rc,
         "{bad}"
     );
 }
+
+#[path = "../../etwkit/tests/net_scenario/mod.rs"]
+mod net_scenario;
+
+/// `net` of a trace cut at a buffer boundary (a copy interrupted, a disk that filled up) said
+/// nothing: no buffer is unreadable, yet the events of the missing buffers are gone, so sockets
+/// show as open and counts are short. It now names the damage on stderr as `stats` does, and a
+/// note says what it means for the report; the whole file gives neither.
+#[test]
+fn net_names_missing_buffers_of_a_cut_trace() {
+    let test = "net_names_missing_buffers_of_a_cut_trace";
+    let Some(samples) = samples(test) else {
+        return;
+    };
+    let bytes = net_scenario::windows::scenario_etl(&samples.join("../schemas/winsock-afd.json"));
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let whole = dir.join(format!("{test}.etl"));
+    std::fs::write(&whole, &bytes).unwrap();
+    let whole = whole.to_str().unwrap();
+    let (ok, out, err) = etwkit(&["info", whole, "--format", "json"]);
+    assert!(ok, "{err}");
+    let info: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (size, n) = (
+        info["buffer_size"].as_u64().unwrap() as usize,
+        info["buffers_in_file"].as_u64().unwrap() as usize,
+    );
+    assert_eq!(bytes.len(), size * n, "whole buffers");
+    assert!(n >= 3, "{n} buffers");
+    let (ok, out, err) = etwkit(&["net", whole, "--format", "json"]);
+    assert!(ok, "{err}");
+    let all = json_lines(&out).len();
+    assert!(
+        !err.contains("warning") && !err.contains("buffers the logger wrote"),
+        "{err}"
+    );
+    // All but the last buffer.
+    let cut = dir.join(format!("{test}.cut.etl"));
+    std::fs::write(&cut, &bytes[..size * (n - 1)]).unwrap();
+    let cut = cut.to_str().unwrap();
+    let (ok, out, err) = etwkit(&["net", cut, "--format", "json"]);
+    assert!(ok, "{err}");
+    let rows = json_lines(&out).len();
+    assert!(rows > 0 && rows <= all, "{rows} of {all}");
+    let warning = format!(
+        "etwkit: warning: file offset {}: file holds {} of the {n} buffers the logger wrote",
+        size * (n - 1),
+        n - 1
+    );
+    assert!(err.lines().any(|l| l == warning), "{err}");
+    let note = format!(
+        "etwkit net: note: {cut}: the file holds {} of the {n} buffers the logger wrote: the events of the other 1 are not in it, so sockets shown open may have closed and counts are lower bounds",
+        n - 1
+    );
+    assert!(err.lines().any(|l| l == note), "{err}");
+    // The same line as stats gives.
+    let (ok, _, stats_err) = etwkit(&["stats", cut]);
+    assert!(ok);
+    assert!(stats_err.lines().any(|l| l == warning), "{stats_err}");
+}
