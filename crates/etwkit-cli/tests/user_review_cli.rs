@@ -457,3 +457,43 @@ fn net_names_missing_buffers_of_a_cut_trace() {
     assert!(ok);
     assert!(stats_err.lines().any(|l| l == warning), "{stats_err}");
 }
+
+/// A relog carries its inputs' losses over "so the copy does not look more complete than it is",
+/// but not what the copy itself could not take: relogging a cut tx_Process.etl (13 of its 182
+/// buffers, the last cut short) wrote a copy with BuffersLost 0 that reads as whole and clean.
+/// The buffers the input lacks (169) and the ones it could not read (1) are now BuffersLost.
+#[test]
+fn relog_of_a_cut_file_counts_its_missing_buffers_as_lost() {
+    let test = "relog_of_a_cut_file_counts_its_missing_buffers_as_lost";
+    let Some(dir) = samples(test) else {
+        return;
+    };
+    let tmp = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let whole = dir.join("tx_Process.etl");
+    let bytes = std::fs::read(&whole).unwrap();
+    let cut = tmp.join(format!("{test}.etl"));
+    std::fs::write(&cut, &bytes[..100_000]).unwrap();
+    let out = tmp.join(format!("{test}.out.etl"));
+    let (whole, cut, out) = (
+        whole.to_str().unwrap(),
+        cut.to_str().unwrap(),
+        out.to_str().unwrap(),
+    );
+    for (inputs, lost) in [
+        (&[whole][..], 0),
+        (&[cut][..], 170),
+        (&[cut, whole][..], 170),
+    ] {
+        let mut args = vec!["relog"];
+        args.extend_from_slice(inputs);
+        args.extend(["-o", out]);
+        let (ok, stdout, err) = etwkit(&args);
+        assert!(ok, "{err}");
+        let s: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(s["written"]["buffers_lost"], lost, "{inputs:?}");
+        let (ok, stdout, err) = etwkit(&["info", out, "--format", "json"]);
+        assert!(ok, "{err}");
+        let info: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(info["buffers_lost"], lost, "{inputs:?}");
+    }
+}

@@ -300,6 +300,12 @@ pub fn relog_with<W: super::writer::Output>(
     } else if !inputs.is_empty() {
         summaries = merge_many(inputs, filter, &mut w)?;
     }
+    // So do the buffers this copy could not take from them: the ones a cut file lacks and the ones
+    // that could not be read (whole or in part). The copy is whole; what it holds is not.
+    for (f, i) in inputs.iter().zip(&summaries) {
+        let gone = f.missing_buffers() as u64 + i.read.bad_buffers;
+        w.add_buffers_lost(u32::try_from(gone).unwrap_or(u32::MAX));
+    }
     let written = w.finish()?;
     Ok(RelogSummary {
         inputs: summaries,
