@@ -461,7 +461,8 @@ fn net_names_missing_buffers_of_a_cut_trace() {
 /// A relog carries its inputs' losses over "so the copy does not look more complete than it is",
 /// but not what the copy itself could not take: relogging a cut tx_Process.etl (13 of its 182
 /// buffers, the last cut short) wrote a copy with BuffersLost 0 that reads as whole and clean.
-/// The buffers the input lacks (169) and the ones it could not read (1) are now BuffersLost.
+/// The buffers the input lacks (169) and the ones it could not read (1) are now BuffersLost; a
+/// corrupt buffer header, which the reader also counts among the buffers the file lacks, once.
 #[test]
 fn relog_of_a_cut_file_counts_its_missing_buffers_as_lost() {
     let test = "relog_of_a_cut_file_counts_its_missing_buffers_as_lost";
@@ -473,16 +474,25 @@ fn relog_of_a_cut_file_counts_its_missing_buffers_as_lost() {
     let bytes = std::fs::read(&whole).unwrap();
     let cut = tmp.join(format!("{test}.etl"));
     std::fs::write(&cut, &bytes[..100_000]).unwrap();
+    // A whole copy whose 6th buffer header is zeroed: that one buffer is lost, counted once
+    // (the file holds 181 of 182, and it is the corrupt one).
+    let mut zeroed = bytes.clone();
+    zeroed[5 * 8192..5 * 8192 + 72].fill(0);
+    let zero = tmp.join(format!("{test}.zero.etl"));
+    std::fs::write(&zero, &zeroed).unwrap();
     let out = tmp.join(format!("{test}.out.etl"));
-    let (whole, cut, out) = (
+    let (whole, cut, zero, out) = (
         whole.to_str().unwrap(),
         cut.to_str().unwrap(),
+        zero.to_str().unwrap(),
         out.to_str().unwrap(),
     );
     for (inputs, lost) in [
         (&[whole][..], 0),
         (&[cut][..], 170),
         (&[cut, whole][..], 170),
+        (&[zero][..], 1),
+        (&[zero, cut][..], 171),
     ] {
         let mut args = vec!["relog"];
         args.extend_from_slice(inputs);

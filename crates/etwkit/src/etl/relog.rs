@@ -303,7 +303,12 @@ pub fn relog_with<W: super::writer::Output>(
     // So do the buffers this copy could not take from them: the ones a cut file lacks and the ones
     // that could not be read (whole or in part). The copy is whole; what it holds is not.
     for (f, i) in inputs.iter().zip(&summaries) {
-        let gone = f.missing_buffers() as u64 + i.read.bad_buffers;
+        // A buffer whose header is corrupt is not held, so it is among the missing ones when the
+        // header says how many the logger wrote (else it counts alone); one held but cut short
+        // or with unreadable records is a bad buffer of the walk.
+        let corrupt = f.open_summary().bad_buffers;
+        let held_bad = i.read.bad_buffers.saturating_sub(corrupt);
+        let gone = held_bad + (f.missing_buffers() as u64).max(corrupt);
         w.add_buffers_lost(u32::try_from(gone).unwrap_or(u32::MAX));
     }
     let written = w.finish()?;
