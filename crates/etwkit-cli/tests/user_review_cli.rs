@@ -507,3 +507,80 @@ fn relog_of_a_cut_file_counts_its_missing_buffers_as_lost() {
         assert_eq!(info["buffers_lost"], lost, "{inputs:?}");
     }
 }
+
+/// A trace read through a pipe (`zcat trace.etl.gz | etwkit stats /dev/stdin`, `<(...)`) or a file
+/// whose size the filesystem does not give (/proc) was called "empty file (0 bytes), not an ETL
+/// trace". Such inputs are read into memory: the same records as the file; a pipe carrying a cut
+/// copy names its damage as the file would; a truly empty input still says it is empty.
+#[cfg(unix)]
+#[test]
+fn traces_read_through_a_pipe() {
+    let test = "traces_read_through_a_pipe";
+    let Some(dir) = samples(test) else {
+        return;
+    };
+    let path = dir.join("perfview_net.4.5.2.x64.etl");
+    let bytes = std::fs::read(&path).unwrap();
+    let piped = |args: &[&str], input: &[u8]| -> (Option<i32>, String, String) {
+        use std::io::Write;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_etwkit"))
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let input = input.to_vec();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+        let o = child.wait_with_output().unwrap();
+        writer.join().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (ok, out, err) = etwkit(&["stats", path.to_str().unwrap(), "--format", "json"]);
+    assert!(ok, "{err}");
+    let want: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (code, out, err) = piped(&["stats", "/dev/stdin", "--format", "json"], &bytes);
+    assert_eq!(code, Some(0), "{err}");
+    let got: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(got["records"], 179_474);
+    for k in [
+        "records",
+        "providers",
+        "buffers",
+        "compressed_buffers",
+        "decoded",
+        "last_event",
+    ] {
+        assert_eq!(got[k], want[k], "{k}");
+    }
+    assert_eq!(got["size"], bytes.len());
+    // A cut copy through the pipe: read as far as it goes, its damage named.
+    let (code, out, err) = piped(
+        &["stats", "/dev/stdin", "--format", "json"],
+        &bytes[..1_000_000],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let got: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(got["records"].as_u64().unwrap() > 0);
+    assert!(err.contains("buffers the logger wrote"), "{err}");
+    // Nothing through the pipe is empty; procfs text is no ETL file (not "empty").
+    let (code, _, err) = piped(&["info", "/dev/stdin"], b"");
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        err.trim(),
+        "etwkit: /dev/stdin: empty file (0 bytes), not an ETL trace"
+    );
+    let (ok, _, err) = etwkit(&["info", "/proc/self/status"]);
+    assert!(!ok);
+    assert!(
+        err.starts_with("etwkit: /proc/self/status: not an ETL file: no WMI_BUFFER_HEADER"),
+        "{err}"
+    );
+}

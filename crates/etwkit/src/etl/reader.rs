@@ -268,8 +268,11 @@ impl EtlFile {
             return Err(EtlError::IsDirectory { path });
         }
         let len = meta.len();
-        if len == 0 {
-            return Err(EtlError::Empty { path });
+        if !meta.is_file() || len == 0 {
+            // A pipe (`zcat trace.etl.gz | etwkit stats /dev/stdin`, `<(...)`), a device, or a
+            // file whose size the filesystem does not say (/proc): read it into memory. These
+            // were called "empty file (0 bytes)".
+            return Self::from_stream(file, path);
         }
         let map = super::mmap::map(&file).map_err(|source| EtlError::Io {
             path: path.clone(),
@@ -278,6 +281,30 @@ impl EtlFile {
         let mut f = Self::from_data(Data::Map(map), path, Some(&file))?;
         f.file = Some(file);
         Ok(f)
+    }
+
+    /// Reads `file` to its end, refusing at once a stream whose first 72 bytes are no buffer
+    /// header (so `/dev/zero` or a random device is not read forever).
+    fn from_stream(mut file: std::fs::File, path: PathBuf) -> Result<EtlFile, EtlError> {
+        use std::io::Read;
+        let io = |source| EtlError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut bytes = Vec::new();
+        (&mut file)
+            .take(BUFFER_HEADER_SIZE as u64)
+            .read_to_end(&mut bytes)
+            .map_err(io)?;
+        if bytes.is_empty() {
+            return Err(EtlError::Empty { path });
+        }
+        let plausible = BufferHeader::parse(&bytes).is_some_and(|h| h.plausible(MAX_BUFFER_SIZE));
+        if plausible {
+            file.read_to_end(&mut bytes).map_err(io)?;
+        }
+        // An implausible start gets from_data's own sentence.
+        Self::from_data(Data::Vec(bytes), path, None)
     }
 
     /// Reads an ETL image held in memory.
