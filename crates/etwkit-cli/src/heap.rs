@@ -221,6 +221,10 @@ fn live(a: &Args) -> anyhow::Result<LiveOutcome> {
     crate::child::stop_after(a.duration, &stop);
     let s = stop.clone();
     let _ = ctrlc::set_handler(move || s.stop());
+    crate::child::stop_on_termination(&stop);
+    if let Some(pid) = session.command_pid() {
+        crate::child::set_traced_child(pid);
+    }
 
     let mut writer = open_output(a.output.as_deref(), session.tracing_started())?;
     let mut write_err = None;

@@ -224,6 +224,7 @@ fn live(a: &Args) -> anyhow::Result<(NetReport, Option<i32>)> {
         // The command's own output never mixes with the report on stdout.
         let mut cmd = crate::child::command(&a.command, a.command_stdout.as_deref())?;
         let child = trace.spawn(&mut cmd)?;
+        crate::child::set_traced_child(child.id());
         let name = std::path::Path::new(&a.command[0])
             .file_name()
             .map(|n| n.to_string_lossy().chars().take(15).collect::<String>());

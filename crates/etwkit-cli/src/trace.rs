@@ -81,10 +81,12 @@ pub fn parse_provider(s: &str) -> anyhow::Result<(String, u8, u64)> {
 
 pub use crate::print::Printer;
 
-/// Stops the trace on Ctrl-C (the handler can be installed once per process).
+/// Stops the trace on Ctrl-C (the handler can be installed once per process), and on SIGTERM and
+/// SIGHUP ([`crate::child::stop_on_termination`]).
 pub fn stop_on_ctrl_c(stop: &StopHandle) {
     let s = stop.clone();
     let _ = ctrlc::set_handler(move || s.stop());
+    crate::child::stop_on_termination(stop);
 }
 
 /// The end-of-trace report: stderr always, plus a JSON line in JSON mode.
@@ -180,6 +182,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         // the line never lands among what the command writes to the same stderr.
         eprintln!("{}", armed_line(&a));
         let child = trace.spawn(&mut cmd)?;
+        crate::child::set_traced_child(child.id());
         Some(crate::child::stop_when_exits(child, stop.clone()))
     };
     crate::child::stop_after(a.duration, &stop);

@@ -584,3 +584,78 @@ fn traces_read_through_a_pipe() {
         "{err}"
     );
 }
+
+/// SIGTERM (`timeout`, `kill`, a service manager) killed `etwkit trace` on the spot: its tracefs
+/// instance stayed, still tracing, as an orphan until the next etwkit run, and its `-o` file was
+/// never closed (no EndTime). It now ends the trace as Ctrl-C does: the session is removed, the
+/// file closed cleanly, the summary printed, exit 0; a traced command gets the signal too and
+/// etwkit ends with its status (143) instead of waiting for it.
+#[cfg(target_os = "linux")]
+#[test]
+fn sigterm_ends_a_live_trace_cleanly() {
+    use std::io::{BufRead, BufReader};
+    let test = "sigterm_ends_a_live_trace_cleanly";
+    if !common::require_root(test) {
+        return;
+    }
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    for (n, command) in [(0, &[][..]), (1, &["--", "sleep", "30"][..])] {
+        let out = dir.join(format!("{test}-{n}.etl"));
+        let name = format!("sigterm{n}");
+        let mut args = vec![
+            "trace",
+            "--provider",
+            "sched",
+            "--name",
+            &name,
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(command);
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_etwkit"))
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        assert!(line.starts_with("etwkit: tracing sched"), "{line}");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        // SAFETY: plain kill(2) of the etwkit this test started.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGTERM);
+        }
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if start.elapsed() > std::time::Duration::from_secs(10) {
+                child.kill().ok();
+                panic!("{args:?}: still running 10 s after SIGTERM");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+        assert_eq!(
+            status.code(),
+            Some(if command.is_empty() { 0 } else { 143 }),
+            "{args:?}: {rest}"
+        );
+        assert!(rest.contains("events delivered"), "{rest}");
+        let (ok, info, e) = etwkit(&["info", out.to_str().unwrap(), "--format", "json"]);
+        assert!(ok, "{e}");
+        let info: serde_json::Value = serde_json::from_str(&info).unwrap();
+        assert_eq!(info["closed_cleanly"], true, "{args:?}");
+        let (ok, sessions, e) = etwkit(&["sessions", "--format", "json"]);
+        assert!(ok, "{e}");
+        assert!(
+            json_lines(&sessions).iter().all(|s| s["owner_pid"] != pid),
+            "{args:?} left its session: {sessions}"
+        );
+    }
+}
