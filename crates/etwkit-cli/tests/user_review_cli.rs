@@ -659,3 +659,57 @@ fn sigterm_ends_a_live_trace_cleanly() {
         );
     }
 }
+
+/// After a corrupt buffer header the reader scanned byte by byte for the next header that chains,
+/// and record bytes can look like one: in a heap trace they did, and the "buffer" found there
+/// claimed the real buffers after it, so `heap --report` of a copy with one zeroed header found
+/// no heap events at all. Buffers written whole sit at multiples of the logger's buffer size;
+/// the resync looks there first. Here: tx_Process.etl with buffer 5's header zeroed and a
+/// header-like chain planted in its data that spans buffers 6 and 7.
+#[test]
+fn resync_after_a_corrupt_header_finds_the_next_real_buffer() {
+    let test = "resync_after_a_corrupt_header_finds_the_next_real_buffer";
+    let Some(dir) = samples(test) else {
+        return;
+    };
+    let bytes = std::fs::read(dir.join("tx_Process.etl")).unwrap();
+    let size = 8192;
+    let k = 5;
+    let tmp = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let records = |img: &[u8], name: &str| -> (serde_json::Value, String) {
+        let p = tmp.join(format!("{test}.{name}.etl"));
+        std::fs::write(&p, img).unwrap();
+        let (ok, out, err) = etwkit(&["stats", p.to_str().unwrap(), "--format", "json"]);
+        assert!(ok, "{err}");
+        (serde_json::from_str(&out).unwrap(), err)
+    };
+    // Buffer k's header zeroed: that buffer is lost, nothing else.
+    let mut zeroed = bytes.clone();
+    zeroed[k * size..k * size + 72].fill(0);
+    let (plain, _) = records(&zeroed, "zeroed");
+    assert_eq!(plain["buffers"], 181);
+    // A copy of a real header planted 512 bytes into buffer k, claiming to end exactly where
+    // buffer k+3 starts: it chains, byte-wise, before the real buffer k+1.
+    let mut planted = zeroed.clone();
+    let fake_at = k * size + 512;
+    let mut fake = bytes[(k + 1) * size..(k + 1) * size + 72].to_vec();
+    fake[..4].copy_from_slice(&((3 * size - 512) as u32).to_le_bytes());
+    planted[fake_at..fake_at + 72].copy_from_slice(&fake);
+    let (got, err) = records(&planted, "planted");
+    assert!(
+        err.contains(&format!(
+            "corrupt buffer header (BufferSize 0, flags 0x0); resumed at the next buffer found, offset {}",
+            (k + 1) * size
+        )),
+        "{err}"
+    );
+    for key in [
+        "records",
+        "buffers",
+        "bad_buffers",
+        "providers",
+        "last_event",
+    ] {
+        assert_eq!(got[key], plain[key], "{key}");
+    }
+}

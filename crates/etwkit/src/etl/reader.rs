@@ -370,7 +370,24 @@ impl EtlFile {
             let h = header_at(off);
             if !h.plausible(MAX_BUFFER_SIZE) {
                 chain_bad_buffers += 1;
-                let resync = (off + 1..=d.len() - BUFFER_HEADER_SIZE).find(|&o| chains_at(d, o));
+                // Buffers written whole (uncompressed) sit at multiples of the logger's buffer
+                // size: look there first. A byte-by-byte scan alone takes record bytes that look
+                // like a chain of headers (heap events do) and loses the real buffers after them.
+                let step = first.buffer_size as usize;
+                let aligned = step > BUFFER_HEADER_SIZE
+                    && buffers.iter().all(|b: &BufferInfo| {
+                        b.file_offset as usize % step == 0 && !b.header.is_compressed()
+                    });
+                let last = d.len() - BUFFER_HEADER_SIZE;
+                let resync = aligned
+                    .then(|| {
+                        (off / step + 1)
+                            .checked_mul(step)
+                            .filter(|&o| o <= last)
+                            .and_then(|o| (o..=last).step_by(step).find(|&o| chains_at(d, o)))
+                    })
+                    .flatten()
+                    .or_else(|| (off + 1..=last).find(|&o| chains_at(d, o)));
                 chain_issues.push(ReadIssue {
                     file_offset: off as u64,
                     buffer_index: None,
