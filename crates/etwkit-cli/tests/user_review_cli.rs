@@ -462,7 +462,8 @@ fn net_names_missing_buffers_of_a_cut_trace() {
 /// but not what the copy itself could not take: relogging a cut tx_Process.etl (13 of its 182
 /// buffers, the last cut short) wrote a copy with BuffersLost 0 that reads as whole and clean.
 /// The buffers the input lacks (169) and the ones it could not read (1) are now BuffersLost; a
-/// corrupt buffer header, which the reader also counts among the buffers the file lacks, once.
+/// buffer with a corrupt header counts once (the reader counted it as missing too, until it
+/// counted such a buffer as held and unreadable).
 #[test]
 fn relog_of_a_cut_file_counts_its_missing_buffers_as_lost() {
     let test = "relog_of_a_cut_file_counts_its_missing_buffers_as_lost";
@@ -474,8 +475,7 @@ fn relog_of_a_cut_file_counts_its_missing_buffers_as_lost() {
     let bytes = std::fs::read(&whole).unwrap();
     let cut = tmp.join(format!("{test}.etl"));
     std::fs::write(&cut, &bytes[..100_000]).unwrap();
-    // A whole copy whose 6th buffer header is zeroed: that one buffer is lost, counted once
-    // (the file holds 181 of 182, and it is the corrupt one).
+    // A whole copy whose 6th buffer header is zeroed: that one buffer is lost, counted once.
     let mut zeroed = bytes.clone();
     zeroed[5 * 8192..5 * 8192 + 72].fill(0);
     let zero = tmp.join(format!("{test}.zero.etl"));
@@ -712,4 +712,38 @@ fn resync_after_a_corrupt_header_finds_the_next_real_buffer() {
     ] {
         assert_eq!(got[key], plain[key], "{key}");
     }
+}
+
+/// A buffer with a corrupt header was counted twice: as a bad buffer and as missing ("file holds
+/// 181 of the 182 buffers the logger wrote"), so `heap --report` gave `unreadable_buffers` 1 and
+/// `buffers_missing` 1 for one damaged buffer, and `net` two notes. It is held (unreadable) now.
+#[test]
+fn a_corrupt_buffer_header_is_one_loss_not_two() {
+    let test = "a_corrupt_buffer_header_is_one_loss_not_two";
+    let Some(dir) = samples(test) else {
+        return;
+    };
+    let mut bytes = std::fs::read(dir.join("tx_Process.etl")).unwrap();
+    bytes[5 * 8192..5 * 8192 + 72].fill(0);
+    let p = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{test}.etl"));
+    std::fs::write(&p, &bytes).unwrap();
+    let p = p.to_str().unwrap();
+    let (ok, out, err) = etwkit(&["stats", p, "--format", "json"]);
+    assert!(ok, "{err}");
+    let s: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["bad_buffers"], 1);
+    assert_eq!(s["buffers"], 181);
+    assert!(!err.contains("buffers the logger wrote"), "{err}");
+    assert_eq!(
+        err.lines().collect::<Vec<_>>(),
+        [
+            "etwkit: warning: file offset 40960: corrupt buffer header (BufferSize 0, flags 0x0); resumed at the next buffer found, offset 49152",
+            "etwkit: warning: 1 bad buffers and 0 bad records skipped; everything else was read",
+        ]
+    );
+    let (ok, out, err) = etwkit(&["heap", "--report", p, "--format", "json"]);
+    assert!(ok, "{err}");
+    let h: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(h["unreadable_buffers"], 1);
+    assert_eq!(h["buffers_missing"], 0);
 }

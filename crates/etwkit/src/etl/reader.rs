@@ -449,8 +449,9 @@ impl EtlFile {
         // filled up): cut at a buffer boundary (every buffer present whole) or inside its last
         // buffer (counted as held; its own issue says how much of it is there), the buffers the
         // logger wrote after it are missing either way. A damaged header's BuffersWritten is not
-        // believed.
-        let held = f.buffers.len();
+        // believed. A buffer whose header is corrupt is held too (unreadable, and said so); it was
+        // also counted missing, so one damaged buffer read as two losses.
+        let held = f.buffers.len() + f.chain_bad_buffers as usize;
         let written = f.header.buffers_written as usize;
         if f.header_error.is_none() && f.header_damage_issue.is_none() && written > held {
             f.missing_buffers = written - held;

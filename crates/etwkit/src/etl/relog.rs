@@ -303,9 +303,10 @@ pub fn relog_with<W: super::writer::Output>(
     // So do the buffers this copy could not take from them: the ones a cut file lacks and the ones
     // that could not be read (whole or in part). The copy is whole; what it holds is not.
     for (f, i) in inputs.iter().zip(&summaries) {
-        // A buffer whose header is corrupt is not held, so it is among the missing ones when the
-        // header says how many the logger wrote (else it counts alone); one held but cut short
-        // or with unreadable records is a bad buffer of the walk.
+        // A buffer whose header is corrupt is a bad buffer of the chain (held, unreadable: not
+        // among the missing ones); one cut short or with unreadable records is a bad buffer of
+        // the walk; the missing ones are the rest the logger wrote. A corrupt header the resync
+        // skipped more than one buffer for counts once, so the larger of the two stands.
         let corrupt = f.open_summary().bad_buffers;
         let held_bad = i.read.bad_buffers.saturating_sub(corrupt);
         let gone = held_bad + (f.missing_buffers() as u64).max(corrupt);
