@@ -733,6 +733,10 @@ fn a_corrupt_buffer_header_is_one_loss_not_two() {
     let s: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(s["bad_buffers"], 1);
     assert_eq!(s["buffers"], 181);
+    assert_eq!(
+        s["closed_cleanly"], false,
+        "a corrupt buffer: the file is not whole"
+    );
     assert!(!err.contains("buffers the logger wrote"), "{err}");
     assert_eq!(
         err.lines().collect::<Vec<_>>(),

@@ -588,12 +588,14 @@ impl EtlFile {
     }
 
     /// Whether the file is whole and its logger stopped cleanly: the logfile header is readable and
-    /// has its EndTime, no buffer is cut short and none the logger wrote is missing.
+    /// has its EndTime, no buffer is cut short or has a corrupt header and none the logger wrote is
+    /// missing.
     pub fn closed_cleanly(&self) -> bool {
         self.header_error.is_none()
             && self.header_damage_issue.is_none()
             && self.header.closed_cleanly()
             && self.missing_buffers == 0
+            && self.chain_bad_buffers == 0
             && !self.buffers.iter().any(|b| b.truncated)
     }
 
