@@ -20,8 +20,8 @@ pub struct Args {
     /// An instrumentation manifest (.man XML) naming providers for --provider (repeatable).
     #[arg(long)]
     manifest: Vec<PathBuf>,
-    /// Output buffer size in KiB.
-    #[arg(long, default_value_t = 64)]
+    /// Output buffer size in KiB (1 to 65536: ETL buffers are 1 KiB to 64 MiB).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
     buffer_kib: u32,
     /// Threads reading and filtering a single input (default: every core). The output is the
     /// same file for any number.

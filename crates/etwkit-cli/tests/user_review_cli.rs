@@ -751,3 +751,33 @@ fn a_corrupt_buffer_header_is_one_loss_not_two() {
     assert_eq!(h["unreadable_buffers"], 1);
     assert_eq!(h["buffers_missing"], 0);
 }
+
+/// `relog --buffer-kib` took any u32 and let the writer refuse it in bytes ("buffer size 0 must
+/// be a multiple of 512 between 1024 and 67108864"), or said "buffer size too large": the option
+/// is in KiB, so its range is now checked and named in KiB; 1 and 65536 (64 MiB) work.
+#[test]
+fn relog_buffer_kib_range_is_named_in_kib() {
+    let test = "relog_buffer_kib_range_is_named_in_kib";
+    let Some(dir) = samples(test) else {
+        return;
+    };
+    let input = dir.join("tx_Process.etl");
+    let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{test}.etl"));
+    let (input, out_s) = (input.to_str().unwrap(), out.to_str().unwrap());
+    for bad in ["0", "65537", "4194304"] {
+        std::fs::remove_file(&out).ok();
+        let (ok, _, err) = etwkit(&["relog", input, "--buffer-kib", bad, "-o", out_s]);
+        assert!(!ok, "{bad}");
+        assert!(
+            err.contains("--buffer-kib") && err.contains("1..=65536") && !err.contains("67108864"),
+            "{bad}: {err}"
+        );
+        assert!(!out.exists(), "{bad}: output written");
+    }
+    for good in ["1", "65536"] {
+        let (ok, stdout, err) = etwkit(&["relog", input, "--buffer-kib", good, "-o", out_s]);
+        assert!(ok, "{good}: {err}");
+        let s: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(s["written"]["records"], 10_343, "{good}");
+    }
+}
