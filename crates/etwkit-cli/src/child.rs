@@ -110,6 +110,22 @@ pub fn stop_when_exits(
     })
 }
 
+/// Parses `--duration S`: a finite, non-negative number of seconds (`inf`, `NaN` and negative
+/// values used to panic the timer thread or end the trace at once).
+pub fn parse_seconds(s: &str) -> Result<f64, String> {
+    let d: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if d.is_nan() || d < 0.0 || std::time::Duration::try_from_secs_f64(d).is_err() {
+        return Err(format!(
+            "{s:?} is not a number of seconds from 0 to {}",
+            u64::MAX
+        ));
+    }
+    Ok(d)
+}
+
 /// `--duration S`: stops the trace after that many seconds.
 pub fn stop_after(seconds: Option<f64>, stop: &etwkit::live::StopHandle) {
     if let Some(d) = seconds {
@@ -119,4 +135,61 @@ pub fn stop_after(seconds: Option<f64>, stop: &etwkit::live::StopHandle) {
             s.stop();
         });
     }
+}
+
+/// SIGTERM and SIGHUP (`timeout`, `kill`, a service manager, a closed terminal) end a live trace
+/// the way Ctrl-C does: the session is stopped and removed, an `-o` file closed cleanly, the
+/// summary printed. Without this they killed etwkit on the spot, leaving its tracefs instance
+/// tracing (an orphan until the next etwkit run) and its `-o` file unclosed. A traced command
+/// gets the same signal, so that etwkit ends with its status (128 + N) instead of waiting for it.
+#[cfg(unix)]
+pub fn stop_on_termination(stop: &etwkit::live::StopHandle) {
+    use std::sync::atomic::Ordering;
+    extern "C" fn on_signal(sig: libc::c_int) {
+        // Only an atomic store: async-signal-safe.
+        TERMINATED.store(sig, Ordering::SeqCst);
+    }
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        for sig in [libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: the handler only stores to an atomic.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+                libc::sigemptyset(&mut sa.sa_mask);
+                sa.sa_flags = libc::SA_RESTART;
+                libc::sigaction(sig, &sa, std::ptr::null_mut());
+            }
+        }
+    });
+    let s = stop.clone();
+    std::thread::spawn(move || loop {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let sig = TERMINATED.swap(0, Ordering::SeqCst);
+        if sig != 0 {
+            s.stop();
+            let child = TRACED_CHILD.load(Ordering::SeqCst);
+            if child != 0 {
+                // SAFETY: plain kill(2) of the command etwkit started.
+                unsafe {
+                    libc::kill(child as libc::pid_t, sig);
+                }
+            }
+        }
+    });
+}
+
+#[cfg(not(unix))]
+pub fn stop_on_termination(_stop: &etwkit::live::StopHandle) {}
+
+/// The signal [`stop_on_termination`] caught (0: none yet).
+#[cfg(unix)]
+static TERMINATED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The command a live subcommand started (0: none), to hand a termination signal on to.
+static TRACED_CHILD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Records the command a live subcommand started (see [`stop_on_termination`]).
+pub fn set_traced_child(pid: u32) {
+    TRACED_CHILD.store(pid, std::sync::atomic::Ordering::SeqCst);
 }

@@ -31,6 +31,7 @@ pub fn run() -> anyhow::Result<()> {
     cmd.arg("__demo-workload")
         .stdout(crate::child::stdout_target(None)?);
     let child = trace.spawn(&mut cmd)?;
+    crate::child::set_traced_child(child.id());
     let waiter = crate::child::stop_when_exits(child, stop.clone());
     let mut printer = Printer::new(
         Format::Table,

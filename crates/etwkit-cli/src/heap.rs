@@ -17,7 +17,7 @@ pub struct Args {
     #[arg(long = "pid", conflicts_with = "report")]
     pids: Vec<u32>,
     /// Stop tracing after this many seconds (else at Ctrl-C, or when the traced processes end).
-    #[arg(long, conflicts_with = "report")]
+    #[arg(long, conflicts_with = "report", value_parser = crate::child::parse_seconds)]
     duration: Option<f64>,
     /// With --pid in shim mode (Linux): also trace children the process forks from now on.
     #[arg(long, conflicts_with = "report")]
@@ -226,6 +226,10 @@ fn live(a: &Args) -> anyhow::Result<LiveOutcome> {
     crate::child::stop_after(a.duration, &stop);
     let s = stop.clone();
     let _ = ctrlc::set_handler(move || s.stop());
+    crate::child::stop_on_termination(&stop);
+    if let Some(pid) = session.command_pid() {
+        crate::child::set_traced_child(pid);
+    }
 
     let mut writer = open_output(a.output.as_deref(), session.tracing_started())?;
     let mut write_err = None;

@@ -29,7 +29,7 @@ pub struct Args {
     #[arg(long)]
     pid: Vec<u32>,
     /// Live: stop after this many seconds (otherwise at Ctrl-C, or when the command exits).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::child::parse_seconds)]
     duration: Option<f64>,
     /// Output: a table, JSON lines (one object per socket or process), or CSV.
     #[arg(long, value_enum, default_value = "table")]
@@ -101,6 +101,7 @@ impl Collector {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let mut unreadable = 0;
+    let mut read = Vec::new();
     let (report, child_code) = if !a.files.is_empty() {
         if !a.pid.is_empty()
             || !a.command.is_empty()
@@ -109,13 +110,27 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         {
             bail!("files are analysed as they are; --pid, --duration and a command are for live tracing");
         }
-        let (r, bad) = from_files(&a.files)?;
+        let (r, bad, summaries) = from_files(&a.files)?;
         unreadable = bad;
+        read = summaries;
         (r, None)
     } else {
         live(&a)?
     };
+    // Each file's damaged spots and missing buffers, as the other commands name them.
+    let name_files = a.files.len() > 1;
+    let read_issues = || {
+        for (path, summary) in &read {
+            let prefix = if name_files {
+                format!("{}: ", path.display())
+            } else {
+                String::new()
+            };
+            crate::issues::warn(summary, &prefix, "read");
+        }
+    };
     if report.afd_events == 0 {
+        read_issues();
         let what = if a.files.is_empty() {
             "the trace".to_string()
         } else {
@@ -133,6 +148,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         print(&report, &a, &mut out)?;
         out.flush()?;
         drop(out);
+        read_issues();
         for n in &report.notes {
             eprintln!("etwkit net: note: {n}");
         }
@@ -153,10 +169,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The report over every readable file, and how many could not be opened (each said on stderr).
-fn from_files(files: &[PathBuf]) -> anyhow::Result<(NetReport, usize)> {
+/// What was read of each readable file.
+type FilesRead = Vec<(PathBuf, etwkit::etl::ReadSummary)>;
+
+/// The report over every readable file, how many could not be opened (each said on stderr), and
+/// what was read of each readable one.
+fn from_files(files: &[PathBuf]) -> anyhow::Result<(NetReport, usize, FilesRead)> {
     let mut c = Collector::new(false);
     let mut unreadable = 0;
+    let mut read = Vec::new();
     let mut last_err = None;
     for file in files {
         let f = match etwkit::etl::EtlFile::open(file) {
@@ -170,12 +191,13 @@ fn from_files(files: &[PathBuf]) -> anyhow::Result<(NetReport, usize)> {
                 continue;
             }
         };
-        c.analyzer.add_file(&f, &c.decoder);
+        let summary = c.analyzer.add_file(&f, &c.decoder);
+        read.push((file.clone(), summary));
     }
     if let (true, Some(e)) = (unreadable == files.len(), last_err) {
         return Err(e.into());
     }
-    Ok((c.analyzer.report(), unreadable))
+    Ok((c.analyzer.report(), unreadable, read))
 }
 
 fn live(a: &Args) -> anyhow::Result<(NetReport, Option<i32>)> {
@@ -203,6 +225,7 @@ fn live(a: &Args) -> anyhow::Result<(NetReport, Option<i32>)> {
         // The command's own output never mixes with the report on stdout.
         let mut cmd = crate::child::command(&a.command, a.command_stdout.as_deref())?;
         let child = trace.spawn(&mut cmd)?;
+        crate::child::set_traced_child(child.id());
         let name = std::path::Path::new(&a.command[0])
             .file_name()
             .map(|n| n.to_string_lossy().chars().take(15).collect::<String>());

@@ -20,8 +20,8 @@ pub struct Args {
     /// An instrumentation manifest (.man XML) naming providers for --provider (repeatable).
     #[arg(long)]
     manifest: Vec<PathBuf>,
-    /// Output buffer size in KiB.
-    #[arg(long, default_value_t = 64)]
+    /// Output buffer size in KiB (1 to 65536: ETL buffers are 1 KiB to 64 MiB).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
     buffer_kib: u32,
     /// Threads reading and filtering a single input (default: every core). The output is the
     /// same file for any number.
@@ -61,7 +61,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let unknown = a.filter.unknown_providers(&names);
     let mut events = a.filter.to_filter(start, &names)?;
     let names = std::mem::take(&mut events.provider_names);
-    let filter = RelogFilter::new(events, names);
+    let mut filter = RelogFilter::new(events, names);
+    if filter.has_pids() {
+        // --pid sees a kernel record's process as dump --pid does (payload, thread table).
+        filter = filter.with_pid_decoders(
+            files
+                .iter()
+                .map(|f| {
+                    let registry = etwkit::schema::Registry::with_builtins();
+                    Some(etwkit::decode::Decoder::for_file(registry, f).0)
+                })
+                .collect(),
+        );
+    }
     let mut opts = relog_options(&files);
     opts.buffer_size = a
         .buffer_kib
@@ -93,7 +105,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     a.filter
-        .warn_if_nothing_kept(s.inputs.iter().map(|i| i.kept).sum(), &unknown);
+        .warn_if_nothing_kept(s.inputs.iter().map(|i| i.events_kept()).sum(), &unknown);
     outln!("{}", serde_json::to_string(&s)?);
     Ok(())
 }

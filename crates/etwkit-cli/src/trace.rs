@@ -24,7 +24,7 @@ pub struct Args {
     #[arg(short = 'o', long = "output")]
     output: Option<PathBuf>,
     /// Stop after this many seconds.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::child::parse_seconds)]
     duration: Option<f64>,
     #[arg(long, value_enum, default_value = "table")]
     format: OutFormat,
@@ -61,18 +61,32 @@ pub fn parse_provider(s: &str) -> anyhow::Result<(String, u8, u64)> {
     };
     let kw = match it.next() {
         None | Some("") => 0,
-        Some(k) => u64::from_str_radix(k.trim_start_matches("0x"), 16)
-            .map_err(|_| anyhow::anyhow!("--provider {s:?}: keywords {k:?} are not hex"))?,
+        Some(k) => {
+            let digits = k
+                .strip_prefix("0x")
+                .or_else(|| k.strip_prefix("0X"))
+                .unwrap_or(k);
+            u64::from_str_radix(digits, 16).map_err(|e| match e.kind() {
+                std::num::IntErrorKind::PosOverflow => anyhow::anyhow!(
+                    "--provider {s:?}: keywords {k:?} do not fit 64 bits (at most 16 hex digits)"
+                ),
+                _ => anyhow::anyhow!(
+                    "--provider {s:?}: keywords {k:?} are not a hex mask (e.g. 0x10)"
+                ),
+            })?
+        }
     };
     Ok((name, level, kw))
 }
 
 pub use crate::print::Printer;
 
-/// Stops the trace on Ctrl-C (the handler can be installed once per process).
+/// Stops the trace on Ctrl-C (the handler can be installed once per process), and on SIGTERM and
+/// SIGHUP ([`crate::child::stop_on_termination`]).
 pub fn stop_on_ctrl_c(stop: &StopHandle) {
     let s = stop.clone();
     let _ = ctrlc::set_handler(move || s.stop());
+    crate::child::stop_on_termination(stop);
 }
 
 /// The end-of-trace report: stderr always, plus a JSON line in JSON mode.
@@ -136,6 +150,17 @@ pub fn enable_all(trace: &mut Trace, providers: &[String]) -> anyhow::Result<()>
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     crate::child::check_program(&a.command)?;
+    if a.pid.is_empty() && a.command.is_empty() {
+        for p in &a.providers {
+            let (name, _, _) = parse_provider(p)?;
+            if etwkit::live::heap::is_heap_provider(&name) {
+                // Without a process it armed nothing and ended with "0 events delivered".
+                anyhow::bail!(
+                    "--provider {p:?}: the heap provider traces processes, not the whole system: give --pid P or -- CMD"
+                );
+            }
+        }
+    }
     let etw = Etw::new();
     let mut trace = etw.open_trace(&a.name, a.output.as_deref(), None);
     enable_all(&mut trace, &a.providers)?;
@@ -158,6 +183,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         // the line never lands among what the command writes to the same stderr.
         eprintln!("{}", armed_line(&a));
         let child = trace.spawn(&mut cmd)?;
+        crate::child::set_traced_child(child.id());
         Some(crate::child::stop_when_exits(child, stop.clone()))
     };
     crate::child::stop_after(a.duration, &stop);

@@ -119,7 +119,11 @@ fn relog_command_refuses_bad_input_clearly() {
         "0",
     ]);
     assert!(!ok);
-    assert!(stderr.contains("buffer size"), "{stderr}");
+    // Named in the option's unit (KiB), not the writer's bytes.
+    assert!(
+        stderr.contains("--buffer-kib") && stderr.contains("1..=65536"),
+        "{stderr}"
+    );
 }
 
 /// A write that fails (the file-size limit of `ulimit -f`, SIGXFSZ ignored so the write returns

@@ -110,23 +110,32 @@ pub fn open(path: &PathBuf) -> PyResult<EtlFile> {
     EtlFile::open(path).map_err(errors::etl)
 }
 
-/// Warns (RuntimeWarning) about what could not be read; everything else was delivered.
+/// Warns (RuntimeWarning) about what could not be read; everything else was delivered. A file
+/// cut at a buffer boundary has nothing unreadable, but lacks buffers the logger wrote: that is
+/// said too (it was silent).
 pub fn warn_issues(py: Python<'_>, path: &std::path::Path, s: &ReadSummary) -> PyResult<()> {
-    if s.bad_buffers + s.bad_records == 0 {
+    if s.bad_buffers + s.bad_records == 0 && s.issues.is_empty() {
         return Ok(());
     }
     let first = s
         .issues
         .first()
-        .map(|i| format!(" (first: file offset {}: {})", i.file_offset, i.reason))
+        .map(|i| format!("file offset {}: {}", i.file_offset, i.reason))
         .unwrap_or_default();
-    let msg = std::ffi::CString::new(format!(
-        "{}: {} bad buffers and {} bad records skipped; everything else was read{first}",
-        path.display(),
-        s.bad_buffers,
-        s.bad_records
-    ))
-    .unwrap_or_default();
+    let msg = if s.bad_buffers + s.bad_records == 0 {
+        format!(
+            "{}: {first}; everything in the file was read",
+            path.display()
+        )
+    } else {
+        format!(
+            "{}: {} bad buffers and {} bad records skipped; everything else was read (first: {first})",
+            path.display(),
+            s.bad_buffers,
+            s.bad_records
+        )
+    };
+    let msg = std::ffi::CString::new(msg).unwrap_or_default();
     PyErr::warn(
         py,
         &py.get_type::<pyo3::exceptions::PyRuntimeWarning>(),

@@ -154,6 +154,27 @@ def test_truncated_file_yields_what_is_readable(tmp_path):
     assert r.summary["records"] >= n
 
 
+def test_file_cut_at_a_buffer_boundary_warns(tmp_path):
+    # Nothing in it is unreadable, but 162 of the logger's 182 buffers are missing: this was silent.
+    src = samples_dir() / "tx_Process.etl"
+    cut = tmp_path / "cut.etl"
+    cut.write_bytes(src.read_bytes()[: 20 * 8192])
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        n = sum(1 for _ in etwkit.read(cut))
+    assert n == stats(cut)["records"]
+    msgs = [str(x.message) for x in w if issubclass(x.category, RuntimeWarning)]
+    assert msgs == [
+        f"{cut}: file offset {20 * 8192}: file holds 20 of the 182 buffers the logger wrote; "
+        "everything in the file was read"
+    ], msgs
+    # The whole file: no warning.
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        sum(1 for _ in etwkit.read(src))
+    assert [x for x in w if issubclass(x.category, RuntimeWarning)] == []
+
+
 def test_bad_arguments_are_value_or_type_errors():
     path = samples_dir() / "perfview_smallEtlFile.etl"
     with pytest.raises(ValueError) as e:

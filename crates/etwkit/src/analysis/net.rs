@@ -883,7 +883,13 @@ impl NetAnalyzer {
     /// Reads the events of one ETL file in time order; unreadable parts and the logger's losses
     /// become notes (the figures may then be short). `decoder` is usually
     /// `Decoder::new(Registry::with_builtins())`: the AFD layouts are built in.
-    pub fn add_file(&mut self, file: &crate::etl::EtlFile, decoder: &crate::decode::Decoder) {
+    /// Returns what the walk read (its issues: damaged spots, missing buffers), for the caller to
+    /// name them.
+    pub fn add_file(
+        &mut self,
+        file: &crate::etl::EtlFile,
+        decoder: &crate::decode::Decoder,
+    ) -> crate::etl::ReadSummary {
         let s = file.for_each(crate::etl::Order::Time, |r| {
             if Self::wants(&r.event) {
                 self.record(&r.event, &decoder.decode(&r.event));
@@ -897,12 +903,22 @@ impl NetAnalyzer {
                 s.bad_buffers, s.bad_records
             ));
         }
+        let missing = file.missing_buffers();
+        if missing > 0 {
+            // Cut at a buffer boundary nothing is unreadable, but events are missing all the same.
+            let held = file.buffers().len() + file.open_summary().bad_buffers as usize;
+            self.add_note(format!(
+                "{name}: the file holds {held} of the {} buffers the logger wrote: the events of the other {missing} are not in it, so sockets shown open may have closed and counts are lower bounds",
+                held + missing
+            ));
+        }
         let lost = file.header().events_lost;
         if lost > 0 {
             self.add_note(format!(
                 "{name}: the logger lost {lost} events; figures may be short"
             ));
         }
+        s
     }
 
     /// The rows, joins applied.

@@ -126,6 +126,19 @@ pub(crate) fn sid_string(b: &[u8]) -> String {
     s
 }
 
+/// At the cursor: a TOKEN_USER of zeros (two pointers) followed by a well-formed SID.
+fn null_token_user_then_sid(cur: &Cursor<'_>) -> bool {
+    let tu = 2 * cur.ptr as usize;
+    let Some(head) = cur.d.get(cur.pos..cur.pos + tu + 8) else {
+        return false;
+    };
+    let n = head[tu + 1] as usize;
+    head[..tu].iter().all(|&b| b == 0)
+        && head[tu] == 1
+        && n <= 15
+        && cur.pos + tu + 8 + 4 * n <= cur.d.len()
+}
+
 pub(crate) fn sid_span<'a>(cur: &mut Cursor<'a>) -> Result<&'a [u8], String> {
     let head = cur
         .d
@@ -278,12 +291,16 @@ pub(crate) fn span<'a>(
         }
         it::WBEMSID => {
             // TOKEN_USER: {PSID Sid, DWORD Attributes} padded to two pointers, then the SID itself.
-            // A first u32 of 0 means "no SID" and takes 4 bytes (an empty span).
+            // A first u32 of 0 means "no SID" and takes 4 bytes (an empty span), unless the whole
+            // TOKEN_USER is zero and a well-formed SID follows it (revision 1, at most 15
+            // sub-authorities, all in the payload): events re-emitted from kernel payloads (Sawbuck's
+            // Process events) keep the SID but not its pointer. A record without a SID has its next
+            // field's text there (the image name), never 2 pointers of zeros then a SID header.
             let first = cur
                 .d
                 .get(cur.pos..cur.pos + 4)
                 .ok_or_else(|| "WBEMSID needs at least 4 bytes".to_string())?;
-            if first == [0, 0, 0, 0] {
+            if first == [0, 0, 0, 0] && !null_token_user_then_sid(cur) {
                 cur.take(4)?;
                 &[]
             } else {

@@ -268,8 +268,11 @@ impl EtlFile {
             return Err(EtlError::IsDirectory { path });
         }
         let len = meta.len();
-        if len == 0 {
-            return Err(EtlError::Empty { path });
+        if !meta.is_file() || len == 0 {
+            // A pipe (`zcat trace.etl.gz | etwkit stats /dev/stdin`, `<(...)`), a device, or a
+            // file whose size the filesystem does not say (/proc): read it into memory. These
+            // were called "empty file (0 bytes)".
+            return Self::from_stream(file, path);
         }
         let map = super::mmap::map(&file).map_err(|source| EtlError::Io {
             path: path.clone(),
@@ -278,6 +281,30 @@ impl EtlFile {
         let mut f = Self::from_data(Data::Map(map), path, Some(&file))?;
         f.file = Some(file);
         Ok(f)
+    }
+
+    /// Reads `file` to its end, refusing at once a stream whose first 72 bytes are no buffer
+    /// header (so `/dev/zero` or a random device is not read forever).
+    fn from_stream(mut file: std::fs::File, path: PathBuf) -> Result<EtlFile, EtlError> {
+        use std::io::Read;
+        let io = |source| EtlError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut bytes = Vec::new();
+        (&mut file)
+            .take(BUFFER_HEADER_SIZE as u64)
+            .read_to_end(&mut bytes)
+            .map_err(io)?;
+        if bytes.is_empty() {
+            return Err(EtlError::Empty { path });
+        }
+        let plausible = BufferHeader::parse(&bytes).is_some_and(|h| h.plausible(MAX_BUFFER_SIZE));
+        if plausible {
+            file.read_to_end(&mut bytes).map_err(io)?;
+        }
+        // An implausible start gets from_data's own sentence.
+        Self::from_data(Data::Vec(bytes), path, None)
     }
 
     /// Reads an ETL image held in memory.
@@ -343,7 +370,24 @@ impl EtlFile {
             let h = header_at(off);
             if !h.plausible(MAX_BUFFER_SIZE) {
                 chain_bad_buffers += 1;
-                let resync = (off + 1..=d.len() - BUFFER_HEADER_SIZE).find(|&o| chains_at(d, o));
+                // Buffers written whole (uncompressed) sit at multiples of the logger's buffer
+                // size: look there first. A byte-by-byte scan alone takes record bytes that look
+                // like a chain of headers (heap events do) and loses the real buffers after them.
+                let step = first.buffer_size as usize;
+                let aligned = step > BUFFER_HEADER_SIZE
+                    && buffers.iter().all(|b: &BufferInfo| {
+                        b.file_offset as usize % step == 0 && !b.header.is_compressed()
+                    });
+                let last = d.len() - BUFFER_HEADER_SIZE;
+                let resync = aligned
+                    .then(|| {
+                        (off / step + 1)
+                            .checked_mul(step)
+                            .filter(|&o| o <= last)
+                            .and_then(|o| (o..=last).step_by(step).find(|&o| chains_at(d, o)))
+                    })
+                    .flatten()
+                    .or_else(|| (off + 1..=last).find(|&o| chains_at(d, o)));
                 chain_issues.push(ReadIssue {
                     file_offset: off as u64,
                     buffer_index: None,
@@ -405,8 +449,9 @@ impl EtlFile {
         // filled up): cut at a buffer boundary (every buffer present whole) or inside its last
         // buffer (counted as held; its own issue says how much of it is there), the buffers the
         // logger wrote after it are missing either way. A damaged header's BuffersWritten is not
-        // believed.
-        let held = f.buffers.len();
+        // believed. A buffer whose header is corrupt is held too (unreadable, and said so); it was
+        // also counted missing, so one damaged buffer read as two losses.
+        let held = f.buffers.len() + f.chain_bad_buffers as usize;
         let written = f.header.buffers_written as usize;
         if f.header_error.is_none() && f.header_damage_issue.is_none() && written > held {
             f.missing_buffers = written - held;
@@ -543,12 +588,14 @@ impl EtlFile {
     }
 
     /// Whether the file is whole and its logger stopped cleanly: the logfile header is readable and
-    /// has its EndTime, no buffer is cut short and none the logger wrote is missing.
+    /// has its EndTime, no buffer is cut short or has a corrupt header and none the logger wrote is
+    /// missing.
     pub fn closed_cleanly(&self) -> bool {
         self.header_error.is_none()
             && self.header_damage_issue.is_none()
             && self.header.closed_cleanly()
             && self.missing_buffers == 0
+            && self.chain_bad_buffers == 0
             && !self.buffers.iter().any(|b| b.truncated)
     }
 

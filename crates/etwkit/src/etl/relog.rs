@@ -34,6 +34,30 @@ pub struct RelogFilter {
     names: Vec<String>,
     /// Time, id and pid conditions (providers handled above).
     rest: EventFilter,
+    /// Per input (by position), the decoder through which the pid condition sees kernel records:
+    /// see [`RelogFilter::with_pid_decoders`].
+    pid_decoders: PidDecoders,
+}
+
+/// Decoders of the inputs, by position (none: a kernel record's header pid is matched).
+#[derive(Clone, Default)]
+struct PidDecoders(Vec<Option<std::sync::Arc<crate::decode::Decoder>>>);
+
+impl std::fmt::Debug for PidDecoders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PidDecoders({} inputs)", self.0.len())
+    }
+}
+
+impl PartialEq for PidDecoders {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && self.0.iter().zip(&other.0).all(|(a, b)| match (a, b) {
+                (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            })
+    }
 }
 
 impl RelogFilter {
@@ -47,7 +71,27 @@ impl RelogFilter {
                 providers: Vec::new(),
                 ..events
             },
+            pid_decoders: PidDecoders::default(),
         }
+    }
+
+    /// The pid condition matches a kernel record by the process its decoder attributes it to (its
+    /// payload's ProcessId, or the thread table's process for a header without one: sampled
+    /// profile, DPC, context switch records), as `dump --pid` selects — not by the header's pid,
+    /// the context it was logged in. `decoders[i]` is input `i`'s ([`crate::decode::Decoder::for_file`]).
+    pub fn with_pid_decoders(mut self, decoders: Vec<Option<crate::decode::Decoder>>) -> Self {
+        self.pid_decoders = PidDecoders(
+            decoders
+                .into_iter()
+                .map(|d| d.map(std::sync::Arc::new))
+                .collect(),
+        );
+        self
+    }
+
+    /// Whether the pid condition needs decoders to be exact ([`RelogFilter::with_pid_decoders`]).
+    pub fn has_pids(&self) -> bool {
+        !self.rest.pids.is_empty()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -58,16 +102,30 @@ impl RelogFilter {
         crate::filter::provider_matches(&self.providers, &self.names, ev)
     }
 
+    /// Is `ev` a TDH schema record (EventInfo/EventMapInfo)?
+    pub fn is_schema(ev: &EventRecord<'_>) -> bool {
+        metadata_provider(ev).is_some()
+    }
+
     /// Does the record pass? Schema records (EventInfo/EventMapInfo) of a kept provider are kept
     /// whatever the id, pid and time conditions say, so the kept events stay decodable.
     pub fn matches(&self, ev: &EventRecord<'_>) -> bool {
+        self.matches_in(usize::MAX, ev)
+    }
+
+    /// [`RelogFilter::matches`] for a record of input `input` (its decoder sees kernel pids).
+    fn matches_in(&self, input: usize, ev: &EventRecord<'_>) -> bool {
         if self.is_empty() {
             return true;
         }
         if let Some(p) = metadata_provider(ev) {
             return self.providers.is_empty() || self.providers.contains(&p);
         }
-        self.provider_ok(ev) && self.rest.matches(ev)
+        self.provider_ok(ev)
+            && match self.pid_decoders.0.get(input).and_then(Option::as_ref) {
+                Some(d) => d.matches(&self.rest, ev),
+                None => self.rest.matches(ev),
+            }
     }
 }
 
@@ -95,6 +153,16 @@ pub struct RelogInput {
     pub read: ReadSummary,
     /// Records that passed the filter and were written.
     pub kept: u64,
+    /// Of `kept`, the TDH schema records (EventInfo/EventMapInfo) kept so that the kept events
+    /// decode: a filter can keep them when it keeps no event at all.
+    pub schema_kept: u64,
+}
+
+impl RelogInput {
+    /// The events kept: `kept` less the schema records.
+    pub fn events_kept(&self) -> u64 {
+        self.kept - self.schema_kept
+    }
 }
 
 /// The outcome of a relog.
@@ -203,13 +271,15 @@ pub fn relog_with<W: super::writer::Output>(
         let clock = f.clock();
         let mut err = None;
         let mut kept = 0u64;
+        let mut schema_kept = 0u64;
         let read = f.for_each(Order::Time, |r| {
-            if is_logfile_header(r) || !filter.matches(r) {
+            if is_logfile_header(r) || !filter.matches_in(0, r) {
                 return ControlFlow::Continue(());
             }
             match w.write_raw(r.raw, r.cpu, &clock) {
                 Ok(()) => {
                     kept += 1;
+                    schema_kept += RelogFilter::is_schema(r) as u64;
                     ControlFlow::Continue(())
                 }
                 Err(e) => {
@@ -225,9 +295,22 @@ pub fn relog_with<W: super::writer::Output>(
             path: f.path().to_path_buf(),
             read,
             kept,
+            schema_kept,
         });
     } else if !inputs.is_empty() {
         summaries = merge_many(inputs, filter, &mut w)?;
+    }
+    // So do the buffers this copy could not take from them: the ones a cut file lacks and the ones
+    // that could not be read (whole or in part). The copy is whole; what it holds is not.
+    for (f, i) in inputs.iter().zip(&summaries) {
+        // A buffer whose header is corrupt is a bad buffer of the chain (held, unreadable: not
+        // among the missing ones); one cut short or with unreadable records is a bad buffer of
+        // the walk; the missing ones are the rest the logger wrote. A corrupt header the resync
+        // skipped more than one buffer for counts once, so the larger of the two stands.
+        let corrupt = f.open_summary().bad_buffers;
+        let held_bad = i.read.bad_buffers.saturating_sub(corrupt);
+        let gone = held_bad + (f.missing_buffers() as u64).max(corrupt);
+        w.add_buffers_lost(u32::try_from(gone).unwrap_or(u32::MAX));
     }
     let written = w.finish()?;
     Ok(RelogSummary {
@@ -247,13 +330,17 @@ fn relog_parallel<W: super::writer::Output>(
     let clock = f.clock();
     let mut err = None;
     let mut kept = 0u64;
+    let schema_kept = std::sync::atomic::AtomicU64::new(0);
     let s = f.par_render_vectored(
         Order::Time,
         threads,
         || (),
         |_, r, out| {
-            if is_logfile_header(r) || !filter.matches(r) {
+            if is_logfile_header(r) || !filter.matches_in(0, r) {
                 return false;
+            }
+            if RelogFilter::is_schema(r) {
+                schema_kept.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             out.extend_from_slice(&(r.raw.len() as u32).to_le_bytes());
             out.extend_from_slice(&r.cpu.to_le_bytes());
@@ -286,6 +373,7 @@ fn relog_parallel<W: super::writer::Output>(
         path: f.path().to_path_buf(),
         read: s.read,
         kept,
+        schema_kept: schema_kept.into_inner(),
     })
 }
 
@@ -307,18 +395,20 @@ fn merge_many<W: super::writer::Output>(
     std::thread::scope(|scope| {
         let mut rxs = Vec::new();
         let mut handles = Vec::new();
-        for f in inputs {
+        for (input, f) in inputs.iter().enumerate() {
             let (tx, rx) = mpsc::sync_channel::<Vec<Owned>>(4);
             rxs.push(rx);
             handles.push(scope.spawn(move || {
                 let mut batch = Vec::with_capacity(BATCH);
                 let mut kept = 0u64;
+                let mut schema_kept = 0u64;
                 let mut hung_up = false;
                 let read = f.for_each(Order::Time, |r| {
-                    if is_logfile_header(r) || !filter.matches(r) {
+                    if is_logfile_header(r) || !filter.matches_in(input, r) {
                         return ControlFlow::Continue(());
                     }
                     kept += 1;
+                    schema_kept += RelogFilter::is_schema(r) as u64;
                     batch.push(Owned {
                         utc: r.timestamp,
                         cpu: r.cpu,
@@ -333,7 +423,7 @@ fn merge_many<W: super::writer::Output>(
                 if !batch.is_empty() && !hung_up {
                     let _ = tx.send(batch);
                 }
-                (read, kept)
+                (read, kept, schema_kept)
             }));
         }
         let clocks: Vec<Clock> = inputs.iter().map(|f| f.clock()).collect();
@@ -375,7 +465,7 @@ fn merge_many<W: super::writer::Output>(
         drop(rxs);
         let mut out = Vec::new();
         for (f, h) in inputs.iter().zip(handles) {
-            let Ok((read, kept)) = h.join() else {
+            let Ok((read, kept, schema_kept)) = h.join() else {
                 return Err(WriteError::Failed(format!(
                     "the reader of {} panicked",
                     f.path().display()
@@ -385,6 +475,7 @@ fn merge_many<W: super::writer::Output>(
                 path: f.path().to_path_buf(),
                 read,
                 kept,
+                schema_kept,
             });
         }
         result.map(|_| out)

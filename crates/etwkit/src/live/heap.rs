@@ -31,6 +31,20 @@ use std::sync::{Arc, Mutex};
 
 pub use crate::schema::builtin::heap_events::HeapTotals;
 
+/// The provider names that select the heap provider (besides its GUID), on every platform.
+pub const HEAP_PROVIDER_NAMES: [&str; 3] = ["HeapTraceProvider", "heap", "Microsoft-Windows-Heap"];
+
+/// Whether `provider` (a name, any case, or a GUID, as `trace --provider` takes it) is the heap
+/// provider, which traces processes only: a session enabling it needs pids or a command.
+pub fn is_heap_provider(provider: &str) -> bool {
+    match provider.parse::<crate::guid::Guid>() {
+        Ok(g) => g == crate::schema::builtin::heap_events::HEAP_PROVIDER,
+        Err(_) => HEAP_PROVIDER_NAMES
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(provider)),
+    }
+}
+
 use crate::decode::heap::WindowsHeapEvents;
 use crate::decode::symbols::{ModuleMap, ModuleNamer, StackNamer};
 use crate::live::{Etw, LiveError, Result, StopHandle, Trace};

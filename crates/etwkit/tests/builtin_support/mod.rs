@@ -69,11 +69,13 @@ fn one(
         310 => {
             // Kernel encoding: a lone zero ULONG when there is no SID, else TOKEN_USER (2 pointer-size
             // words) + SID. syzygy's re-emitted events write TOKEN_USER with a null PSID, so a zero first
-            // ULONG followed (at 2 words) by a well-formed SID header (revision 1, <= 15 sub-authorities)
-            // is read as TOKEN_USER + SID; a real no-SID record has the image name's text there.
+            // TOKEN_USER (2 words of zeros) followed by a well-formed SID header (revision 1, <= 15
+            // sub-authorities) is read as TOKEN_USER + SID; a real no-SID record has the image name's
+            // text there. The decoder reads it the same way.
             need(4)?;
             let sid_at = off + 2 * ptr;
             let sid_follows = sid_at + 8 <= payload.len()
+                && payload[off..sid_at].iter().all(|&b| b == 0)
                 && payload[sid_at] == 1
                 && payload[sid_at + 1] <= 15
                 && sid_at + 8 + 4 * payload[sid_at + 1] as usize <= payload.len();

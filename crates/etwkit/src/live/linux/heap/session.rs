@@ -16,7 +16,7 @@ use crate::schema::builtin::heap_events::{HeapEventEncoder, HEAP_PROVIDER};
 use super::{spawn_suspended, HeapError, HeapOptions, HeapTrace, StackEvents};
 
 /// The provider names that select the heap tracer (besides its GUID).
-pub const HEAP_PROVIDER_NAMES: [&str; 3] = ["HeapTraceProvider", "heap", "Microsoft-Windows-Heap"];
+pub use crate::live::heap::HEAP_PROVIDER_NAMES;
 
 /// EVENT_ENABLE_PROPERTY_STACK_TRACE: stacks on allocations (and reallocations).
 const STACK_TRACE: u32 = 0x4;

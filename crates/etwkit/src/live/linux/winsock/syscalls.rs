@@ -209,6 +209,24 @@ impl Correlator {
                         }
                     }
                     self.report_connect(s, tid, tgid, cpu, ts, out);
+                    // The transport may have answered inside connect() itself: a loopback reset or
+                    // handshake waits in the socket's backlog until connect releases the socket,
+                    // after it chose EINPROGRESS. The answer then came while the socket was still
+                    // Connecting (no completion reported): it completes now.
+                    let code = match so.conn {
+                        _ if so.completed_reported => None,
+                        Conn::Refused(c) => Some(c as u32),
+                        Conn::Connected => Some(0),
+                        _ => None,
+                    };
+                    if let Some(code) = code {
+                        let mut e = self.ev(6, s, tid, tgid, cpu, ts);
+                        e.set("Error", V::U32(code));
+                        out.push(e);
+                        if let Some(so) = self.socks.get_mut(&s) {
+                            so.completed_reported = true;
+                        }
+                    }
                     return;
                 }
                 if !so.connect_reported {
