@@ -145,46 +145,39 @@ pub fn stop_after(seconds: Option<f64>, stop: &etwkit::live::StopHandle) {
 #[cfg(unix)]
 pub fn stop_on_termination(stop: &etwkit::live::StopHandle) {
     use std::sync::atomic::Ordering;
-    extern "C" fn on_signal(sig: libc::c_int) {
-        // Only an atomic store: async-signal-safe.
-        TERMINATED.store(sig, Ordering::SeqCst);
-    }
     static INSTALLED: std::sync::Once = std::sync::Once::new();
-    INSTALLED.call_once(|| {
-        for sig in [libc::SIGTERM, libc::SIGHUP] {
-            // SAFETY: the handler only stores to an atomic.
-            unsafe {
-                let mut sa: libc::sigaction = std::mem::zeroed();
-                sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-                libc::sigemptyset(&mut sa.sa_mask);
-                sa.sa_flags = libc::SA_RESTART;
-                libc::sigaction(sig, &sa, std::ptr::null_mut());
+    let stop = stop.clone();
+    INSTALLED.call_once(move || {
+        use signal_hook::consts::{SIGHUP, SIGTERM};
+        let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGHUP]) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!(
+                    "etwkit: warning: SIGTERM and SIGHUP will not stop the trace cleanly: {e}"
+                );
+                return;
             }
-        }
-    });
-    let s = stop.clone();
-    std::thread::spawn(move || loop {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let sig = TERMINATED.swap(0, Ordering::SeqCst);
-        if sig != 0 {
-            s.stop();
-            let child = TRACED_CHILD.load(Ordering::SeqCst);
-            if child != 0 {
-                // SAFETY: plain kill(2) of the command etwkit started.
-                unsafe {
-                    libc::kill(child as libc::pid_t, sig);
+        };
+        std::thread::spawn(move || {
+            for sig in signals.forever() {
+                stop.stop();
+                let child = TRACED_CHILD.load(Ordering::SeqCst);
+                if let (Ok(pid), Ok(signal)) = (
+                    i32::try_from(child),
+                    nix::sys::signal::Signal::try_from(sig),
+                ) {
+                    if pid != 0 {
+                        // The command may be gone already: nothing to hand the signal to then.
+                        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+                    }
                 }
             }
-        }
+        });
     });
 }
 
 #[cfg(not(unix))]
 pub fn stop_on_termination(_stop: &etwkit::live::StopHandle) {}
-
-/// The signal [`stop_on_termination`] caught (0: none yet).
-#[cfg(unix)]
-static TERMINATED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 /// The command a live subcommand started (0: none), to hand a termination signal on to.
 static TRACED_CHILD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

@@ -368,8 +368,11 @@ fn attach_follows_forks_when_asked() {
             .unwrap();
         // The child is forked at 1.2 s and lives 0.2 s; stop at 2 s with Ctrl-C.
         std::thread::sleep(Duration::from_millis(2000));
-        // SAFETY: kill sends SIGINT to our own child process.
-        unsafe { libc_kill(etwkit.id() as i32, 2) };
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(etwkit.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap();
         let out = etwkit.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{stderr}");
@@ -399,11 +402,6 @@ fn attach_follows_forks_when_asked() {
         assert!(child.wait().unwrap().success());
         drop(rx);
     }
-}
-
-extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
 /// Python threads started and ended all the time, blocks freed on other threads than the one that

@@ -624,10 +624,11 @@ fn sigterm_ends_a_live_trace_cleanly() {
         err.read_line(&mut line).unwrap();
         assert!(line.starts_with("etwkit: tracing sched"), "{line}");
         std::thread::sleep(std::time::Duration::from_millis(300));
-        // SAFETY: plain kill(2) of the etwkit this test started.
-        unsafe {
-            libc::kill(pid as libc::pid_t, libc::SIGTERM);
-        }
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
         let start = std::time::Instant::now();
         let status = loop {
             if let Some(st) = child.try_wait().unwrap() {
