@@ -589,8 +589,7 @@ pub fn analyze_file_read(
             "{flagged} buffers are flagged by the logger as having lost events"
         ));
     }
-    // Held: the buffers read and the ones whose header is corrupt (unreadable, counted there).
-    let held = file.buffers().len() as u64 + file.open_summary().bad_buffers;
+    let held = file.buffers_held() as u64;
     an.set_buffers_missing(held, held + file.missing_buffers() as u64);
     an.add_unreadable(summary.bad_buffers, summary.bad_records);
     if w.malformed > 0 {

@@ -906,7 +906,7 @@ impl NetAnalyzer {
         let missing = file.missing_buffers();
         if missing > 0 {
             // Cut at a buffer boundary nothing is unreadable, but events are missing all the same.
-            let held = file.buffers().len() + file.open_summary().bad_buffers as usize;
+            let held = file.buffers_held();
             self.add_note(format!(
                 "{name}: the file holds {held} of the {} buffers the logger wrote: the events of the other {missing} are not in it, so sockets shown open may have closed and counts are lower bounds",
                 held + missing

@@ -451,7 +451,7 @@ impl EtlFile {
         // logger wrote after it are missing either way. A damaged header's BuffersWritten is not
         // believed. A buffer whose header is corrupt is held too (unreadable, and said so); it was
         // also counted missing, so one damaged buffer read as two losses.
-        let held = f.buffers.len() + f.chain_bad_buffers as usize;
+        let held = f.buffers_held();
         let written = f.header.buffers_written as usize;
         if f.header_error.is_none() && f.header_damage_issue.is_none() && written > held {
             f.missing_buffers = written - held;
@@ -602,6 +602,18 @@ impl EtlFile {
     /// Buffers the logger wrote (the header's BuffersWritten) that are not in the file.
     pub fn missing_buffers(&self) -> usize {
         self.missing_buffers
+    }
+
+    /// Buffers in the file whose header is corrupt: held, unreadable (each named in
+    /// [`EtlFile::chain_issues`]), and not among the [`EtlFile::missing_buffers`].
+    pub fn corrupt_buffers(&self) -> u64 {
+        self.chain_bad_buffers
+    }
+
+    /// Buffers the file holds: those read and those whose header is corrupt. The logger wrote
+    /// these plus the [`EtlFile::missing_buffers`].
+    pub fn buffers_held(&self) -> usize {
+        self.buffers.len() + self.chain_bad_buffers as usize
     }
 
     /// Issues found while walking the buffer chain (corrupt headers, truncation).
@@ -831,13 +843,6 @@ impl EtlFile {
             });
         }
         s
-    }
-
-    /// What opening the file found, before any record walk: the buffer chain's issues (corrupt
-    /// headers, truncation, missing buffers) and the logfile header's. Every walk's summary starts
-    /// with these.
-    pub fn open_summary(&self) -> ReadSummary {
-        self.start_summary()
     }
 
     fn visit_one(

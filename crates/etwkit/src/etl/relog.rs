@@ -307,7 +307,7 @@ pub fn relog_with<W: super::writer::Output>(
         // among the missing ones); one cut short or with unreadable records is a bad buffer of
         // the walk; the missing ones are the rest the logger wrote. A corrupt header the resync
         // skipped more than one buffer for counts once, so the larger of the two stands.
-        let corrupt = f.open_summary().bad_buffers;
+        let corrupt = f.corrupt_buffers();
         let held_bad = i.read.bad_buffers.saturating_sub(corrupt);
         let gone = held_bad + (f.missing_buffers() as u64).max(corrupt);
         w.add_buffers_lost(u32::try_from(gone).unwrap_or(u32::MAX));
