@@ -166,6 +166,30 @@ fn provider_keyword_masks_are_read_as_written() {
     }
 }
 
+/// The relog tests' inputs (perfview_net.4.5.2.x64.etl, tx_Process.etl) and an output in a fresh
+/// temporary folder; `None` after the samples helper's SKIPPED line.
+struct RelogCase {
+    tmp: std::path::PathBuf,
+    net: String,
+    process: String,
+    out: String,
+}
+
+impl RelogCase {
+    fn new(test: &str) -> Option<RelogCase> {
+        let dir = samples(test)?;
+        let tmp = std::env::temp_dir().join(format!("etwkit-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let path = |p: std::path::PathBuf| p.to_str().unwrap().to_string();
+        Some(RelogCase {
+            net: path(dir.join("perfview_net.4.5.2.x64.etl")),
+            process: path(dir.join("tx_Process.etl")),
+            out: path(tmp.join("out.etl")),
+            tmp,
+        })
+    }
+}
+
 /// A relog filter keeps the file's TDH schema records whatever its pid/id/time conditions say (so
 /// kept events decode). A `--pid` no event has kept only those 85 records: `kept` said 85 and the
 /// "no event matched the filter" warning `dump` gives was missing. `schema_kept` now says how many
@@ -174,19 +198,16 @@ fn provider_keyword_masks_are_read_as_written() {
 #[test]
 fn relog_filter_keeping_only_schema_records_says_nothing_matched() {
     let test = "relog_filter_keeping_only_schema_records_says_nothing_matched";
-    let Some(dir) = samples(test) else {
+    let Some(RelogCase {
+        tmp,
+        net,
+        process,
+        out,
+    }) = RelogCase::new(test)
+    else {
         return;
     };
-    let tmp = std::env::temp_dir().join(format!("etwkit-{test}-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
-    let out = tmp.join("out.etl");
-    let net = dir.join("perfview_net.4.5.2.x64.etl");
-    let process = dir.join("tx_Process.etl");
-    let (net, process, out) = (
-        net.to_str().unwrap(),
-        process.to_str().unwrap(),
-        out.to_str().unwrap(),
-    );
+    let (net, process, out) = (net.as_str(), process.as_str(), out.as_str());
     // The dump's count of the events `--id 1` selects.
     let (ok, dumped, err) = etwkit(&["dump", net, "--id", "1", "--format", "json"]);
     assert!(ok, "{err}");
@@ -259,19 +280,16 @@ fn heap_provider_without_a_process_is_refused() {
 #[test]
 fn relog_pid_keeps_what_dump_pid_shows() {
     let test = "relog_pid_keeps_what_dump_pid_shows";
-    let Some(dir) = samples(test) else {
+    let Some(RelogCase {
+        tmp,
+        net,
+        process,
+        out,
+    }) = RelogCase::new(test)
+    else {
         return;
     };
-    let tmp = std::env::temp_dir().join(format!("etwkit-{test}-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
-    let out = tmp.join("out.etl");
-    let net = dir.join("perfview_net.4.5.2.x64.etl");
-    let process = dir.join("tx_Process.etl");
-    let (net, process, out) = (
-        net.to_str().unwrap(),
-        process.to_str().unwrap(),
-        out.to_str().unwrap(),
-    );
+    let (net, process, out) = (net.as_str(), process.as_str(), out.as_str());
     // (timestamp, provider, opcode, pid, tid) of every event `dump --pid 3988` of `file` shows,
     // the logfile header left out (a relog writes its own).
     let events = |file: &str| -> Vec<(String, String, u64, u64, Option<u64>)> {
