@@ -340,6 +340,51 @@ fn attach_to_static_binary_falls_back_to_uprobes() {
     drop(rx);
 }
 
+/// A program whose one thread spends its time inside malloc and free, attached to again and again:
+/// the shim is loaded only where that thread is outside the allocator (loading it from inside
+/// malloc re-enters the allocator halfway through an update; before this was checked, such a
+/// program aborted in glibc's sysmalloc or hung within three attaches). The program checks marks
+/// at both ends of every block it frees.
+#[test]
+fn attach_to_a_thread_living_in_malloc_keeps_its_heap_sound() {
+    if !common::require_root("attach_to_a_thread_living_in_malloc_keeps_its_heap_sound") {
+        return;
+    }
+    let _serial = serial();
+    let bin = compile("cc", "attach_walk.c", "attach_walk", &[]);
+    let (mut child, rx) = start(Command::new(&bin).arg("60"));
+    assert_eq!(next_line(&rx), "READY");
+    let pid = child.id();
+    for round in 0..8 {
+        let (r, last) = heap(&["--pid", &pid.to_string(), "--duration", "0.2"]);
+        assert!(
+            last.contains(&format!(
+                "allocator shim loaded into process {pid}, now taken out again"
+            )),
+            "attach {round}: {last}"
+        );
+        assert_eq!(r["exact"], true, "attach {round}: {}", r["notes"]);
+        assert!(
+            r["processes"][0]["allocs"].as_u64().unwrap() > 1000,
+            "attach {round}: {}",
+            r["processes"][0]
+        );
+    }
+    // SIGTERM ends its walk: it frees (and checks) every block it holds, then reports.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let done = next_line(&rx);
+    let status = child.wait().unwrap();
+    assert!(
+        done.starts_with("DONE ") && done.ends_with(" BAD 0"),
+        "{done}"
+    );
+    assert!(status.success(), "{status:?}");
+}
+
 /// `--follow-forks`: a child forked after the attach is traced under its own pid (its 100 kept
 /// blocks found at its allocation site); without the flag it is not. Ctrl-C (SIGINT) ends tracing
 /// like --duration.

@@ -1,8 +1,10 @@
 //! Loading the allocator shim into a running process, without gdb: ptrace stops one of its threads
-//! (one asleep in a system call when there is one) and points it at a small loader stub that calls
-//! the process's own `dlopen` on the shim, then the shim's attach entry point, and returns to where
-//! the thread was. The other threads keep running (the shim's hooks go in with atomic stores;
-//! stopping them all would deadlock dlopen on a lock one of them holds).
+//! where it is outside the allocator and the dynamic loader (see [`super::safe_point`]: the main
+//! thread first, each one let run a moment and stopped again until it is at such a point) and
+//! points it at a small loader stub that calls the process's own `dlopen` on the shim, then the
+//! shim's attach entry point, and returns to where the thread was. The other threads keep running
+//! (the shim's hooks go in with atomic stores; stopping them all would deadlock dlopen on a lock one
+//! of them holds).
 //!
 //! The stub is self-contained (see `STUB`): it lives in executable slack no code uses, its frame
 //! (arguments, the thread's registers, room for its FP/vector state) on the thread's own stack
@@ -20,6 +22,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use object::{Object, ObjectSegment, ObjectSymbol};
+
+use super::safe_point::{At, CodeMap};
 
 /// Why the shim could not be loaded.
 #[derive(Debug)]
@@ -378,16 +382,13 @@ pub fn inject_shim(pid: u32, shim: &Path, nonce: u64) -> Result<i64, InjectError
     let mut modules = vec![(libc_path.clone(), libc_start)];
     modules.extend(mapped_file(pid, |p| p.contains("/ld-linux")));
 
-    let tid = quiet_thread(pid) as i32;
-    let mut t = Tracee::seize(tid).map_err(|e| {
-        InjectError::Unsupported(match e.raw_os_error() {
-            Some(libc::EPERM) | Some(libc::EACCES) => format!(
-                "ptrace of process {pid} was denied (not root, Yama ptrace_scope, seccomp, or another tracer)"
-            ),
-            Some(libc::ESRCH) => format!("process {pid} not found"),
-            _ => format!("ptrace of process {pid} failed: {e}"),
-        })
-    })?;
+    let code = CodeMap::of(pid);
+    if !code.knows_allocator() {
+        return Err(InjectError::Unsupported(format!(
+            "the code of process {pid}'s allocator could not be located, so no thread can be borrowed safely"
+        )));
+    }
+    let mut t = borrow_thread(pid, &code)?;
     die_at(1);
     let r = t.run_stub(pid, &modules, [dlopen, dlsym], &path, nonce);
     t.release();
@@ -547,20 +548,72 @@ fn write_in_root(root: &File, rel: &str, bytes: &[u8]) -> io::Result<()> {
     }
 }
 
-/// The thread to borrow: one asleep in a system call (the main thread first), as such a thread holds
-/// no allocator lock that the shim's loading would then wait for forever; else the main thread.
-fn quiet_thread(pid: u32) -> u32 {
+/// How long to look for a thread at a safe point before giving up (and tracing with uprobes).
+const BORROW_TIMEOUT: Duration = Duration::from_secs(6);
+/// Stops of one thread before the next is tried.
+const STOPS_PER_THREAD: u32 = 25;
+
+/// Seizes a thread of `pid` stopped where the loader stub may run (see [`safe_point`]): the main
+/// thread first, then the threads asleep, then the rest; each is let run a moment and stopped
+/// again until it is outside the allocator and the loader, or the next is tried.
+///
+/// [`safe_point`]: super::safe_point
+fn borrow_thread(pid: u32, code: &CodeMap) -> Result<Tracee, InjectError> {
     let state = |tid: u32| -> Option<char> {
         let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
         s.rsplit_once(')')?.1.trim_start().chars().next()
     };
-    if state(pid) == Some('S') {
-        return pid;
+    let deadline = Instant::now() + BORROW_TIMEOUT;
+    let mut last_error = None;
+    let mut seized_any = false;
+    while Instant::now() < deadline {
+        let mut tids = super::list_tids(pid);
+        if tids.is_empty() {
+            return Err(InjectError::Failed(format!("process {pid} ended")));
+        }
+        // Main thread first, then sleepers, then the others.
+        tids.sort_by_key(|&t| (t != pid, state(t) != Some('S'), t));
+        for tid in tids {
+            if Instant::now() >= deadline {
+                break;
+            }
+            let mut t = match Tracee::seize(tid as i32) {
+                Ok(t) => t,
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EPERM) | Some(libc::EACCES) => {
+                        return Err(InjectError::Unsupported(format!(
+                            "ptrace of process {pid} was denied (not root, Yama ptrace_scope, seccomp, or another tracer)"
+                        )))
+                    }
+                    // This thread ended meanwhile: the next one.
+                    _ => {
+                        last_error = Some(e);
+                        continue;
+                    }
+                },
+            };
+            seized_any = true;
+            match t.stop_at_safe_point(code, STOPS_PER_THREAD) {
+                Ok(true) => return Ok(t),
+                Ok(false) => t.release(),
+                Err(e) => {
+                    last_error = Some(e);
+                    t.release();
+                }
+            }
+        }
+        if !super::process_alive(pid) {
+            return Err(InjectError::Failed(format!("process {pid} ended")));
+        }
     }
-    super::list_tids(pid)
-        .into_iter()
-        .find(|&t| state(t) == Some('S'))
-        .unwrap_or(pid)
+    Err(InjectError::Unsupported(match last_error {
+        Some(_) if !super::process_alive(pid) => format!("process {pid} not found"),
+        Some(e) if !seized_any => format!("ptrace of process {pid} failed: {e}"),
+        _ => format!(
+            "no thread of process {pid} was outside the allocator and the dynamic loader in {} s of tries, so the shim could not be loaded safely",
+            BORROW_TIMEOUT.as_secs()
+        ),
+    }))
 }
 
 /// A thread seized with ptrace (syscall stops marked with 0x80).
@@ -646,17 +699,46 @@ impl Tracee {
                 return Err(e);
             }
         };
+        if let Err(e) = t.stopped_with(status) {
+            t.release();
+            return Err(e);
+        }
+        Ok(t)
+    }
+
+    /// Takes in a stop's wait status: the registers, and a signal that was on its way in (delivered
+    /// when the thread goes on).
+    fn stopped_with(&mut self, status: i32) -> io::Result<()> {
         if !libc::WIFSTOPPED(status) {
+            self.stopped = false;
             return Err(io::Error::other("the thread exited"));
         }
-        t.stopped = true;
+        self.stopped = true;
         let sig = libc::WSTOPSIG(status);
         if status >> 16 != libc::PTRACE_EVENT_STOP && sig != libc::SIGTRAP {
-            // A signal on its way in: delivered when the thread goes on.
-            t.pending_sig = sig;
+            self.pending_sig = sig;
         }
-        t.regs = getregs(tid)?;
-        Ok(t)
+        self.regs = getregs(self.tid)?;
+        Ok(())
+    }
+
+    /// Lets the stopped thread run a moment and stops it again, up to `stops` times, until it is at
+    /// a point where the loader stub may run; true when it is.
+    fn stop_at_safe_point(&mut self, code: &CodeMap, stops: u32) -> io::Result<bool> {
+        for i in 0..stops {
+            if code.spot(At::from(&self.regs)).is_safe() {
+                return Ok(true);
+            }
+            let sig = std::mem::take(&mut self.pending_sig);
+            ptrace(libc::PTRACE_CONT, self.tid, 0, sig as usize)?;
+            self.stopped = false;
+            // Varied, so that a loop's period does not stop it at the same place every time.
+            std::thread::sleep(Duration::from_micros(100 + u64::from(i * 373 % 900)));
+            ptrace(libc::PTRACE_INTERRUPT, self.tid, 0, 0)?;
+            let status = wait_thread(self.tid, Instant::now() + Duration::from_secs(5))?;
+            self.stopped_with(status)?;
+        }
+        Ok(code.spot(At::from(&self.regs)).is_safe())
     }
 
     /// Writes the stub and its frame, points the thread at it and waits for its marker system call;

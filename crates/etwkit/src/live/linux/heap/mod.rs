@@ -15,6 +15,7 @@
 pub mod inject;
 pub mod perf;
 pub mod probes;
+mod safe_point;
 pub mod session;
 pub mod shim;
 pub mod tracefs;
