@@ -158,3 +158,98 @@ fn a_failed_write_names_the_output_and_leaves_nothing() {
     );
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
 }
+
+/// A time window in the middle of a trace keeps its rundown: the kernel's process, thread and
+/// image DCStart/DCEnd records, file names, SysConfig, KernelTraceControl's image ids and the CLR
+/// rundown — logged seconds before and after the window — stay in the output beside exactly the
+/// input's records inside the window, so the window can still be symbolized.
+#[test]
+fn a_time_window_keeps_the_rundown() {
+    let Some(s) = samples("a_time_window_keeps_the_rundown") else {
+        return;
+    };
+    let input = s.join("perfview_net.4.5.x86.etl");
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("window_rundown.etl");
+    let (begin, end) = (
+        "2016-05-26T20:17:24.0000000Z",
+        "2016-05-26T20:17:25.0000000Z",
+    );
+    let (ok, summary, stderr) = etwkit(&[
+        "relog",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--begin",
+        begin,
+        "--end",
+        end,
+    ]);
+    assert!(ok, "{stderr}");
+    let rundown = |e: &serde_json::Value| {
+        let op = e["opcode"].as_u64().unwrap();
+        match e["provider"].as_str().unwrap() {
+            "3d6fa8d0-fe05-11d0-9dda-00c04fd7ba7c"
+            | "3d6fa8d1-fe05-11d0-9dda-00c04fd7ba7c"
+            | "2cb15d1d-5fc1-11d2-abe1-00a0c911f518" => op == 3 || op == 4,
+            "90cbdc39-4a3e-11d1-84f4-0000f80464e3" => op == 0 || op == 36,
+            "ae53722e-c863-11d2-8659-00c04fa321a1" => op == 24 || op == 25,
+            "01853a65-418f-4f36-aefc-dc0f1d2fd235"
+            | "b3e675d7-2554-4f18-830b-2762732560de"
+            | "a669021c-c450-4609-a035-5af59af4df18" => true,
+            // Not rundown, kept as well: the TDH schema records (EventInfo) whatever the window.
+            "bbccf6c1-6cd1-48c4-80ff-839482e37671" => true,
+            _ => false,
+        }
+    };
+    let inside = |e: &serde_json::Value| {
+        let t = e["timestamp"].as_str().unwrap();
+        t >= begin && t <= end
+    };
+    // (in the window, rundown outside it) of a file's records.
+    let split = |f: &std::path::Path| {
+        let (ok, stdout, stderr) = etwkit(&["dump", f.to_str().unwrap(), "--format", "json"]);
+        assert!(ok, "{stderr}");
+        // The logfile header aside: the writer writes its own.
+        let all: Vec<serde_json::Value> = common::json_lines(&stdout)
+            .into_iter()
+            .filter(|e| e["provider"] != "68fdd900-4a3e-11d1-84f4-0000f80464e3" || e["opcode"] != 0)
+            .collect();
+        let key = |e: &serde_json::Value| {
+            format!(
+                "{} {} {} {}",
+                e["timestamp"], e["provider"], e["opcode"], e["payload"]
+            )
+        };
+        let mut window: Vec<String> = all.iter().filter(|e| inside(e)).map(key).collect();
+        let mut outside: Vec<String> = all
+            .iter()
+            .filter(|e| !inside(e) && rundown(e))
+            .map(key)
+            .collect();
+        window.sort();
+        outside.sort();
+        let others = all.iter().filter(|e| !inside(e) && !rundown(e)).count();
+        (window, outside, others)
+    };
+    let (win_in, rundown_in, _) = split(&input);
+    let (win_out, rundown_out, others_out) = split(&out);
+    assert!(win_in.len() > 1000, "{}", win_in.len());
+    assert_eq!(win_out, win_in, "the window's records");
+    assert_eq!(rundown_out, rundown_in, "the rundown outside the window");
+    assert_eq!(
+        others_out, 0,
+        "records outside the window that are no rundown"
+    );
+    // The process and image DCStart/DCEnd of both ends and the CLR's method rundown.
+    let count = |p: &str| rundown_out.iter().filter(|k| k.contains(p)).count();
+    assert!(count("3d6fa8d0-fe05-11d0-9dda-00c04fd7ba7c") > 50);
+    assert!(count("2cb15d1d-5fc1-11d2-abe1-00a0c911f518") > 1000);
+    assert!(count("a669021c-c450-4609-a035-5af59af4df18") > 400);
+    // The summary counts them apart (the schema records have their own count).
+    let summary: serde_json::Value = serde_json::from_str(summary.trim()).unwrap();
+    let schema = count("bbccf6c1-6cd1-48c4-80ff-839482e37671");
+    assert_eq!(
+        summary["inputs"][0]["rundown_kept"].as_u64().unwrap() as usize,
+        rundown_out.len() - schema
+    );
+}

@@ -34,6 +34,9 @@ pub struct RelogFilter {
     names: Vec<String>,
     /// Time, id and pid conditions (providers handled above).
     rest: EventFilter,
+    /// `rest` without its time window, for rundown records (see [`is_rundown`]); none when `rest`
+    /// has no window.
+    untimed: Option<EventFilter>,
     /// Per input (by position), the decoder through which the pid condition sees kernel records:
     /// see [`RelogFilter::with_pid_decoders`].
     pid_decoders: PidDecoders,
@@ -64,13 +67,20 @@ impl RelogFilter {
     pub fn new(events: EventFilter, provider_names: Vec<String>) -> RelogFilter {
         let mut providers = events.providers.clone();
         providers.extend(provider_names.iter().map(|n| provider_guid_from_name(n)));
+        let rest = EventFilter {
+            providers: Vec::new(),
+            ..events
+        };
+        let untimed = (rest.begin.is_some() || rest.end.is_some()).then(|| EventFilter {
+            begin: None,
+            end: None,
+            ..rest.clone()
+        });
         RelogFilter {
             providers,
             names: provider_names,
-            rest: EventFilter {
-                providers: Vec::new(),
-                ..events
-            },
+            rest,
+            untimed,
             pid_decoders: PidDecoders::default(),
         }
     }
@@ -102,13 +112,24 @@ impl RelogFilter {
         crate::filter::provider_matches(&self.providers, &self.names, ev)
     }
 
+    /// Was `ev` (which passed) kept only as rundown, from outside the time window?
+    fn rundown_outside(&self, ev: &EventRecord<'_>) -> bool {
+        self.untimed.is_some()
+            && metadata_provider(ev).is_none()
+            && (self.rest.begin.is_some_and(|b| ev.timestamp < b)
+                || self.rest.end.is_some_and(|e| ev.timestamp > e))
+            && is_rundown(ev)
+    }
+
     /// Is `ev` a TDH schema record (EventInfo/EventMapInfo)?
     pub fn is_schema(ev: &EventRecord<'_>) -> bool {
         metadata_provider(ev).is_some()
     }
 
     /// Does the record pass? Schema records (EventInfo/EventMapInfo) of a kept provider are kept
-    /// whatever the id, pid and time conditions say, so the kept events stay decodable.
+    /// whatever the id, pid and time conditions say, so the kept events stay decodable; rundown
+    /// records ([`is_rundown`]) whatever the time window says, so the kept events keep their
+    /// processes, images, file names and JIT-compiled methods.
     pub fn matches(&self, ev: &EventRecord<'_>) -> bool {
         self.matches_in(usize::MAX, ev)
     }
@@ -121,11 +142,40 @@ impl RelogFilter {
         if let Some(p) = metadata_provider(ev) {
             return self.providers.is_empty() || self.providers.contains(&p);
         }
+        let rest = match &self.untimed {
+            Some(untimed) if is_rundown(ev) => untimed,
+            _ => &self.rest,
+        };
         self.provider_ok(ev)
             && match self.pid_decoders.0.get(input).and_then(Option::as_ref) {
-                Some(d) => d.matches(&self.rest, ev),
-                None => self.rest.matches(ev),
+                Some(d) => d.matches(rest, ev),
+                None => rest.matches(ev),
             }
+    }
+}
+
+/// Is `ev` a rundown record: the state a trace's consumers need to read its other events, logged
+/// at its start and end rather than when it arose? Kernel process, thread and image
+/// DCStart/DCEnd (opcodes 3 and 4), FileIo names and FileRundown (0, 36), registry KCB rundown
+/// (24, 25), every SysConfig record, KernelTraceControl's ImageID/DbgID (PDB signatures) and the
+/// CLR rundown provider (JIT-compiled methods and loaded modules). A time-windowed relog keeps them
+/// as PerfView's and xperf's trimming do, so a window in the middle of a trace stays symbolizable.
+pub fn is_rundown(ev: &EventRecord<'_>) -> bool {
+    const PROCESS: Guid = Guid::from_str_const("3d6fa8d0-fe05-11d0-9dda-00c04fd7ba7c");
+    const THREAD: Guid = Guid::from_str_const("3d6fa8d1-fe05-11d0-9dda-00c04fd7ba7c");
+    const IMAGE: Guid = Guid::from_str_const("2cb15d1d-5fc1-11d2-abe1-00a0c911f518");
+    const FILE_IO: Guid = Guid::from_str_const("90cbdc39-4a3e-11d1-84f4-0000f80464e3");
+    const REGISTRY: Guid = Guid::from_str_const("ae53722e-c863-11d2-8659-00c04fa321a1");
+    const SYS_CONFIG: Guid = Guid::from_str_const("01853a65-418f-4f36-aefc-dc0f1d2fd235");
+    const KERNEL_TRACE_CONTROL: Guid = Guid::from_str_const("b3e675d7-2554-4f18-830b-2762732560de");
+    const CLR_RUNDOWN: Guid = Guid::from_str_const("a669021c-c450-4609-a035-5af59af4df18");
+    let op = ev.descriptor.opcode;
+    match ev.provider {
+        PROCESS | THREAD | IMAGE => op == 3 || op == 4,
+        FILE_IO => op == 0 || op == 36,
+        REGISTRY => op == 24 || op == 25,
+        SYS_CONFIG | KERNEL_TRACE_CONTROL | CLR_RUNDOWN => true,
+        _ => false,
     }
 }
 
@@ -156,12 +206,14 @@ pub struct RelogInput {
     /// Of `kept`, the TDH schema records (EventInfo/EventMapInfo) kept so that the kept events
     /// decode: a filter can keep them when it keeps no event at all.
     pub schema_kept: u64,
+    /// Of `kept`, the rundown records ([`is_rundown`]) kept from outside the time window.
+    pub rundown_kept: u64,
 }
 
 impl RelogInput {
-    /// The events kept: `kept` less the schema records.
+    /// The events kept: `kept` less the schema records and the rundown outside the window.
     pub fn events_kept(&self) -> u64 {
-        self.kept - self.schema_kept
+        self.kept - self.schema_kept - self.rundown_kept
     }
 }
 
@@ -272,6 +324,7 @@ pub fn relog_with<W: super::writer::Output>(
         let mut err = None;
         let mut kept = 0u64;
         let mut schema_kept = 0u64;
+        let mut rundown_kept = 0u64;
         let read = f.for_each(Order::Time, |r| {
             if is_logfile_header(r) || !filter.matches_in(0, r) {
                 return ControlFlow::Continue(());
@@ -280,6 +333,7 @@ pub fn relog_with<W: super::writer::Output>(
                 Ok(()) => {
                     kept += 1;
                     schema_kept += RelogFilter::is_schema(r) as u64;
+                    rundown_kept += filter.rundown_outside(r) as u64;
                     ControlFlow::Continue(())
                 }
                 Err(e) => {
@@ -296,6 +350,7 @@ pub fn relog_with<W: super::writer::Output>(
             read,
             kept,
             schema_kept,
+            rundown_kept,
         });
     } else if !inputs.is_empty() {
         summaries = merge_many(inputs, filter, &mut w)?;
@@ -331,6 +386,7 @@ fn relog_parallel<W: super::writer::Output>(
     let mut err = None;
     let mut kept = 0u64;
     let schema_kept = std::sync::atomic::AtomicU64::new(0);
+    let rundown_kept = std::sync::atomic::AtomicU64::new(0);
     let s = f.par_render_vectored(
         Order::Time,
         threads,
@@ -341,6 +397,9 @@ fn relog_parallel<W: super::writer::Output>(
             }
             if RelogFilter::is_schema(r) {
                 schema_kept.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            if filter.rundown_outside(r) {
+                rundown_kept.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             out.extend_from_slice(&(r.raw.len() as u32).to_le_bytes());
             out.extend_from_slice(&r.cpu.to_le_bytes());
@@ -374,6 +433,7 @@ fn relog_parallel<W: super::writer::Output>(
         read: s.read,
         kept,
         schema_kept: schema_kept.into_inner(),
+        rundown_kept: rundown_kept.into_inner(),
     })
 }
 
@@ -402,6 +462,7 @@ fn merge_many<W: super::writer::Output>(
                 let mut batch = Vec::with_capacity(BATCH);
                 let mut kept = 0u64;
                 let mut schema_kept = 0u64;
+                let mut rundown_kept = 0u64;
                 let mut hung_up = false;
                 let read = f.for_each(Order::Time, |r| {
                     if is_logfile_header(r) || !filter.matches_in(input, r) {
@@ -409,6 +470,7 @@ fn merge_many<W: super::writer::Output>(
                     }
                     kept += 1;
                     schema_kept += RelogFilter::is_schema(r) as u64;
+                    rundown_kept += filter.rundown_outside(r) as u64;
                     batch.push(Owned {
                         utc: r.timestamp,
                         cpu: r.cpu,
@@ -423,7 +485,7 @@ fn merge_many<W: super::writer::Output>(
                 if !batch.is_empty() && !hung_up {
                     let _ = tx.send(batch);
                 }
-                (read, kept, schema_kept)
+                (read, kept, schema_kept, rundown_kept)
             }));
         }
         let clocks: Vec<Clock> = inputs.iter().map(|f| f.clock()).collect();
@@ -465,7 +527,7 @@ fn merge_many<W: super::writer::Output>(
         drop(rxs);
         let mut out = Vec::new();
         for (f, h) in inputs.iter().zip(handles) {
-            let Ok((read, kept, schema_kept)) = h.join() else {
+            let Ok((read, kept, schema_kept, rundown_kept)) = h.join() else {
                 return Err(WriteError::Failed(format!(
                     "the reader of {} panicked",
                     f.path().display()
@@ -476,6 +538,7 @@ fn merge_many<W: super::writer::Output>(
                 read,
                 kept,
                 schema_kept,
+                rundown_kept,
             });
         }
         result.map(|_| out)

@@ -1,5 +1,5 @@
 //! Loading the allocator shim into a running process, without gdb: ptrace stops one of its threads
-//! where it is outside the allocator and the dynamic loader (see [`super::safe_point`]: the main
+//! where it is outside the allocator and the dynamic loader (see the `safe_point` module: the main
 //! thread first, each one let run a moment and stopped again until it is at such a point) and
 //! points it at a small loader stub that calls the process's own `dlopen` on the shim, then the
 //! shim's attach entry point, and returns to where the thread was. The other threads keep running
@@ -553,11 +553,9 @@ const BORROW_TIMEOUT: Duration = Duration::from_secs(6);
 /// Stops of one thread before the next is tried.
 const STOPS_PER_THREAD: u32 = 25;
 
-/// Seizes a thread of `pid` stopped where the loader stub may run (see [`safe_point`]): the main
+/// Seizes a thread of `pid` stopped where the loader stub may run (see `safe_point`): the main
 /// thread first, then the threads asleep, then the rest; each is let run a moment and stopped
 /// again until it is outside the allocator and the loader, or the next is tried.
-///
-/// [`safe_point`]: super::safe_point
 fn borrow_thread(pid: u32, code: &CodeMap) -> Result<Tracee, InjectError> {
     let state = |tid: u32| -> Option<char> {
         let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
