@@ -38,6 +38,7 @@ pub struct Args {
 pub fn run(a: Args) -> anyhow::Result<()> {
     // Seconds count from each file's start: a pair of mixed units is left to each file.
     a.filter.check_times(None)?;
+    crate::inputs::refuse_repeated(&a.files)?;
     let existing = if a.overwrite {
         Existing::Replace
     } else {

@@ -19,6 +19,7 @@ mod export;
 mod filter_args;
 mod heap;
 mod info;
+mod inputs;
 mod issues;
 mod net;
 mod out;

@@ -100,6 +100,7 @@ impl Collector {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    crate::inputs::refuse_repeated(&a.files)?;
     let mut unreadable = 0;
     let mut read = Vec::new();
     let (report, child_code) = if !a.files.is_empty() {

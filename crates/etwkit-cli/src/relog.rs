@@ -31,6 +31,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     a.filter.check_times(None)?;
+    crate::inputs::refuse_repeated(&a.inputs)?;
     let files = a
         .inputs
         .iter()

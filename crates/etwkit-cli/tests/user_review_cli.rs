@@ -800,3 +800,41 @@ fn relog_buffer_kib_range_is_named_in_kib() {
         assert_eq!(s["written"]["records"], 10_343, "{good}");
     }
 }
+
+/// An input given twice (`relog a.etl a.etl`, or `a.etl ./a.etl`) was read twice: every record
+/// written, exported or counted twice, without a word. `relog`, `export` and `net` now refuse it in
+/// one sentence naming both spellings, before opening anything (the file here is no ETL at all).
+#[test]
+fn an_input_given_twice_is_refused() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("twice");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("a.etl");
+    std::fs::write(&f, b"not read").unwrap();
+    let same = dir.join(".").join("a.etl");
+    let out = dir.join("out.etl");
+    let (a, b) = (f.to_str().unwrap(), same.to_str().unwrap());
+    let ds = dir.join("ds");
+    let (out_s, ds_s) = (out.to_str().unwrap(), ds.to_str().unwrap());
+    let runs: [Vec<&str>; 4] = [
+        vec!["relog", a, a, "-o", out_s],
+        vec!["relog", a, b, "-o", out_s],
+        vec!["export", a, b, "-o", ds_s],
+        vec!["net", a, a],
+    ];
+    for args in runs {
+        let (code, stdout, stderr) = common::etwkit_code(&args);
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+        let line = stderr.trim_end();
+        assert!(!line.contains('\n'), "{args:?}: {stderr}");
+        assert!(
+            line.starts_with(&format!("etwkit: {a} is given twice")),
+            "{args:?}: {stderr}"
+        );
+        if args[2] == b {
+            assert!(line.contains(&format!("(as {b})")), "{args:?}: {stderr}");
+        }
+    }
+    assert!(!out.exists() && !ds.exists());
+}
