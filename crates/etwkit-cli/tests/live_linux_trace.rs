@@ -175,6 +175,13 @@ fn providers_and_sessions_list() {
         .find(|p| p["name"] == "Microsoft-Windows-Winsock-AFD")
         .unwrap();
     assert_eq!(ws["guid"], "e53c6823-7bb8-44bb-90dc-3f86090d48a6");
+    // The heap tracer is a provider too (`trace --provider HeapTraceProvider -- CMD`).
+    let heap = provs
+        .iter()
+        .find(|p| p["name"] == "HeapTraceProvider")
+        .expect("the heap provider");
+    assert_eq!(heap["guid"], "222962ab-6180-4b88-a825-346b75f2a24a");
+    assert_eq!(heap["events"], 3);
     let sched = provs
         .iter()
         .find(|p| p["name"] == "sched")

@@ -110,6 +110,14 @@ impl Backend for LinuxBackend {
             kind: "winsock correlator (syscalls, sock, tcp, udp tracepoints)".into(),
             events: winsock::EVENT_IDS.len(),
         }];
+        // Alloc, ReAlloc and Free of the processes a session names (--pid, or a command it starts).
+        v.push(ProviderInfo {
+            name: crate::live::heap::HEAP_PROVIDER_NAMES[0].into(),
+            guid: crate::schema::builtin::heap_events::HEAP_PROVIDER,
+            kind: "heap tracer (allocator shim or uprobes; processes named by pid or started by the session)"
+                .into(),
+            events: 3,
+        });
         v.extend(tracepoints::provider_infos(&root.join("events"))?);
         Ok(v)
     }
