@@ -119,12 +119,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         outln!("end time             (none: the logger did not close this file cleanly)");
     }
     outln!("boot time            {}", format_rfc3339(h.boot_time));
-    outln!(
-        "time zone            bias {} min ({} / {})",
-        h.bias_minutes,
-        h.time_zone_standard_name,
-        h.time_zone_daylight_name
-    );
+    if known("bias_minutes") {
+        outln!(
+            "time zone            bias {} min ({} / {})",
+            h.bias_minutes,
+            h.time_zone_standard_name,
+            h.time_zone_daylight_name
+        );
+    } else {
+        outln!("time zone            unknown");
+    }
     outln!("buffers written      {}", h.buffers_written);
     outln!("events lost          {}", h.events_lost);
     outln!("buffers lost         {}", h.buffers_lost);

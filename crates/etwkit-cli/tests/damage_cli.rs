@@ -554,3 +554,51 @@ fn info_stats_and_heap_name_read_issues_on_stderr_as_dump_does() {
         assert!(ok && err.is_empty(), "{args:?}: {err}");
     }
 }
+
+/// A time-zone bias no zone has (outside UTC+14..UTC-12) is damage like the other fields: named
+/// in the warning, `unknown` in `info`, null in its JSON, and not copied by `relog` (which writes
+/// a zero bias and no zone names instead); the timestamps, which never use it, stay as they were.
+#[test]
+fn a_damaged_time_zone_is_not_shown() {
+    let test = "a_damaged_time_zone_is_not_shown";
+    let Some(dir) = samples(test) else {
+        return;
+    };
+    let tmp = Scratch::new("time-zone");
+    let whole = dir.join("stmcast_PktMon.etl");
+    let bad = tmp.path("stmcast_tz.etl");
+    // TIME_ZONE_INFORMATION.Bias of the 64-bit layout.
+    damage_header(&whole, &bad, 0x48, 4);
+    let (ok, out, err) = etwkit(&["info", s(&whole)]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        line(&out, "time zone"),
+        "time zone            bias -60 min (@tzres.dll,-322 / @tzres.dll,-321)"
+    );
+    let (ok, out, err) = etwkit(&["info", s(&bad)]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("logfile header damaged (time-zone bias -1515870811 minutes)"),
+        "{err}"
+    );
+    assert_eq!(line(&out, "time zone"), "time zone            unknown");
+    let (ok, out, _) = etwkit(&["info", s(&bad), "--format", "json"]);
+    assert!(ok);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["bias_minutes"], Value::Null);
+    assert_eq!(v["damaged_fields"], serde_json::json!(["bias_minutes"]));
+    assert_eq!(v["clock_damaged"], false);
+    assert_eq!(
+        timestamps(&EtlFile::open(&bad).unwrap()),
+        timestamps(&EtlFile::open(&whole).unwrap())
+    );
+    let copy = tmp.path("copy.etl");
+    let (ok, _, err) = etwkit(&["relog", s(&bad), "-o", s(&copy)]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = etwkit(&["info", s(&copy)]);
+    assert!(ok && err.is_empty(), "{err}");
+    assert_eq!(
+        line(&out, "time zone"),
+        "time zone            bias 0 min ( / )"
+    );
+}

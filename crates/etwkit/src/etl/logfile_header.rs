@@ -174,6 +174,7 @@ pub enum HeaderField {
     CpuSpeedMhz,
     PerfFreq,
     StartTime,
+    TimeZoneBias,
 }
 
 impl HeaderField {
@@ -187,6 +188,7 @@ impl HeaderField {
             HeaderField::CpuSpeedMhz => "cpu_speed_mhz",
             HeaderField::PerfFreq => "perf_freq",
             HeaderField::StartTime => "start_time",
+            HeaderField::TimeZoneBias => "bias_minutes",
         }
     }
 }
@@ -261,6 +263,13 @@ impl LogfileHeader {
             bad(
                 HeaderField::EndTime,
                 format!("end time {} before the start time", self.end_time),
+            );
+        }
+        // UTC = local + bias: from UTC+14 (-840) to UTC-12 (+720).
+        if !(-840..=720).contains(&self.bias_minutes) {
+            bad(
+                HeaderField::TimeZoneBias,
+                format!("time-zone bias {} minutes", self.bias_minutes),
             );
         }
         if self.clock_type == ClockType::Qpc && self.perf_freq <= 0 {

@@ -239,9 +239,11 @@ impl WriterOptions {
         o.timer_resolution = h.timer_resolution;
         o.log_file_mode =
             (h.log_file_mode & !log_file_mode::COMPRESSED_MODE) | log_file_mode::RELOG_MODE;
-        o.bias_minutes = h.bias_minutes;
-        o.time_zone_standard_name = h.time_zone_standard_name.clone();
-        o.time_zone_daylight_name = h.time_zone_daylight_name.clone();
+        if sound(super::logfile_header::HeaderField::TimeZoneBias) {
+            o.bias_minutes = h.bias_minutes;
+            o.time_zone_standard_name = h.time_zone_standard_name.clone();
+            o.time_zone_daylight_name = h.time_zone_daylight_name.clone();
+        }
         o.boot_time = h.boot_time;
         o
     }
