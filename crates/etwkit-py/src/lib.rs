@@ -2,6 +2,7 @@
 //! decoded reading of ETL files into Python objects, pyarrow and pandas.
 
 mod arrow;
+mod cpu;
 mod errors;
 mod heap;
 mod live;
@@ -23,6 +24,7 @@ fn _etwkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reader::read, m)?)?;
     m.add_function(wrap_pyfunction!(heap::heap_report, m)?)?;
     m.add_function(wrap_pyfunction!(net::net_report, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::cpu_report, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

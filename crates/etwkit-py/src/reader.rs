@@ -175,7 +175,7 @@ fn provider_list(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
     }
 }
 
-fn num_list<T: for<'a, 'py> FromPyObjectOwned<'py>>(
+pub fn num_list<T: for<'a, 'py> FromPyObjectOwned<'py>>(
     v: Option<&Bound<'_, PyAny>>,
     what: &str,
 ) -> PyResult<Vec<T>> {

@@ -10,6 +10,8 @@
   ``etwkit.heap_report(path)`` is the leak report of a trace with heap-provider events.
 * ``etwkit.net_report(*paths)`` is one row per socket (who, to whom, how much, how long, what failed)
   from the Microsoft-Windows-Winsock-AFD events of ETL files, Windows-written or etwkit's own.
+* ``etwkit.cpu_report(path, pids=None, begin=None, end=None)`` is the CPU sampling profile of a
+  kernel trace (per process, module and stack), as ``etwkit cpu --format json`` gives it.
 """
 
 from ._etwkit import (  # noqa: F401
@@ -23,6 +25,7 @@ from ._etwkit import (  # noqa: F401
     TraceProvider,
     UnknownProviderError,
     __version__,
+    cpu_report,
     heap_report,
     net_report,
     read,
@@ -48,6 +51,7 @@ __all__ = [
     "Reader",
     "TraceProvider",
     "UnknownProviderError",
+    "cpu_report",
     "etw",
     "heap_report",
     "heap_trace",

@@ -136,6 +136,18 @@ def net_report(*paths: _Path) -> dict[str, Any]:
     ``sockets`` (pid, process, protocol, local/remote address, bytes and operations sent and
     received, times, outcome, failures with codes and names), ``afd_events``, ``notes``."""
 
+def cpu_report(
+    path: _Path,
+    pids: Optional[Iterable[int]] = None,
+    begin: _TimeBound = None,
+    end: _TimeBound = None,
+    top: int = 10,
+    frames: int = 16,
+) -> dict[str, Any]:
+    """The CPU sampling profile of a trace's kernel SampledProfile events (as ``etwkit cpu --format
+    json``): ``total_samples``, ``processes``, ``modules_exclusive``/``modules_inclusive``, the
+    ``top`` stacks with ``frames`` frames each (leaf first), the sampling interval and losses."""
+
 def heap_trace(
     pids: Iterable[int],
     logfile: Optional[_Path] = None,

@@ -1,0 +1,46 @@
+//! `etwkit.cpu_report(path, ...)`: the CPU sampling profile of a trace, as the dict `etwkit cpu
+//! --format json FILE` prints.
+
+use std::path::PathBuf;
+
+use etwkit::analysis::cpu::analyze_file;
+use etwkit::decode::Decoder;
+use etwkit::schema::Registry;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::reader::{num_list, time_bound, Selection};
+
+/// The CPU profile of an ETL file's kernel SampledProfile events: `total_samples`, per process,
+/// modules by exclusive and inclusive samples, the `top` stacks (`frames` frames each, leaf
+/// first, named by module+offset or JIT-compiled .NET method), the sampling interval and the
+/// logger's losses. `pids` keeps the samples of those processes; `begin`/`end` are time bounds as
+/// `read()` takes them.
+#[pyfunction]
+#[pyo3(signature = (path, pids=None, begin=None, end=None, top=10, frames=16))]
+pub fn cpu_report(
+    py: Python<'_>,
+    path: PathBuf,
+    pids: Option<&Bound<'_, PyAny>>,
+    begin: Option<&Bound<'_, PyAny>>,
+    end: Option<&Bound<'_, PyAny>>,
+    top: usize,
+    frames: usize,
+) -> PyResult<Py<PyAny>> {
+    let file = py.detach(|| crate::reader::open(&path))?;
+    let start = file.header().start_time;
+    let sel = Selection {
+        pids: num_list(pids, "pids")?,
+        begin: time_bound(begin, start)?,
+        end: time_bound(end, start)?,
+        ..Default::default()
+    };
+    let json = py.detach(|| -> PyResult<String> {
+        let (decoder, _) = Decoder::for_file(Registry::with_builtins(), &file);
+        let filter = sel.filter(decoder.registry());
+        let read = analyze_file(&file, &decoder, &filter);
+        serde_json::to_string(&read.analyzer.report(top, frames))
+            .map_err(|e| PyValueError::new_err(e.to_string()))
+    })?;
+    Ok(py.import("json")?.call_method1("loads", (json,))?.unbind())
+}
