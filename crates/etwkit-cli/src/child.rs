@@ -55,6 +55,8 @@ pub fn check_program(argv: &[String]) -> anyhow::Result<()> {
             anyhow::bail!("cannot run {prog}: not found on PATH");
         }
     }
+    #[cfg(not(unix))]
+    let _ = prog;
     Ok(())
 }
 

@@ -570,7 +570,7 @@ fn borrow_thread(pid: u32, code: &CodeMap) -> Result<Tracee, InjectError> {
             return Err(InjectError::Failed(format!("process {pid} ended")));
         }
         // Main thread first, then sleepers, then the others.
-        tids.sort_by_key(|&t| (t != pid, state(t) != Some('S'), t));
+        tids.sort_by_cached_key(|&t| (t != pid, state(t) != Some('S'), t));
         for tid in tids {
             if Instant::now() >= deadline {
                 break;
