@@ -53,6 +53,17 @@ fn start(cmd: &mut Command) -> (Child, Receiver<String>) {
     (child, rx)
 }
 
+/// A program that is killed when the test ends early (a failed assertion would otherwise leave it
+/// running, holding the test's output pipe open).
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn next_line(rx: &Receiver<String>) -> String {
     rx.recv_timeout(Duration::from_secs(20))
         .expect("a line from the program")
@@ -352,9 +363,10 @@ fn attach_to_a_thread_living_in_malloc_keeps_its_heap_sound() {
     }
     let _serial = serial();
     let bin = compile("cc", "attach_walk.c", "attach_walk", &[]);
-    let (mut child, rx) = start(Command::new(&bin).arg("60"));
+    let (child, rx) = start(Command::new(&bin).arg("60"));
+    let mut child = Reaped(child);
     assert_eq!(next_line(&rx), "READY");
-    let pid = child.id();
+    let pid = child.0.id();
     for round in 0..8 {
         let (r, last) = heap(&["--pid", &pid.to_string(), "--duration", "0.2"]);
         assert!(
@@ -377,12 +389,57 @@ fn attach_to_a_thread_living_in_malloc_keeps_its_heap_sound() {
     )
     .unwrap();
     let done = next_line(&rx);
-    let status = child.wait().unwrap();
+    let status = child.0.wait().unwrap();
     assert!(
         done.starts_with("DONE ") && done.ends_with(" BAD 0"),
         "{done}"
     );
     assert!(status.success(), "{status:?}");
+}
+
+/// A program whose threads all wait on a lock: any of them may be waiting on the allocator's, so
+/// none is borrowed; after trying for a while etwkit says why and traces with uprobes, and leaves
+/// both threads waiting where they were.
+#[test]
+fn attach_to_threads_waiting_on_locks_falls_back_to_uprobes() {
+    if !common::require_root("attach_to_threads_waiting_on_locks_falls_back_to_uprobes") {
+        return;
+    }
+    let _serial = serial();
+    let bin = compile("cc", "attach_locked.c", "attach_locked", &[]);
+    let (child, rx) = start(&mut Command::new(&bin));
+    let child = Reaped(child);
+    assert_eq!(next_line(&rx), "READY");
+    let pid = child.0.id();
+    let (r, last) = heap(&["--pid", &pid.to_string(), "--duration", "0.3"]);
+    assert!(
+        last.contains("traced with uprobes, because the allocator shim cannot be loaded")
+            && last.contains(&format!(
+                "no thread of process {pid} could be stopped outside the C library"
+            )),
+        "{last}"
+    );
+    assert!(r["operations"].as_u64().is_some(), "{r}");
+    // Both threads still wait on the lock, untraced, in the futex call they were in.
+    for tid in thread_ids(pid) {
+        let syscall = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).unwrap();
+        assert!(syscall.starts_with("202 "), "thread {tid}: {syscall}");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap();
+        assert!(status.contains("TracerPid:\t0\n"), "thread {tid}: {status}");
+    }
+    drop(child);
+    drop(rx);
+}
+
+/// The thread ids of `pid`.
+fn thread_ids(pid: u32) -> Vec<u32> {
+    let mut v: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
+        .collect();
+    v.sort();
+    assert_eq!(v.len(), 2, "{v:?}");
+    v
 }
 
 /// `--follow-forks`: a child forked after the attach is traced under its own pid (its 100 kept

@@ -608,7 +608,7 @@ fn borrow_thread(pid: u32, code: &CodeMap) -> Result<Tracee, InjectError> {
         Some(_) if !super::process_alive(pid) => format!("process {pid} not found"),
         Some(e) if !seized_any => format!("ptrace of process {pid} failed: {e}"),
         _ => format!(
-            "no thread of process {pid} was outside the allocator and the dynamic loader in {} s of tries, so the shim could not be loaded safely",
+            "no thread of process {pid} could be stopped outside the C library, the dynamic loader and the allocator (or asleep in a system call they do not make) within {} s, so the shim could not be loaded safely",
             BORROW_TIMEOUT.as_secs()
         ),
     }))
