@@ -471,8 +471,9 @@ struct KeyedText {
     keys: UInt32Builder,
     values: StringBuilder,
     index: crate::schema::registry::FastMap<Box<str>, u32>,
-    /// The key of the last row's text (texts come in runs).
+    /// The key of the last row's text and that text (texts come in runs).
     last: Option<u32>,
+    last_text: Vec<u8>,
 }
 
 impl TextColumn {
@@ -483,6 +484,7 @@ impl TextColumn {
                 values: StringBuilder::new(),
                 index: Default::default(),
                 last: None,
+                last_text: Vec::new(),
             })
         } else {
             TextColumn::Plain(StringBuilder::with_capacity(rows, rows * bytes_per_row))
@@ -537,10 +539,7 @@ impl KeyedText {
     #[inline]
     fn key(&mut self, v: &str) -> u32 {
         if let Some(k) = self.last {
-            let o = self.values.offsets_slice();
-            let at =
-                &self.values.values_slice()[o[k as usize] as usize..o[k as usize + 1] as usize];
-            if same_bytes(at, v.as_bytes()) {
+            if same_bytes(&self.last_text, v.as_bytes()) {
                 return k;
             }
         }
@@ -554,28 +553,35 @@ impl KeyedText {
             }
         };
         self.last = Some(k);
+        self.last_text.clear();
+        self.last_text.extend_from_slice(v.as_bytes());
         k
     }
 }
 
 /// Whether `a` and `b` hold the same bytes: short texts (names, GUID texts) compared a word at a
-/// time in line, longer ones by `memcmp`.
+/// time in line (the last word overlapping the one before), longer ones by `memcmp`.
 #[inline]
 pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
+    let n = a.len();
+    if n != b.len() {
         return false;
     }
-    if a.len() > 64 {
+    if n > 64 {
         return a == b;
     }
-    let word = |w: &[u8]| u64::from_ne_bytes(w.try_into().expect("8 bytes"));
-    let (mut x, mut y) = (a.chunks_exact(8), b.chunks_exact(8));
-    for (p, q) in (&mut x).zip(&mut y) {
-        if word(p) != word(q) {
+    if n < 8 {
+        return a.iter().zip(b).all(|(p, q)| p == q);
+    }
+    let word = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().expect("8 bytes"));
+    let mut at = 0;
+    while at + 8 < n {
+        if word(a, at) != word(b, at) {
             return false;
         }
+        at += 8;
     }
-    x.remainder().iter().zip(y.remainder()).all(|(p, q)| p == q)
+    word(a, n - 8) == word(b, n - 8)
 }
 
 /// JSON texts as a string array: all values checked as UTF-8 at once; should one not be (the
@@ -688,6 +694,21 @@ mod tests {
                 compared += 1;
             }
             assert_eq!(compared, 9);
+        }
+    }
+
+    #[test]
+    fn same_bytes_is_slice_equality() {
+        let base: Vec<u8> = (0..80u8).collect();
+        for n in 0..80 {
+            let a = &base[..n];
+            assert!(same_bytes(a, a), "{n}");
+            assert!(!same_bytes(a, &base[..n + 1]), "{n}");
+            for at in 0..n {
+                let mut b = a.to_vec();
+                b[at] ^= 0x40;
+                assert!(!same_bytes(a, &b), "{n} {at}");
+            }
         }
     }
 
