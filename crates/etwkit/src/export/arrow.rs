@@ -15,7 +15,10 @@ use arrow_array::builder::{
     BinaryBuilder, ListBuilder, StringBuilder, TimestampNanosecondBuilder, UInt16Builder,
     UInt32Builder, UInt64Builder, UInt8Builder,
 };
-use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, BinaryArray, RecordBatch, StringArray};
+use arrow_array::types::UInt32Type;
+use arrow_array::{
+    Array, ArrayRef, ArrowPrimitiveType, BinaryArray, DictionaryArray, RecordBatch, StringArray,
+};
 use arrow_schema::ArrowError;
 
 use crate::decode::DecodedEvent;
@@ -46,6 +49,11 @@ pub struct Columns {
     /// `properties`: the decoded properties as a JSON object, as `etwkit dump` prints them (null when
     /// none).
     pub properties: bool,
+    /// The text columns of few distinct values (file, provider GUID and names, process name,
+    /// activity id, header type) as dictionary arrays (`Dictionary(UInt32, Utf8)`): each batch
+    /// holds a name once and a key per row, which the Parquet writer maps to its own dictionary
+    /// once per distinct name instead of hashing every row's text. Off: plain `Utf8` arrays.
+    pub keyed_names: bool,
 }
 
 impl Columns {
@@ -59,6 +67,7 @@ impl Columns {
         payload: false,
         stack: false,
         properties: true,
+        keyed_names: false,
     };
     /// The columns of `events.parquet`: everything.
     pub const EVENTS: Columns = Columns {
@@ -70,6 +79,7 @@ impl Columns {
         payload: true,
         stack: true,
         properties: true,
+        keyed_names: true,
     };
     /// The common columns of a typed (one event type) table; the properties follow as columns.
     pub const TYPED: Columns = Columns {
@@ -81,6 +91,7 @@ impl Columns {
         payload: false,
         stack: false,
         properties: false,
+        keyed_names: true,
     };
 }
 
@@ -183,14 +194,14 @@ impl<'a> Row<'a> {
 /// Builds record batches of events, one row per [`EventColumns::push`].
 pub struct EventColumns {
     cols: Columns,
-    file: StringBuilder,
+    file: TextColumn,
     record: UInt64Builder,
     timestamp: TimestampNanosecondBuilder,
-    provider: StringBuilder,
-    provider_name: StringBuilder,
-    event_name: StringBuilder,
-    task_name: StringBuilder,
-    opcode_name: StringBuilder,
+    provider: TextColumn,
+    provider_name: TextColumn,
+    event_name: TextColumn,
+    task_name: TextColumn,
+    opcode_name: TextColumn,
     id: UInt16Builder,
     version: UInt8Builder,
     level: UInt8Builder,
@@ -199,11 +210,11 @@ pub struct EventColumns {
     keywords: UInt64Builder,
     channel: UInt8Builder,
     pid: UInt32Builder,
-    process_name: StringBuilder,
+    process_name: TextColumn,
     tid: UInt32Builder,
     cpu: UInt16Builder,
-    activity_id: StringBuilder,
-    header_type: StringBuilder,
+    activity_id: TextColumn,
+    header_type: TextColumn,
     payload: BinaryBuilder,
     stack: ListBuilder<UInt64Builder>,
     /// The properties' JSON texts as bytes: checked as UTF-8 once per batch (all values at once)
@@ -224,7 +235,7 @@ impl EventColumns {
     /// Builders sized for `rows` rows (text and binary columns for typical lengths), so that a
     /// batch of that many rows fills them without regrowing. Memory is only touched as rows come.
     pub fn with_capacity(cols: Columns, rows: usize) -> EventColumns {
-        let text = |bytes_per_row: usize| StringBuilder::with_capacity(rows, rows * bytes_per_row);
+        let text = |bytes_per_row: usize| TextColumn::new(cols.keyed_names, rows, bytes_per_row);
         let pick = |on: bool| if on { rows } else { 0 };
         EventColumns {
             cols,
@@ -321,7 +332,7 @@ impl EventColumns {
                 .or_insert_with(|| Arc::from(r.provider.to_string()));
             self.last_provider = (r.provider, text.clone());
         }
-        self.provider.append_value(&*self.last_provider.1);
+        self.provider.append_value(&self.last_provider.1);
         self.provider_name.append_option(r.provider_name);
         self.event_name.append_option(r.event_name);
         if c.task_opcode_names {
@@ -380,11 +391,8 @@ impl EventColumns {
         fn prim<T: ArrowPrimitiveType>(b: &mut PrimitiveBuilder<T>, n: usize) -> ArrayRef {
             Arc::new(std::mem::replace(b, PrimitiveBuilder::with_capacity(n)).finish())
         }
-        fn text(b: &mut StringBuilder, n: usize) -> ArrayRef {
-            let a = b.finish();
-            let bytes = a.value_data().len() / a.len().max(1) * n;
-            *b = StringBuilder::with_capacity(n, bytes * 5 / 4);
-            Arc::new(a)
+        fn text(b: &mut TextColumn, n: usize) -> ArrayRef {
+            b.finish(n)
         }
         let c = self.cols;
         // Small batches (often the last) leave small builders.
@@ -451,6 +459,131 @@ impl EventColumns {
     }
 }
 
+/// A text column: plain (`Utf8`), or keyed (`Dictionary(UInt32, Utf8)`, see
+/// [`Columns::keyed_names`]).
+enum TextColumn {
+    Plain(StringBuilder),
+    Keyed(KeyedText),
+}
+
+/// A keyed text column being built: the batch's distinct texts, a key per row.
+struct KeyedText {
+    keys: UInt32Builder,
+    values: StringBuilder,
+    index: crate::schema::registry::FastMap<Box<str>, u32>,
+    /// The key of the last row's text and that text (texts come in runs).
+    last: Option<u32>,
+    last_text: Vec<u8>,
+}
+
+impl TextColumn {
+    fn new(keyed: bool, rows: usize, bytes_per_row: usize) -> TextColumn {
+        if keyed {
+            TextColumn::Keyed(KeyedText {
+                keys: UInt32Builder::with_capacity(rows),
+                values: StringBuilder::new(),
+                index: Default::default(),
+                last: None,
+                last_text: Vec::new(),
+            })
+        } else {
+            TextColumn::Plain(StringBuilder::with_capacity(rows, rows * bytes_per_row))
+        }
+    }
+
+    #[inline]
+    fn append_value(&mut self, v: &str) {
+        match self {
+            TextColumn::Plain(b) => b.append_value(v),
+            TextColumn::Keyed(k) => {
+                let key = k.key(v);
+                k.keys.append_value(key);
+            }
+        }
+    }
+
+    #[inline]
+    fn append_option(&mut self, v: Option<&str>) {
+        match (self, v) {
+            (TextColumn::Plain(b), v) => b.append_option(v),
+            (t @ TextColumn::Keyed(_), Some(v)) => t.append_value(v),
+            (TextColumn::Keyed(k), None) => k.keys.append_null(),
+        }
+    }
+
+    /// The rows so far as an array; the column starts over, sized for `n` rows.
+    fn finish(&mut self, n: usize) -> ArrayRef {
+        match self {
+            TextColumn::Plain(b) => {
+                let a = b.finish();
+                let bytes = a.value_data().len() / a.len().max(1) * n;
+                *b = StringBuilder::with_capacity(n, bytes * 5 / 4);
+                Arc::new(a)
+            }
+            TextColumn::Keyed(k) => {
+                let keys = std::mem::replace(&mut k.keys, UInt32Builder::with_capacity(n)).finish();
+                let values = k.values.finish();
+                k.index.clear();
+                k.last = None;
+                Arc::new(
+                    DictionaryArray::<UInt32Type>::try_new(keys, Arc::new(values))
+                        .expect("keys within the values"),
+                )
+            }
+        }
+    }
+}
+
+impl KeyedText {
+    /// The key of `v` in this batch, its text added if new.
+    #[inline]
+    fn key(&mut self, v: &str) -> u32 {
+        if let Some(k) = self.last {
+            if same_bytes(&self.last_text, v.as_bytes()) {
+                return k;
+            }
+        }
+        let k = match self.index.get(v) {
+            Some(&k) => k,
+            None => {
+                let k = self.index.len() as u32;
+                self.values.append_value(v);
+                self.index.insert(Box::from(v), k);
+                k
+            }
+        };
+        self.last = Some(k);
+        self.last_text.clear();
+        self.last_text.extend_from_slice(v.as_bytes());
+        k
+    }
+}
+
+/// Whether `a` and `b` hold the same bytes: short texts (names, GUID texts) compared a word at a
+/// time in line (the last word overlapping the one before), longer ones by `memcmp`.
+#[inline]
+pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n > 64 {
+        return a == b;
+    }
+    if n < 8 {
+        return a.iter().zip(b).all(|(p, q)| p == q);
+    }
+    let word = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().expect("8 bytes"));
+    let mut at = 0;
+    while at + 8 < n {
+        if word(a, at) != word(b, at) {
+            return false;
+        }
+        at += 8;
+    }
+    word(a, n - 8) == word(b, n - 8)
+}
+
 /// JSON texts as a string array: all values checked as UTF-8 at once; should one not be (the
 /// JSON writer only writes text), that value becomes `null` (the JSON literal) as before.
 fn json_texts(a: BinaryArray) -> StringArray {
@@ -493,6 +626,91 @@ fn guid_text<'b>(g: &Guid, buf: &'b mut [u8; 36]) -> &'b str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keyed name columns hold, row by row, the texts plain ones hold (nulls where they have
+    /// nulls), over batches (each batch keyed anew) and names that interleave.
+    #[test]
+    fn keyed_names_hold_the_plain_texts() {
+        use arrow_array::cast::AsArray;
+        let keyed = Columns::EVENTS;
+        let plain = Columns {
+            keyed_names: false,
+            ..Columns::EVENTS
+        };
+        let (mut k, mut p) = (EventColumns::new(keyed), EventColumns::new(plain));
+        let names = [
+            "Alpha",
+            "Beta",
+            "a-longer-name-than-a-word-or-eight",
+            "",
+            "Beta ",
+        ];
+        for batch in 0..3 {
+            for i in 0..500usize {
+                let pick = |m: usize| (i * m + batch) % 7;
+                let name = |m: usize| names.get(pick(m)).copied();
+                let row = Row {
+                    timestamp: 0,
+                    provider: Guid::new(pick(3) as u32, 0, 0, [0; 8]),
+                    provider_name: name(3),
+                    event_name: name(5),
+                    task_name: name(2),
+                    opcode_name: name(1),
+                    descriptor: EventDescriptor::default(),
+                    pid: 4,
+                    process_name: name(4),
+                    tid: 8,
+                    cpu: 0,
+                    activity_id: Guid::new(0, 0, pick(6) as u16, [0; 8]),
+                    header_type: HeaderType::EventHeader64,
+                    payload: b"",
+                    stack: None,
+                };
+                let file = names[i % 2];
+                k.push_row(file, i as u64, &row, b"");
+                p.push_row(file, i as u64, &row, b"");
+            }
+            let (kb, pb) = (k.finish().unwrap(), p.finish().unwrap());
+            assert_eq!(kb.num_columns(), pb.num_columns());
+            let mut compared = 0;
+            for (f, (ka, pa)) in kb
+                .schema()
+                .fields()
+                .iter()
+                .zip(kb.columns().iter().zip(pb.columns()))
+            {
+                let Some(d) = ka.as_dictionary_opt::<UInt32Type>() else {
+                    assert_eq!(ka.data_type(), pa.data_type(), "{}", f.name());
+                    continue;
+                };
+                let texts = d.values().as_string::<i32>();
+                let want = pa.as_string::<i32>();
+                let got: Vec<Option<&str>> = d
+                    .keys()
+                    .iter()
+                    .map(|key| key.map(|key| texts.value(key as usize)))
+                    .collect();
+                assert_eq!(got, want.iter().collect::<Vec<_>>(), "{}", f.name());
+                compared += 1;
+            }
+            assert_eq!(compared, 9);
+        }
+    }
+
+    #[test]
+    fn same_bytes_is_slice_equality() {
+        let base: Vec<u8> = (0..80u8).collect();
+        for n in 0..80 {
+            let a = &base[..n];
+            assert!(same_bytes(a, a), "{n}");
+            assert!(!same_bytes(a, &base[..n + 1]), "{n}");
+            for at in 0..n {
+                let mut b = a.to_vec();
+                b[at] ^= 0x40;
+                assert!(!same_bytes(a, &b), "{n} {at}");
+            }
+        }
+    }
 
     #[test]
     fn guid_text_as_display() {

@@ -10,6 +10,7 @@ use arrow_array::types::*;
 use arrow_array::{Array, ArrayRef, GenericByteArray};
 use arrow_schema::{DataType, Field, TimeUnit};
 
+use super::super::arrow::same_bytes;
 use super::delta;
 use super::rle;
 use super::thrift;
@@ -165,6 +166,10 @@ pub struct Leaf {
 
 fn physical_of(t: &DataType) -> Result<(Physical, Logical), Error> {
     Ok(match t {
+        // Keyed text (`export::arrow`'s keyed names): text in the file.
+        DataType::Dictionary(k, v) if **k == DataType::UInt32 && **v == DataType::Utf8 => {
+            (Physical::ByteArray, Logical::String)
+        }
         DataType::Boolean => (Physical::Boolean, Logical::None),
         DataType::Int8 => (
             Physical::Int32,
@@ -381,10 +386,11 @@ impl Dictionary {
     }
 
     /// The index of `v`, added if new.
+    #[inline]
     fn index(&mut self, v: &[u8], length_prefix: bool) -> u32 {
         if let Some(k) = self.last {
             let (a, b) = self.spans[k as usize];
-            if &self.plain[a as usize..b as usize] == v {
+            if same_bytes(&self.plain[a as usize..b as usize], v) {
                 return k;
             }
         }
@@ -404,7 +410,7 @@ impl Dictionary {
                 0 => break,
                 k => {
                     let (a, b) = self.spans[k as usize - 1];
-                    if &self.plain[a as usize..b as usize] == v {
+                    if same_bytes(&self.plain[a as usize..b as usize], v) {
                         return k - 1;
                     }
                 }
@@ -680,6 +686,8 @@ pub struct Compressor {
     levels: Vec<u8>,
     /// A delta-encoded page's values.
     ints: Vec<i64>,
+    /// A keyed batch's texts as indices of the chunk's dictionary.
+    remap: Vec<u32>,
 }
 
 impl Compressor {
@@ -693,6 +701,7 @@ impl Compressor {
             body: Vec::new(),
             levels: Vec::new(),
             ints: Vec::new(),
+            remap: Vec::new(),
         })
     }
     pub fn is_zstd(&self) -> bool {
@@ -783,6 +792,9 @@ impl ColumnWriter {
     /// Appends the values of `a` (this column's array in a batch).
     pub fn append(&mut self, a: &ArrayRef, c: &mut Compressor) -> Result<(), Error> {
         match self.leaf.list {
+            None if matches!(a.data_type(), DataType::Dictionary(..)) => {
+                return self.append_keyed(a, c);
+            }
             None => {
                 let v = Values::of(a.as_ref())?;
                 let nulls = a.logical_nulls().filter(|n| n.null_count() > 0);
@@ -826,6 +838,41 @@ impl ColumnWriter {
                                     self.plain.extend_from_slice(c);
                                 }
                             }
+                        }
+                    }
+                    self.page_entries += n;
+                    return self.dictionary_limit(c);
+                }
+                if let Values::Bytes { offsets, data } = &v {
+                    // Text and binary: one loop per encoding (names go to the dictionary, whose
+                    // last value is checked first: names come in runs).
+                    let n = a.len();
+                    let slot = |i: usize| &data[offsets[i] as usize..offsets[i + 1] as usize];
+                    let valid = |i: usize| nulls.as_ref().is_none_or(|m| m.is_valid(i));
+                    if self.leaf.max_def > 0 {
+                        match &nulls {
+                            None => self.def.resize(self.def.len() + n, 1),
+                            Some(m) => self.def.extend((0..n).map(|i| m.is_valid(i) as u8)),
+                        }
+                    }
+                    self.stats.nulls += nulls.as_ref().map_or(0, |m| m.null_count()) as i64;
+                    if self.dictionary_on {
+                        self.indices.reserve(n);
+                        for i in (0..n).filter(|&i| valid(i)) {
+                            self.indices.push(self.dictionary.index(slot(i), true));
+                        }
+                    } else {
+                        let (a0, b0) = (offsets[0] as usize, offsets[n] as usize);
+                        self.plain.reserve(b0 - a0 + 4 * n);
+                        for i in (0..n).filter(|&i| valid(i)) {
+                            let s = slot(i);
+                            if self.opts.statistics {
+                                self.stats
+                                    .observe(self.leaf.physical, self.leaf.unsigned, s);
+                            }
+                            self.plain
+                                .extend_from_slice(&(s.len() as u32).to_le_bytes());
+                            self.plain.extend_from_slice(s);
                         }
                     }
                     self.page_entries += n;
@@ -913,6 +960,63 @@ impl ColumnWriter {
         self.dictionary_limit(c)
     }
 
+    /// Appends a keyed text array (`Dictionary(UInt32, Utf8)`): each of its distinct texts goes to
+    /// this chunk's dictionary once, each row as the index its key maps to (or its text, once the
+    /// chunk's dictionary is full).
+    fn append_keyed(&mut self, a: &ArrayRef, c: &mut Compressor) -> Result<(), Error> {
+        let d = a
+            .as_dictionary_opt::<UInt32Type>()
+            .ok_or_else(|| Error::Unsupported(format!("Arrow type {}", a.data_type())))?;
+        let texts = d
+            .values()
+            .as_string_opt::<i32>()
+            .ok_or_else(|| Error::Unsupported(format!("Arrow type {}", a.data_type())))?;
+        let (offsets, data) = (texts.value_offsets(), texts.value_data());
+        let text = |k: u32| &data[offsets[k as usize] as usize..offsets[k as usize + 1] as usize];
+        let keys = d.keys().values();
+        let nulls = d.keys().nulls().filter(|m| m.null_count() > 0);
+        let n = keys.len();
+        let valid = |i: usize| nulls.is_none_or(|m| m.is_valid(i));
+        if self.leaf.max_def > 0 {
+            match nulls {
+                None => self.def.resize(self.def.len() + n, 1),
+                Some(m) => self.def.extend((0..n).map(|i| m.is_valid(i) as u8)),
+            }
+        }
+        self.stats.nulls += nulls.map_or(0, |m| m.null_count()) as i64;
+        if self.dictionary_on {
+            // Texts go to the dictionary as rows use them (a batch sliced at a row group's end
+            // holds texts of the other part's rows too: they stay out of this chunk).
+            let mut remap = std::mem::take(&mut c.remap);
+            remap.clear();
+            remap.resize(texts.len(), u32::MAX);
+            self.indices.reserve(n);
+            for i in (0..n).filter(|&i| valid(i)) {
+                let k = keys[i];
+                let mut at = remap[k as usize];
+                if at == u32::MAX {
+                    at = self.dictionary.index(text(k), true);
+                    remap[k as usize] = at;
+                }
+                self.indices.push(at);
+            }
+            c.remap = remap;
+        } else {
+            for i in (0..n).filter(|&i| valid(i)) {
+                let s = text(keys[i]);
+                if self.opts.statistics {
+                    self.stats
+                        .observe(self.leaf.physical, self.leaf.unsigned, s);
+                }
+                self.plain
+                    .extend_from_slice(&(s.len() as u32).to_le_bytes());
+                self.plain.extend_from_slice(s);
+            }
+        }
+        self.page_entries += n;
+        self.dictionary_limit(c)
+    }
+
     /// Once the chunk's dictionary outgrew [`DICTIONARY_LIMIT`]: pages written so far keep their
     /// indices, the rest of the chunk goes plain.
     fn dictionary_limit(&mut self, c: &mut Compressor) -> Result<(), Error> {
@@ -934,6 +1038,7 @@ impl ColumnWriter {
             body,
             levels: encoded,
             ints,
+            ..
         } = c;
         body.clear();
         for (levels, max) in [
@@ -1066,6 +1171,18 @@ impl ColumnWriter {
             }
             chunk.statistics = Some(stats);
         }
+        if std::env::var_os("ETWKIT_DICTDBG").is_some()
+            && (self.dictionary_pages > 0 || self.opts.dictionary)
+        {
+            eprintln!(
+                "DICT {} values={} distinct={} on={} pages={}",
+                self.leaf.path.join("."),
+                chunk.num_values,
+                self.dictionary.spans.len(),
+                self.dictionary_on,
+                self.dictionary_pages
+            );
+        }
         self.dictionary = Dictionary::default();
         self.dictionary_on = self.opts.dictionary && self.leaf.physical != Physical::Boolean;
         self.dictionary_pages = 0;
@@ -1076,6 +1193,87 @@ impl ColumnWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file of `text` as `Utf8` and the same file of it keyed (`Dictionary(UInt32, Utf8)`,
+    /// each batch its own keys) are the same bytes: the footer's schema, pages, dictionaries and
+    /// statistics alike, whether the dictionary holds or overflows, with nulls, and with batches
+    /// cut across row groups.
+    #[test]
+    fn keyed_text_is_written_as_its_texts() {
+        use arrow_array::{DictionaryArray, RecordBatch, StringArray, UInt32Array};
+        use arrow_schema::Schema;
+        use std::sync::Arc;
+
+        use super::super::{FileWriter, Options};
+
+        let write = |batches: &[Vec<Option<String>>], keyed: bool, plain: bool| -> Vec<u8> {
+            let t = if keyed {
+                DataType::Dictionary(Box::new(DataType::UInt32), Box::new(DataType::Utf8))
+            } else {
+                DataType::Utf8
+            };
+            let schema = Arc::new(Schema::new(vec![Field::new("name", t, true)]));
+            let mut o = Options {
+                row_group_rows: 700,
+                ..Options::default()
+            };
+            o.statistics.insert("name".into());
+            if plain {
+                o.plain.insert("name".into());
+            }
+            let mut w = FileWriter::new(Vec::new(), schema.clone(), o).unwrap();
+            for b in batches {
+                let a: ArrayRef = if keyed {
+                    // Keys in first-use order, as `export::arrow` makes them.
+                    let mut texts: Vec<&str> = Vec::new();
+                    let keys: UInt32Array = b
+                        .iter()
+                        .map(|v| {
+                            v.as_deref()
+                                .map(|v| match texts.iter().position(|t| *t == v) {
+                                    Some(k) => k as u32,
+                                    None => {
+                                        texts.push(v);
+                                        texts.len() as u32 - 1
+                                    }
+                                })
+                        })
+                        .collect();
+                    let values = Arc::new(StringArray::from(texts.clone()));
+                    Arc::new(DictionaryArray::try_new(keys, values).unwrap())
+                } else {
+                    Arc::new(StringArray::from(b.clone()))
+                };
+                w.write(&RecordBatch::try_new(schema.clone(), vec![a]).unwrap())
+                    .unwrap();
+            }
+            w.close().unwrap()
+        };
+        let name = |i: usize| match i % 11 {
+            0 => None,
+            k => Some(format!("Provider-{}", k * 7 % 5)),
+        };
+        // Few names; then more distinct texts than the dictionary takes (it goes plain).
+        let few: Vec<Vec<Option<String>>> = (0..5)
+            .map(|b| (0..300).map(|i| name(b * 300 + i)).collect())
+            .collect();
+        let many: Vec<Vec<Option<String>>> = (0..3)
+            .map(|b| {
+                (0..20_000)
+                    .map(|i| (i % 13 != 0).then(|| format!("{b}-{i}-{}", "x".repeat(40))))
+                    .collect()
+            })
+            .collect();
+        for batches in [&few, &many] {
+            for plain in [false, true] {
+                assert_eq!(
+                    write(batches, true, plain),
+                    write(batches, false, plain),
+                    "plain {plain}"
+                );
+            }
+        }
+    }
 
     fn bounds_of(
         physical: Physical,
