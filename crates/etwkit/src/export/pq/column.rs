@@ -865,14 +865,7 @@ impl ColumnWriter {
                         let (a0, b0) = (offsets[0] as usize, offsets[n] as usize);
                         self.plain.reserve(b0 - a0 + 4 * n);
                         for i in (0..n).filter(|&i| valid(i)) {
-                            let s = slot(i);
-                            if self.opts.statistics {
-                                self.stats
-                                    .observe(self.leaf.physical, self.leaf.unsigned, s);
-                            }
-                            self.plain
-                                .extend_from_slice(&(s.len() as u32).to_le_bytes());
-                            self.plain.extend_from_slice(s);
+                            self.push_plain_text(slot(i));
                         }
                     }
                     self.page_entries += n;
@@ -1003,18 +996,22 @@ impl ColumnWriter {
             c.remap = remap;
         } else {
             for i in (0..n).filter(|&i| valid(i)) {
-                let s = text(keys[i]);
-                if self.opts.statistics {
-                    self.stats
-                        .observe(self.leaf.physical, self.leaf.unsigned, s);
-                }
-                self.plain
-                    .extend_from_slice(&(s.len() as u32).to_le_bytes());
-                self.plain.extend_from_slice(s);
+                self.push_plain_text(text(keys[i]));
             }
         }
         self.page_entries += n;
         self.dictionary_limit(c)
+    }
+
+    /// Appends one text value PLAIN-encoded (length, bytes), counted in the statistics.
+    fn push_plain_text(&mut self, s: &[u8]) {
+        if self.opts.statistics {
+            self.stats
+                .observe(self.leaf.physical, self.leaf.unsigned, s);
+        }
+        self.plain
+            .extend_from_slice(&(s.len() as u32).to_le_bytes());
+        self.plain.extend_from_slice(s);
     }
 
     /// Once the chunk's dictionary outgrew [`DICTIONARY_LIMIT`]: pages written so far keep their
