@@ -199,10 +199,12 @@ impl CodeMap {
 /// jemalloc, tcmalloc or mimalloc, whose code is as unsafe to interrupt as libc's.
 fn defines_malloc(pid: u32, path: &str) -> bool {
     let in_ns = PathBuf::from(format!("/proc/{pid}/root{path}"));
-    let Ok(data) = std::fs::read(&in_ns).or_else(|_| std::fs::read(path)) else {
+    let Ok(file) = std::fs::File::open(&in_ns).or_else(|_| std::fs::File::open(path)) else {
         return false;
     };
-    let Ok(obj) = object::File::parse(&data[..]) else {
+    // Read as needed (headers, dynamic symbols), not whole: a process may map a large binary.
+    let cache = object::ReadCache::new(file);
+    let Ok(obj) = object::File::parse(&cache) else {
         return false;
     };
     obj.dynamic_symbols()
@@ -250,5 +252,21 @@ mod tests {
         assert_eq!(map.spot(regs(in_libc, 0, 12, 0)), Spot::Allocator);
         let loader = map.loader[0].0;
         assert_eq!(map.spot(regs(loader, 0, -512, 0)), Spot::Allocator);
+    }
+
+    /// libc defines malloc; this test program does not.
+    #[test]
+    fn finds_the_libraries_defining_malloc() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.rsplit('/').next().unwrap().starts_with("libc.so"))
+            .expect("libc mapped");
+        let pid = std::process::id();
+        assert!(defines_malloc(pid, libc));
+        let me = std::env::current_exe().unwrap();
+        assert!(!defines_malloc(pid, me.to_str().unwrap()));
+        assert!(!defines_malloc(pid, "/nonexistent/lib.so"));
     }
 }
