@@ -90,9 +90,13 @@ impl EventFilter {
     }
 
     #[inline]
+    /// Is `timestamp` (UTC FILETIME) inside `begin..=end`?
+    pub fn in_window(&self, timestamp: i64) -> bool {
+        !(self.begin.is_some_and(|b| timestamp < b) || self.end.is_some_and(|x| timestamp > x))
+    }
+
     pub fn matches(&self, e: &EventRecord<'_>) -> bool {
-        if self.begin.is_some_and(|b| e.timestamp < b) || self.end.is_some_and(|x| e.timestamp > x)
-        {
+        if !self.in_window(e.timestamp) {
             return false;
         }
         provider_matches(&self.providers, &self.provider_names, e)

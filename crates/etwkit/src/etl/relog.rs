@@ -116,8 +116,7 @@ impl RelogFilter {
     fn rundown_outside(&self, ev: &EventRecord<'_>) -> bool {
         self.untimed.is_some()
             && metadata_provider(ev).is_none()
-            && (self.rest.begin.is_some_and(|b| ev.timestamp < b)
-                || self.rest.end.is_some_and(|e| ev.timestamp > e))
+            && !self.rest.in_window(ev.timestamp)
             && is_rundown(ev)
     }
 
