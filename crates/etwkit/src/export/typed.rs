@@ -858,13 +858,7 @@ impl TypedColumns {
                 let repeat = self.common.rows() >= 2 && !self.last.is_empty() && self.last == tape;
                 self.repeats.note(repeat);
                 if repeat {
-                    let TypedColumns { columns, copy, .. } = self;
-                    for c in columns.as_mut().expect("columns fixed") {
-                        let last = c.builder.len() - 1;
-                        copy_elem(&c.kind, c.builder.as_mut(), last, copy);
-                    }
-                    self.unfit += self.last_unfit;
-                    return;
+                    return self.copy_last();
                 }
                 self.last.clear();
                 self.last.extend_from_slice(tape);
@@ -960,17 +954,26 @@ impl TypedColumns {
             (0..ends.len()).map(move |i| &pending[if i == 0 { 0 } else { ends[i - 1] }..ends[i]])
         };
         let mut fields = std::mem::take(&mut self.fields);
+        let mut before: Option<&[u8]> = None;
         for tape in tapes() {
+            // A row repeating the one before tells nothing new.
+            if before == Some(tape) {
+                continue;
+            }
+            before = Some(tape);
             fields.clear();
             let _ = read_fields(tape, &mut fields);
             for (k, &f) in fields.iter().enumerate() {
-                let name = std::str::from_utf8(field_name(tape, f)).unwrap_or("");
+                let raw = field_name(tape, f);
                 let v = field_value(tape, f);
                 let empty_array = matches!(v, Item::Array(span) if is_empty_array(span));
                 // Usually the k-th property is the k-th found (same layout); else look it up.
                 let known = match found.get(k) {
-                    Some(x) if *x.0 == *name => Some(k),
-                    _ => self.by_name.get(name).copied(),
+                    Some(x) if x.0.as_bytes() == raw => Some(k),
+                    _ => self
+                        .by_name
+                        .get(std::str::from_utf8(raw).unwrap_or(""))
+                        .copied(),
                 };
                 if let Some(i) = known {
                     match &found[i].2 {
@@ -989,6 +992,7 @@ impl TypedColumns {
                     continue;
                 }
                 // Column names are compared as SQL engines do (case-insensitively).
+                let name = std::str::from_utf8(raw).unwrap_or("");
                 let mut column = name.to_string();
                 while !taken.insert(column.to_ascii_lowercase()) {
                     column = format!("prop_{column}");
@@ -1024,7 +1028,18 @@ impl TypedColumns {
         if !text_cols.is_empty() {
             let mut seen = vec![std::collections::HashSet::new(); text_cols.len()];
             let mut values = vec![0usize; text_cols.len()];
+            // The columns the row before had a text in (a repeated row counts the same ones).
+            let mut counted: Vec<usize> = Vec::new();
+            let mut before: Option<&[u8]> = None;
             for tape in tapes() {
+                if before == Some(tape) {
+                    for &j in &counted {
+                        values[j] += 1;
+                    }
+                    continue;
+                }
+                before = Some(tape);
+                counted.clear();
                 fields.clear();
                 let _ = read_fields(tape, &mut fields);
                 for (j, &i) in text_cols.iter().enumerate() {
@@ -1035,6 +1050,7 @@ impl TypedColumns {
                     if let Some(h) = text_hash(&field_value(tape, f), &mut self.text.text) {
                         values[j] += 1;
                         seen[j].insert(h);
+                        counted.push(j);
                     }
                 }
             }
@@ -1055,9 +1071,31 @@ impl TypedColumns {
         );
         self.schema = Some(Arc::new(Schema::new(fields)));
         self.columns = Some(cols);
+        // The waiting rows into the columns; a row repeating the one before copies its values
+        // (as `push_tape` does), and the last one is where later rows compare.
+        let mut before: Option<&[u8]> = None;
         for tape in tapes() {
+            if before == Some(tape) {
+                self.copy_last();
+                continue;
+            }
+            before = Some(tape);
+            let unfit = self.unfit;
             self.append_props(tape);
+            self.last_unfit = self.unfit - unfit;
         }
+        self.last.clear();
+        self.last.extend_from_slice(before.unwrap_or_default());
+    }
+
+    /// Appends a copy of the last row's values (a row whose tape repeats the last one's).
+    fn copy_last(&mut self) {
+        let TypedColumns { columns, copy, .. } = self;
+        for c in columns.as_mut().expect("columns fixed") {
+            let last = c.builder.len() - 1;
+            copy_elem(&c.kind, c.builder.as_mut(), last, copy);
+        }
+        self.unfit += self.last_unfit;
     }
 
     /// The property columns whose text values were mostly distinct in the rows that fixed the
@@ -1289,6 +1327,50 @@ mod tests {
         assert_eq!(t.unfit, 1);
         assert_eq!(b.column(b.num_columns() - 2).null_count(), 1);
         assert_eq!(b.column(0).len(), 2);
+    }
+
+    #[test]
+    fn rows_repeating_while_the_columns_wait_are_copied_with_their_unfit_values() {
+        // Runs of equal rows before and after the columns are fixed (at INFER_ROWS rows), with a
+        // text that does not fit the number column: every row keeps its own values and each
+        // repeat counts its unfit value again.
+        let mut t = TypedColumns::new();
+        let e = test_record();
+        let value = |i: usize| match (i / 3) % 4 {
+            0 => Value::U64(7),
+            1 => Value::String("seven".into()),
+            2 => Value::U64(i as u64),
+            _ => Value::Null,
+        };
+        let n = INFER_ROWS + 50;
+        for i in 0..n {
+            let mut d = DecodedEvent::default();
+            d.properties.push("n", value(i));
+            d.properties.push("s", Value::String(format!("r{}", i / 3)));
+            t.push("f", 0, &e, &mut d);
+        }
+        let b = t.finish().unwrap();
+        assert_eq!(b.num_rows(), n);
+        let nums = b.column(b.num_columns() - 2);
+        let nums = nums
+            .as_any()
+            .downcast_ref::<arrow_array::UInt64Array>()
+            .unwrap();
+        let strs = texts(&b);
+        let mut unfit = 0;
+        for i in 0..n {
+            let want = match value(i) {
+                Value::U64(v) => Some(v),
+                Value::String(_) => {
+                    unfit += 1;
+                    None
+                }
+                _ => None,
+            };
+            assert_eq!(nums.is_valid(i).then(|| nums.value(i)), want, "row {i}");
+            assert_eq!(strs[i].as_deref(), Some(format!("r{}", i / 3).as_str()));
+        }
+        assert_eq!(t.unfit, unfit);
     }
 
     fn test_record() -> EventRecord<'static> {
