@@ -65,7 +65,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut filter = RelogFilter::new(events, names);
     if filter.has_pids() {
         // --pid sees a kernel record's process as dump --pid does (payload, thread table).
-        filter = filter.with_pid_decoders(
+        filter = filter.with_pid_views(
             files
                 .iter()
                 .map(|f| {

@@ -1051,3 +1051,11 @@ pub(crate) fn record_stack_into(
     let walked = index.is_some_and(|i| i.stack_into(rec, hint, &mut out.addresses));
     has_own || walked
 }
+
+/// The decoder's view of a record's process ([`Decoder::matches`]) for filters applied below it
+/// (`etl::relog`).
+impl crate::filter::PidView for Decoder {
+    fn keeps(&self, filter: &crate::filter::EventFilter, ev: &EventRecord<'_>) -> bool {
+        self.matches(filter, ev)
+    }
+}

@@ -39,6 +39,15 @@ impl TimeBound {
     }
 }
 
+/// How a filter's pid condition sees a record when the header's pid is not the whole story: a
+/// layer above the container (the decoder, which attributes a kernel record to the process its
+/// payload or its thread names) implements it, so the container can filter by it without knowing
+/// any layout.
+pub trait PidView: Send + Sync {
+    /// Whether `filter` keeps `ev`, with `ev`'s process as this view attributes it.
+    fn keeps(&self, filter: &EventFilter, ev: &EventRecord<'_>) -> bool;
+}
+
 /// Which events to keep. Empty lists keep everything.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct EventFilter {

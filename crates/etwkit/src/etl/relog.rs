@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 use crate::event::EventRecord;
-use crate::filter::EventFilter;
+use crate::filter::{EventFilter, PidView};
 use crate::guid::Guid;
 use crate::time::{Clock, ClockType};
 use crate::tlg::provider_guid_from_name;
@@ -37,22 +37,22 @@ pub struct RelogFilter {
     /// `rest` without its time window, for rundown records (see [`is_rundown`]); none when `rest`
     /// has no window.
     untimed: Option<EventFilter>,
-    /// Per input (by position), the decoder through which the pid condition sees kernel records:
-    /// see [`RelogFilter::with_pid_decoders`].
-    pid_decoders: PidDecoders,
+    /// Per input (by position), the view through which the pid condition sees its kernel
+    /// records: see [`RelogFilter::with_pid_views`].
+    pid_views: PidViews,
 }
 
-/// Decoders of the inputs, by position (none: a kernel record's header pid is matched).
+/// The inputs' pid views, by position (none: a kernel record's header pid is matched).
 #[derive(Clone, Default)]
-struct PidDecoders(Vec<Option<std::sync::Arc<crate::decode::Decoder>>>);
+struct PidViews(Vec<Option<std::sync::Arc<dyn PidView>>>);
 
-impl std::fmt::Debug for PidDecoders {
+impl std::fmt::Debug for PidViews {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PidDecoders({} inputs)", self.0.len())
+        write!(f, "PidViews({} inputs)", self.0.len())
     }
 }
 
-impl PartialEq for PidDecoders {
+impl PartialEq for PidViews {
     fn eq(&self, other: &Self) -> bool {
         self.0.len() == other.0.len()
             && self.0.iter().zip(&other.0).all(|(a, b)| match (a, b) {
@@ -81,25 +81,25 @@ impl RelogFilter {
             names: provider_names,
             rest,
             untimed,
-            pid_decoders: PidDecoders::default(),
+            pid_views: PidViews::default(),
         }
     }
 
-    /// The pid condition matches a kernel record by the process its decoder attributes it to (its
-    /// payload's ProcessId, or the thread table's process for a header without one: sampled
-    /// profile, DPC, context switch records), as `dump --pid` selects — not by the header's pid,
-    /// the context it was logged in. `decoders[i]` is input `i`'s ([`crate::decode::Decoder::for_file`]).
-    pub fn with_pid_decoders(mut self, decoders: Vec<Option<crate::decode::Decoder>>) -> Self {
-        self.pid_decoders = PidDecoders(
-            decoders
+    /// The pid condition matches a kernel record by the process `views[i]` (input `i`'s) attributes
+    /// it to — with a `decode::Decoder` of the input, its payload's ProcessId, or the thread
+    /// table's process for a header without one (sampled profile, DPC, context switch records), as
+    /// `dump --pid` selects — not by the header's pid, the context it was logged in.
+    pub fn with_pid_views<V: PidView + 'static>(mut self, views: Vec<Option<V>>) -> Self {
+        self.pid_views = PidViews(
+            views
                 .into_iter()
-                .map(|d| d.map(std::sync::Arc::new))
+                .map(|v| v.map(|v| std::sync::Arc::new(v) as std::sync::Arc<dyn PidView>))
                 .collect(),
         );
         self
     }
 
-    /// Whether the pid condition needs decoders to be exact ([`RelogFilter::with_pid_decoders`]).
+    /// Whether the pid condition needs pid views to be exact ([`RelogFilter::with_pid_views`]).
     pub fn has_pids(&self) -> bool {
         !self.rest.pids.is_empty()
     }
@@ -133,7 +133,7 @@ impl RelogFilter {
         self.matches_in(usize::MAX, ev)
     }
 
-    /// [`RelogFilter::matches`] for a record of input `input` (its decoder sees kernel pids).
+    /// [`RelogFilter::matches`] for a record of input `input` (its pid view sees kernel pids).
     fn matches_in(&self, input: usize, ev: &EventRecord<'_>) -> bool {
         if self.is_empty() {
             return true;
@@ -146,8 +146,8 @@ impl RelogFilter {
             _ => &self.rest,
         };
         self.provider_ok(ev)
-            && match self.pid_decoders.0.get(input).and_then(Option::as_ref) {
-                Some(d) => d.matches(rest, ev),
+            && match self.pid_views.0.get(input).and_then(Option::as_ref) {
+                Some(v) => v.keeps(rest, ev),
                 None => rest.matches(ev),
             }
     }

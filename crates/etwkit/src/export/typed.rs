@@ -1357,8 +1357,9 @@ mod tests {
             .downcast_ref::<arrow_array::UInt64Array>()
             .unwrap();
         let strs = texts(&b);
+        assert_eq!(strs.len(), n);
         let mut unfit = 0;
-        for i in 0..n {
+        for (i, text) in strs.iter().enumerate() {
             let want = match value(i) {
                 Value::U64(v) => Some(v),
                 Value::String(_) => {
@@ -1368,7 +1369,7 @@ mod tests {
                 _ => None,
             };
             assert_eq!(nums.is_valid(i).then(|| nums.value(i)), want, "row {i}");
-            assert_eq!(strs[i].as_deref(), Some(format!("r{}", i / 3).as_str()));
+            assert_eq!(text.as_deref(), Some(format!("r{}", i / 3).as_str()));
         }
         assert_eq!(t.unfit, unfit);
     }
