@@ -208,42 +208,24 @@ impl<'a> Cur<'a> {
     }
 }
 
-/// Names seen lately in one place of the rows: a direct-mapped table by a hash of the text's
-/// length and its first and last eight bytes (event types and processes interleave: the names
-/// of a few recent ones would often miss).
+/// Names seen lately in one place of the rows (event types interleave: the last one alone
+/// would often miss).
+#[derive(Default)]
 struct Recent<'a> {
     names: [&'a str; RECENT_NAMES],
+    next: usize,
 }
 
-impl Default for Recent<'_> {
-    fn default() -> Self {
-        Recent {
-            names: [""; RECENT_NAMES],
-        }
-    }
-}
-
-/// Names [`Recent`] remembers at most (a power of two).
-const RECENT_NAMES: usize = 64;
+/// Names [`Recent`] remembers.
+const RECENT_NAMES: usize = 8;
 
 impl<'a> Recent<'a> {
-    fn slot(b: &[u8]) -> usize {
-        let n = b.len();
-        let word = |at: usize| u64::from_ne_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-        let h = if n >= 8 {
-            word(0) ^ word(n - 8).rotate_left(29)
-        } else {
-            b.iter().fold(0u64, |h, &c| h << 8 | c as u64)
-        };
-        let h = (h ^ n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        (h >> (64 - RECENT_NAMES.trailing_zeros())) as usize
-    }
     fn find(&self, b: &[u8]) -> Option<&'a str> {
-        let s = self.names[Self::slot(b)];
-        super::arrow::same_bytes(s.as_bytes(), b).then_some(s)
+        self.names.iter().copied().find(|s| s.as_bytes() == b)
     }
     fn add(&mut self, s: &'a str) {
-        self.names[Self::slot(s.as_bytes())] = s;
+        self.names[self.next] = s;
+        self.next = (self.next + 1) % RECENT_NAMES;
     }
 }
 
