@@ -786,6 +786,52 @@ pub struct TypedColumns {
     last_unfit: u64,
     repeats: crate::decode::view::MemoGate,
     copy: CopyScratch,
+    /// The batch's rows by their tape (rows of an event type repeat earlier ones, not only the
+    /// one before: a row whose tape an earlier row of the batch had copies that row's values).
+    earlier: EarlierRows,
+}
+
+/// Rows of the batch being built, found by their tapes: tape hash → (row, where its tape is kept
+/// in `tapes`, its length, the values it added to `unfit`).
+#[derive(Default)]
+struct EarlierRows {
+    rows: crate::schema::registry::FastMap<u64, (u32, u32, u32, u32)>,
+    tapes: Vec<u8>,
+    gate: crate::decode::view::MemoGate,
+}
+
+/// Tape bytes [`EarlierRows`] keeps per batch at most.
+const EARLIER_TAPE_BYTES: usize = 1 << 20;
+
+impl EarlierRows {
+    fn hash(tape: &[u8]) -> u64 {
+        use std::hash::Hasher;
+        let mut h = crate::schema::registry::FastHasher::default();
+        h.write(tape);
+        h.finish()
+    }
+
+    /// The earlier row with this tape, and the values it added to `unfit`.
+    fn find(&self, hash: u64, tape: &[u8]) -> Option<(usize, u64)> {
+        let &(row, at, len, unfit) = self.rows.get(&hash)?;
+        let kept = &self.tapes[at as usize..(at + len) as usize];
+        (kept == tape).then_some((row as usize, unfit as u64))
+    }
+
+    fn add(&mut self, hash: u64, tape: &[u8], row: usize, unfit: u64) {
+        if self.tapes.len() + tape.len() > EARLIER_TAPE_BYTES {
+            return;
+        }
+        let at = self.tapes.len() as u32;
+        self.tapes.extend_from_slice(tape);
+        self.rows
+            .insert(hash, (row as u32, at, tape.len() as u32, unfit as u32));
+    }
+
+    fn clear(&mut self) {
+        self.rows.clear();
+        self.tapes.clear();
+    }
 }
 
 impl Default for TypedColumns {
@@ -813,6 +859,7 @@ impl TypedColumns {
             last_unfit: 0,
             repeats: Default::default(),
             copy: CopyScratch::default(),
+            earlier: EarlierRows::default(),
         }
     }
 
@@ -848,24 +895,59 @@ impl TypedColumns {
                 }
             }
             Some(_) => {
-                if !self.repeats.open() {
+                // The row before, then the batch's earlier rows: a row whose tape one of them had
+                // copies its values.
+                let adjacent = self.repeats.open();
+                if adjacent {
+                    // `last` is the previous row's tape and the builders hold that row (`rows`
+                    // counts this one's common columns: the batch has one before it).
+                    let repeat =
+                        self.common.rows() >= 2 && !self.last.is_empty() && self.last == tape;
+                    self.repeats.note(repeat);
+                    if repeat {
+                        return self.copy_last();
+                    }
+                    self.last.clear();
+                    self.last.extend_from_slice(tape);
+                } else {
                     // The rows go by unremembered: the next comparison must not use `last`.
                     self.last.clear();
-                    return self.append_props(tape);
                 }
-                // `last` is the previous row's tape and the builders hold that row (`rows`
-                // counts this one's common columns: the batch has one before it).
-                let repeat = self.common.rows() >= 2 && !self.last.is_empty() && self.last == tape;
-                self.repeats.note(repeat);
-                if repeat {
-                    return self.copy_last();
+                let hash = self.earlier.gate.open().then(|| EarlierRows::hash(tape));
+                if let Some(h) = hash {
+                    let found = self.earlier.find(h, tape);
+                    self.earlier.gate.note(found.is_some());
+                    if let Some((row, unfit)) = found {
+                        self.copy_row(row);
+                        self.unfit += unfit;
+                        self.last_unfit = unfit;
+                        return;
+                    }
                 }
-                self.last.clear();
-                self.last.extend_from_slice(tape);
                 let before = self.unfit;
+                let row = self.batch_rows();
                 self.append_props(tape);
                 self.last_unfit = self.unfit - before;
+                if let Some(h) = hash {
+                    self.earlier.add(h, tape, row, self.last_unfit);
+                }
             }
+        }
+    }
+
+    /// Rows the property columns hold (the batch's rows before the one being pushed).
+    fn batch_rows(&self) -> usize {
+        self.columns
+            .as_ref()
+            .and_then(|c| c.first())
+            .map_or(0, |c| c.builder.len())
+    }
+
+    /// Appends a copy of row `row`'s values (a row whose tape repeats that row's).
+    fn copy_row(&mut self, row: usize) {
+        let TypedColumns { columns, copy, .. } = self;
+        for c in columns.as_mut().expect("columns fixed") {
+            copy_elem(&c.kind, c.builder.as_mut(), row, copy);
         }
     }
 
@@ -1090,10 +1172,8 @@ impl TypedColumns {
 
     /// Appends a copy of the last row's values (a row whose tape repeats the last one's).
     fn copy_last(&mut self) {
-        let TypedColumns { columns, copy, .. } = self;
-        for c in columns.as_mut().expect("columns fixed") {
-            let last = c.builder.len() - 1;
-            copy_elem(&c.kind, c.builder.as_mut(), last, copy);
+        if let Some(last) = self.batch_rows().checked_sub(1) {
+            self.copy_row(last);
         }
         self.unfit += self.last_unfit;
     }
@@ -1155,6 +1235,8 @@ impl TypedColumns {
             .into_iter()
             .map(|(_, a)| a)
             .collect();
+        // Rows of the next batch are not found among this one's.
+        self.earlier.clear();
         for c in self.columns.as_mut().expect("columns fixed") {
             let a = c.builder.finish();
             // The next batch's builder sized as this one (no regrowing while it fills).
@@ -1371,6 +1453,59 @@ mod tests {
             assert_eq!(nums.is_valid(i).then(|| nums.value(i)), want, "row {i}");
             assert_eq!(text.as_deref(), Some(format!("r{}", i / 3).as_str()));
         }
+        assert_eq!(t.unfit, unfit);
+    }
+
+    #[test]
+    fn rows_repeating_earlier_rows_of_the_batch_are_copied_with_their_unfit_values() {
+        // Five tapes in turn (never the one before), past the rows that fix the columns and
+        // over a batch boundary: each row keeps its own values, each copy counts its unfit one.
+        let mut t = TypedColumns::new();
+        let e = test_record();
+        let value = |i: usize| match i % 5 {
+            0 => Value::U64(7),
+            1 => Value::String("seven".into()),
+            2 => Value::U64(11),
+            3 => Value::Null,
+            _ => Value::U64(13),
+        };
+        let push = |t: &mut TypedColumns, i: usize| {
+            let mut d = DecodedEvent::default();
+            d.properties.push("n", value(i));
+            d.properties.push("s", Value::String(format!("t{}", i % 5)));
+            t.push("f", 0, &e, &mut d);
+        };
+        let first = INFER_ROWS + 100;
+        for i in 0..first {
+            push(&mut t, i);
+        }
+        let mut batches = vec![(0, t.finish().unwrap())];
+        for i in first..first + 50 {
+            push(&mut t, i);
+        }
+        batches.push((first, t.finish().unwrap()));
+        let mut unfit = 0;
+        for (from, b) in &batches {
+            let nums = b.column(b.num_columns() - 2);
+            let nums = nums
+                .as_any()
+                .downcast_ref::<arrow_array::UInt64Array>()
+                .unwrap();
+            for (k, text) in texts(b).iter().enumerate() {
+                let i = from + k;
+                let want = match value(i) {
+                    Value::U64(v) => Some(v),
+                    Value::String(_) => {
+                        unfit += 1;
+                        None
+                    }
+                    _ => None,
+                };
+                assert_eq!(nums.is_valid(k).then(|| nums.value(k)), want, "row {i}");
+                assert_eq!(text.as_deref(), Some(format!("t{}", i % 5).as_str()));
+            }
+        }
+        assert_eq!(batches[1].1.num_rows(), 50);
         assert_eq!(t.unfit, unfit);
     }
 
