@@ -1433,15 +1433,26 @@ mod tests {
         }
         let b = t.finish().unwrap();
         assert_eq!(b.num_rows(), n);
+        let unfit = check_rows(&b, 0, value, |i| format!("r{}", i / 3));
+        assert_eq!(t.unfit, unfit);
+    }
+
+    /// Checks the rows of `b` (rows `from..` of what was pushed) against the number column's
+    /// `value(i)` and the text column's `text(i)`; returns how many values did not fit.
+    fn check_rows(
+        b: &RecordBatch,
+        from: usize,
+        value: impl Fn(usize) -> Value,
+        text: impl Fn(usize) -> String,
+    ) -> u64 {
         let nums = b.column(b.num_columns() - 2);
         let nums = nums
             .as_any()
             .downcast_ref::<arrow_array::UInt64Array>()
             .unwrap();
-        let strs = texts(&b);
-        assert_eq!(strs.len(), n);
         let mut unfit = 0;
-        for (i, text) in strs.iter().enumerate() {
+        for (k, got) in texts(b).iter().enumerate() {
+            let i = from + k;
             let want = match value(i) {
                 Value::U64(v) => Some(v),
                 Value::String(_) => {
@@ -1450,10 +1461,10 @@ mod tests {
                 }
                 _ => None,
             };
-            assert_eq!(nums.is_valid(i).then(|| nums.value(i)), want, "row {i}");
-            assert_eq!(text.as_deref(), Some(format!("r{}", i / 3).as_str()));
+            assert_eq!(nums.is_valid(k).then(|| nums.value(k)), want, "row {i}");
+            assert_eq!(got.as_deref(), Some(text(i).as_str()), "row {i}");
         }
-        assert_eq!(t.unfit, unfit);
+        unfit
     }
 
     #[test]
@@ -1484,27 +1495,10 @@ mod tests {
             push(&mut t, i);
         }
         batches.push((first, t.finish().unwrap()));
-        let mut unfit = 0;
-        for (from, b) in &batches {
-            let nums = b.column(b.num_columns() - 2);
-            let nums = nums
-                .as_any()
-                .downcast_ref::<arrow_array::UInt64Array>()
-                .unwrap();
-            for (k, text) in texts(b).iter().enumerate() {
-                let i = from + k;
-                let want = match value(i) {
-                    Value::U64(v) => Some(v),
-                    Value::String(_) => {
-                        unfit += 1;
-                        None
-                    }
-                    _ => None,
-                };
-                assert_eq!(nums.is_valid(k).then(|| nums.value(k)), want, "row {i}");
-                assert_eq!(text.as_deref(), Some(format!("t{}", i % 5).as_str()));
-            }
-        }
+        let unfit: u64 = batches
+            .iter()
+            .map(|(from, b)| check_rows(b, *from, value, |i| format!("t{}", i % 5)))
+            .sum();
         assert_eq!(batches[1].1.num_rows(), 50);
         assert_eq!(t.unfit, unfit);
     }
