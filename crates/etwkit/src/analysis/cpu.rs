@@ -7,7 +7,9 @@
 //! the decoder's stack index joined a kernel StackWalk to it (the stack's first frame is the
 //! instruction pointer); a sample without a stack stands for its instruction pointer alone. Frames
 //! are named `module+0xOFFSET` from the trace's own image events ([`ModuleMap`]: Image
-//! Load/DCStart/DCEnd, KernelTraceControl ImageID); kernel addresses are looked up in the kernel's
+//! Load/UnLoad/DCStart/DCEnd, KernelTraceControl ImageID, Process End) as they stood when the sample
+//! was taken (samples are grouped by process, the era of its modules and stack; a stack is named at
+//! its group's last sample); kernel addresses are looked up in the kernel's
 //! images (pid 0, else the System process, pid 4). An address in no module but in JIT-compiled
 //! .NET code is named by the trace's .NET method events (`Namespace.Method`; its module stays
 //! unknown, `?`). No PDBs are read: frames stay module+offset, as PerfView shows frames it could
@@ -66,6 +68,8 @@ pub struct CpuSample {
     pub stack: Vec<u64>,
     /// The record's pointer size (4 or 8): which addresses are kernel space.
     pub pointer_size: u8,
+    /// When it was taken (the record's timestamp): which modules its addresses name.
+    pub time: i64,
 }
 
 impl CpuSample {
@@ -92,15 +96,22 @@ impl CpuSample {
             ip,
             stack,
             pointer_size: rec.pointer_size,
+            time: rec.timestamp,
         })
     }
 }
 
-/// Samples of one (process, address stack).
-#[derive(Default)]
+/// Samples of one (process, address stack) within one era of the process's modules.
 struct Group {
     samples: u64,
+    /// The last sample's time: its frames are named by the modules loaded then.
+    time: i64,
 }
+
+/// What samples are grouped by: the process (id, and the name it had: a pid is reused), the era of
+/// its modules ([`ModuleMap::era`]: the same address may name another module in another era),
+/// and the frames (the stack, or the IP alone).
+type GroupKey = (Option<u32>, Option<Arc<str>>, u32, Vec<u64>);
 
 /// Accumulates samples, images and the sampling interval; [`CpuAnalyzer::report`] summarizes.
 #[derive(Default)]
@@ -108,8 +119,9 @@ pub struct CpuAnalyzer {
     modules: ModuleMap,
     /// JIT-compiled methods by process: start → (end, `Namespace.Name`).
     methods: HashMap<u32, std::collections::BTreeMap<u64, (u64, Arc<str>)>>,
-    /// Samples by (pid, frames: the stack, or the IP alone).
-    groups: HashMap<(Option<u32>, Vec<u64>), Group>,
+    /// Samples by process, era and frames.
+    groups: HashMap<GroupKey, Group>,
+    /// The last name each pid had (for its samples that came without one).
     names: HashMap<Option<u32>, Arc<str>>,
     total: u64,
     with_stack: u64,
@@ -132,9 +144,13 @@ impl CpuAnalyzer {
     pub fn add(&mut self, s: CpuSample) {
         self.total += 1;
         self.pointer_size = s.pointer_size;
-        if let Some(n) = s.process {
-            self.names.insert(s.pid, n);
-        }
+        let process = match s.process {
+            Some(n) => {
+                self.names.insert(s.pid, n.clone());
+                Some(n)
+            }
+            None => self.names.get(&s.pid).cloned(),
+        };
         let frames = match s.stack.is_empty() {
             true => vec![s.ip],
             false => {
@@ -142,7 +158,16 @@ impl CpuAnalyzer {
                 s.stack
             }
         };
-        self.groups.entry((s.pid, frames)).or_default().samples += 1;
+        let era = s.pid.map_or(0, |p| self.modules.era(p));
+        let g = self
+            .groups
+            .entry((s.pid, process, era, frames))
+            .or_insert(Group {
+                samples: 0,
+                time: s.time,
+            });
+        g.samples += 1;
+        g.time = g.time.max(s.time);
     }
 
     /// A decoded SampledProfile record (others are ignored): true when it was one. One whose
@@ -158,8 +183,8 @@ impl CpuAnalyzer {
         true
     }
 
-    /// An image event (kernel Image, KernelTraceControl ImageID) for naming frames: true when it
-    /// was one.
+    /// An image event (kernel Image, KernelTraceControl ImageID) for naming frames, or a kernel
+    /// Process End/Defunct (its modules end): true when it was an image event.
     pub fn add_image(&mut self, rec: &EventRecord<'_>) -> bool {
         self.modules.push(rec)
     }
@@ -249,16 +274,20 @@ impl CpuAnalyzer {
         self.total
     }
 
-    /// Names `addr` of process `pid`: in the process's modules, then the kernel's.
-    fn frame(&self, pid: Option<u32>, addr: u64) -> Frame {
+    /// Names `addr` of process `pid` at `time`: in the process's modules, then the kernel's.
+    fn frame(&self, pid: Option<u32>, addr: u64, time: i64) -> Frame {
         let kernel = match self.pointer_size {
             4 => addr >= 0x8000_0000,
             _ => addr >= 0x8000_0000_0000_0000,
         };
         let found = self
             .modules
-            .lookup(pid.unwrap_or(u32::MAX), addr)
-            .or_else(|| kernel.then(|| self.modules.lookup(4, addr)).flatten());
+            .lookup_at(pid.unwrap_or(u32::MAX), addr, time)
+            .or_else(|| {
+                kernel
+                    .then(|| self.modules.lookup_at(4, addr, time))
+                    .flatten()
+            });
         match found {
             Some((m, off)) => Frame {
                 address: addr,
@@ -281,14 +310,14 @@ impl CpuAnalyzer {
             0 => 0.0,
             t => n as f64 / t as f64,
         };
-        let mut procs: HashMap<Option<u32>, u64> = HashMap::new();
+        let mut procs: HashMap<(Option<u32>, Option<&Arc<str>>), u64> = HashMap::new();
         let mut exclusive: HashMap<String, u64> = HashMap::new();
         let mut inclusive: HashMap<String, u64> = HashMap::new();
-        // Named stacks by (pid, frames): distinct addresses name distinct frames.
+        // Named stacks by (process, era, frames): distinct addresses name distinct frames.
         let mut stacks: Vec<NamedStack> = Vec::with_capacity(self.groups.len());
-        for ((pid, addrs), g) in &self.groups {
-            *procs.entry(*pid).or_default() += g.samples;
-            let named: Vec<Frame> = addrs.iter().map(|&a| self.frame(*pid, a)).collect();
+        for ((pid, process, _, addrs), g) in &self.groups {
+            *procs.entry((*pid, process.as_ref())).or_default() += g.samples;
+            let named: Vec<Frame> = addrs.iter().map(|&a| self.frame(*pid, a, g.time)).collect();
             let module = |f: &Frame| f.module.clone().unwrap_or_else(|| UNKNOWN_MODULE.into());
             if let Some(leaf) = named.first() {
                 *exclusive.entry(module(leaf)).or_default() += g.samples;
@@ -301,27 +330,43 @@ impl CpuAnalyzer {
             }
             stacks.push(NamedStack {
                 pid: *pid,
-                process: self.names.get(pid).map(|n| n.to_string()),
+                process: process.as_ref().map(|n| n.to_string()),
                 samples: g.samples,
                 frames: named,
             });
         }
+        // The same named stack from two eras of its process's modules is one stack.
+        stacks.sort_by(|a, b| (a.pid, &a.process, &a.frames).cmp(&(b.pid, &b.process, &b.frames)));
+        stacks.dedup_by(|later, kept| {
+            let same = (later.pid, &later.process, &later.frames)
+                == (kept.pid, &kept.process, &kept.frames);
+            if same {
+                kept.samples += later.samples;
+            }
+            same
+        });
         stacks.sort_by(|a, b| {
             b.samples
                 .cmp(&a.samples)
                 .then(a.pid.cmp(&b.pid))
+                .then_with(|| a.process.cmp(&b.process))
                 .then_with(|| a.frames.cmp(&b.frames))
         });
         let mut processes: Vec<ProcessSamples> = procs
             .into_iter()
-            .map(|(pid, samples)| ProcessSamples {
+            .map(|((pid, name), samples)| ProcessSamples {
                 pid,
-                name: self.names.get(&pid).map(|n| n.to_string()),
+                name: name.map(|n| n.to_string()),
                 samples,
                 share: share(samples),
             })
             .collect();
-        processes.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));
+        processes.sort_by(|a, b| {
+            b.samples
+                .cmp(&a.samples)
+                .then(a.pid.cmp(&b.pid))
+                .then_with(|| a.name.cmp(&b.name))
+        });
         let ranked = |m: HashMap<String, u64>| {
             let mut v: Vec<ModuleSamples> = m
                 .into_iter()
@@ -638,6 +683,7 @@ mod tests {
             ip,
             stack: stack.to_vec(),
             pointer_size: 8,
+            time: 0,
         }
     }
 
@@ -725,6 +771,69 @@ mod tests {
         assert!(frames.contains(&&vec!["Other".to_string()]), "{frames:?}");
         // Their module stays unknown.
         assert_eq!(module_totals(&r)[UNKNOWN_MODULE], (2, 2));
+    }
+
+    #[test]
+    fn frames_are_named_by_the_modules_of_their_time() {
+        let mut an = CpuAnalyzer::new();
+        let at = |pid: u32, name: &str, ip: u64, stack: &[u64], time: i64| CpuSample {
+            process: Some(Arc::from(name)),
+            time,
+            ..sample(pid, ip, stack)
+        };
+        let m = an.modules_mut();
+        m.insert(0, K, K + 0x10_0000, r"\SystemRoot\system32\ntoskrnl.exe");
+        m.insert_loaded(10, 0x40_0000, 0x41_0000, r"C:\a.exe", 100);
+        m.insert_loaded(10, 0x7000_0000, 0x7001_0000, r"C:\one.dll", 100);
+        // a.exe in one.dll, twice; then one.dll is unloaded and two.dll loaded at its address.
+        an.add(at(10, "a.exe", 0x7000_0010, &[0x7000_0010, 0x40_0020], 150));
+        an.add(at(10, "a.exe", 0x7000_0010, &[0x7000_0010, 0x40_0020], 160));
+        an.add(at(10, "a.exe", 0x40_0030, &[], 170));
+        let m = an.modules_mut();
+        m.unload(10, 0x7000_0000, 0x7001_0000, r"C:\one.dll", 200);
+        m.insert_loaded(10, 0x7000_0000, 0x7002_0000, r"C:\two.dll", 210);
+        an.add(at(10, "a.exe", 0x7000_0010, &[0x7000_0010, 0x40_0020], 250));
+        // The same IP alone in both eras: one stack.
+        an.add(at(10, "a.exe", 0x40_0030, &[], 260));
+        // Process 10 ends; pid 10 is then b.exe, which has a module where a.exe had its own.
+        an.modules_mut().end_process(10, 300);
+        an.modules_mut()
+            .insert_loaded(10, 0x40_0000, 0x40_8000, r"C:\b.exe", 400);
+        an.add(at(10, "b.exe", 0x40_0020, &[0x40_0020, K + 5], 500));
+        an.add(at(10, "b.exe", 0x40_9000, &[], 510));
+        let r = an.report(10, 10);
+        let procs: Vec<(Option<u32>, Option<&str>, u64)> = r
+            .processes
+            .iter()
+            .map(|p| (p.pid, p.name.as_deref(), p.samples))
+            .collect();
+        assert_eq!(
+            procs,
+            [(Some(10), Some("a.exe"), 5), (Some(10), Some("b.exe"), 2)]
+        );
+        let stacks: Vec<(&str, u64, Vec<&str>)> = r
+            .top_stacks
+            .iter()
+            .map(|s| {
+                let frames = s.frames.iter().map(|f| f.as_str()).collect();
+                (s.process.as_deref().unwrap(), s.samples, frames)
+            })
+            .collect();
+        assert_eq!(
+            stacks,
+            [
+                ("a.exe", 2, vec!["a.exe+0x30"]),
+                ("a.exe", 2, vec!["one.dll+0x10", "a.exe+0x20"]),
+                ("a.exe", 1, vec!["two.dll+0x10", "a.exe+0x20"]),
+                ("b.exe", 1, vec!["b.exe+0x20", "ntoskrnl.exe+0x5"]),
+                ("b.exe", 1, vec!["0x409000"]),
+            ]
+        );
+        let t = module_totals(&r);
+        assert_eq!(
+            (t["one.dll"], t["two.dll"], t["a.exe"], t["b.exe"]),
+            ((2, 2), (1, 1), (2, 5), (1, 1))
+        );
     }
 
     #[test]

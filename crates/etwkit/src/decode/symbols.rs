@@ -1,9 +1,9 @@
 //! Naming stack addresses: [`Frame`], the [`StackNamer`] trait every namer implements (the Linux
 //! ELF unwinder in `live::linux::unwind`, [`ModuleNamer`] here), and [`ModuleMap`], the modules a
-//! trace's own image events load (Windows kernel Image Load/DCStart/DCEnd, KernelTraceControl
-//! ImageID, etwkit's Image events), by process and address range.
+//! trace's own image events load (Windows kernel Image Load/UnLoad/DCStart/DCEnd, KernelTraceControl
+//! ImageID, etwkit's Image events), by process, address range and time.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::event::EventRecord;
@@ -67,7 +67,20 @@ pub const IMAGE_CLASS: Guid = Guid::from_str_const("2cb15d1d-5fc1-11d2-abe1-00a0
 /// KernelTraceControl ImageID (opcode 0): the rundown of loaded images with their original names.
 pub const IMAGE_ID_CLASS: Guid = crate::schema::builtin::kernel_mof::KTC_IMAGE_ID;
 
-/// One loaded module of a process.
+/// Kernel Process class: its End (2) and Defunct (39) events end every module of the process (its
+/// pid may then name another process, with modules of its own).
+pub const PROCESS_CLASS: Guid = Guid::from_str_const("3d6fa8d0-fe05-11d0-9dda-00c04fd7ba7c");
+
+/// Image event types.
+const IMAGE_LOAD: u8 = 10;
+const IMAGE_UNLOAD: u8 = 2;
+const IMAGE_DC_START: u8 = 3;
+const IMAGE_DC_END: u8 = 4;
+/// Process event types that end a process.
+const PROCESS_END: u8 = 2;
+const PROCESS_DEFUNCT: u8 = 39;
+
+/// One module of a process: its range's end, where it came from, and since when it was there.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Module {
     end: u64,
@@ -75,15 +88,108 @@ struct Module {
     file_offset: u64,
     /// The path as the event gives it.
     path: Arc<str>,
+    /// When it was loaded (the event's timestamp); `i64::MIN` when that was before the trace or
+    /// is not known (a rundown names it, or its unload is the first the trace shows of it).
+    loaded: i64,
 }
 
-/// The modules loaded in each process, by address range, from a trace's own image events:
-/// Windows kernel Image Load/DCStart/DCEnd, KernelTraceControl ImageID rundown (where no Image
-/// event covers the range), and etwkit's Image events. A later load over a range replaces what
-/// was there; unloads are kept (the blocks of an unloaded module still name it).
+/// One process id's modules: those loaded now by address, those that ended, and how many times a
+/// loaded module ended (the space's era: within one era every address names one module).
+#[derive(Default)]
+struct Space {
+    current: BTreeMap<u64, Module>,
+    /// Modules that ended: their start, the module, and when it ended (unloaded, loaded over, or
+    /// its process ended), in the order they ended.
+    ended: Vec<(u64, Module, i64)>,
+    era: u32,
+}
+
+impl Space {
+    /// Starts of the loaded modules overlapping `start..end`.
+    fn overlapping(&self, start: u64, end: u64) -> Vec<u64> {
+        self.current
+            .range(..end)
+            .rev()
+            .take_while(|(_, m)| m.end > start)
+            .map(|(s, _)| *s)
+            .collect()
+    }
+
+    /// Ends the loaded module at `start` at time `at`.
+    fn end(&mut self, start: u64, at: i64) {
+        if let Some(m) = self.current.remove(&start) {
+            self.ended.push((start, m, at));
+            self.era += 1;
+        }
+    }
+
+    /// The latest end of a module that overlapped `start..end` (`i64::MIN`: none): a module the
+    /// trace names with no time of its own was loaded after it.
+    fn last_end_over(&self, start: u64, end: u64) -> i64 {
+        self.ended
+            .iter()
+            .filter(|(s, m, _)| *s < end && m.end > start)
+            .map(|(_, _, at)| *at)
+            .max()
+            .unwrap_or(i64::MIN)
+    }
+
+    /// The module holding `addr`: the loaded one, else the one that ended last.
+    fn find(&self, addr: u64) -> Option<(u64, &Module)> {
+        if let Some((s, m)) = self.current.range(..=addr).next_back() {
+            if addr < m.end {
+                return Some((*s, m));
+            }
+        }
+        self.ended
+            .iter()
+            .rev()
+            .find(|(s, m, _)| *s <= addr && addr < m.end)
+            .map(|(s, m, _)| (*s, m))
+    }
+
+    /// The module holding `addr` at `time`: loaded at or before it and not ended by then.
+    fn find_at(&self, addr: u64, time: i64) -> Option<(u64, &Module)> {
+        if let Some((s, m)) = self.current.range(..=addr).next_back() {
+            if addr < m.end && m.loaded <= time {
+                return Some((*s, m));
+            }
+        }
+        self.ended
+            .iter()
+            .rev()
+            .find(|(s, m, at)| *s <= addr && addr < m.end && m.loaded <= time && time < *at)
+            .map(|(s, m, _)| (*s, m))
+    }
+}
+
+/// How an image event places its module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placed {
+    /// Loaded at this time (Image Load; etwkit's mappings with their time).
+    Load(i64),
+    /// Named by a rundown (Image DCStart/DCEnd; etwkit's mappings): loaded before the trace, or
+    /// after the last module the trace saw end in its range.
+    Rundown,
+    /// Unloaded at this time (Image UnLoad).
+    Unload(i64),
+    /// KernelTraceControl ImageID: names a range only where no Image event does.
+    ImageId,
+}
+
+/// The modules loaded in each process, by address range and time, from a trace's own image
+/// events: Windows kernel Image Load/UnLoad/DCStart/DCEnd, KernelTraceControl ImageID rundown (where
+/// no Image event covers the range), etwkit's Image events, and kernel Process End/Defunct (the end
+/// of every module of the process: its pid may then name another process).
+///
+/// [`ModuleMap::lookup_at`] names an address as it was at a time: a module unloaded, or one of a
+/// process that ended, no longer names the addresses a later module (of the same or of a new process
+/// with the same pid) holds, and the earlier module still names its own time's addresses.
+/// [`ModuleMap::lookup`], without a time, names by the module loaded now, else the one that ended
+/// last (the blocks a leak report shows may come from a module since unloaded).
 #[derive(Default)]
 pub struct ModuleMap {
-    by_pid: HashMap<u32, std::collections::BTreeMap<u64, Module>>,
+    by_pid: HashMap<u32, Space>,
     decoder: Option<Box<crate::decode::Decoder>>,
     /// Image events that could not be read.
     pub malformed: u64,
@@ -108,89 +214,173 @@ impl ModuleMap {
         ModuleMap::default()
     }
 
-    /// Modules known, over all processes.
+    /// Modules known (loaded now or ended), over all processes.
     pub fn len(&self) -> usize {
-        self.by_pid.values().map(|m| m.len()).sum()
+        self.by_pid
+            .values()
+            .map(|s| s.current.len() + s.ended.len())
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Records that `path` is loaded at `start..end` in `pid` (replacing what overlaps it).
+    /// Records that `path` is loaded at `start..end` in `pid` since before the trace (replacing
+    /// what overlaps it).
     pub fn insert(&mut self, pid: u32, start: u64, end: u64, path: &str) {
-        self.insert_at(pid, start, end, 0, path, true)
+        self.insert_at(pid, start, end, 0, path, Placed::Rundown)
+    }
+
+    /// Records that `path` was loaded at `start..end` in `pid` at `time`: what overlaps it ends then.
+    pub fn insert_loaded(&mut self, pid: u32, start: u64, end: u64, path: &str, time: i64) {
+        self.insert_at(pid, start, end, 0, path, Placed::Load(time))
+    }
+
+    /// Records that the module at `start` of `pid` was unloaded at `time`.
+    pub fn unload(&mut self, pid: u32, start: u64, end: u64, path: &str, time: i64) {
+        self.insert_at(pid, start, end, 0, path, Placed::Unload(time))
+    }
+
+    /// Records that process `pid` ended at `time`: each of its modules ends then.
+    pub fn end_process(&mut self, pid: u32, time: i64) {
+        if let Some(space) = self.by_pid.get_mut(&pid) {
+            let starts: Vec<u64> = space.current.keys().copied().collect();
+            for s in starts {
+                space.end(s, time);
+            }
+        }
     }
 
     /// An etwkit executable mapping (its file offset kept: offsets are file offsets).
     pub fn insert_mapping(&mut self, m: &ImageMapping) {
-        self.insert_at(m.pid, m.start, m.end, m.file_offset, &m.path, true)
+        self.insert_at(
+            m.pid,
+            m.start,
+            m.end,
+            m.file_offset,
+            &m.path,
+            Placed::Rundown,
+        )
     }
 
-    fn insert_at(&mut self, pid: u32, start: u64, end: u64, off: u64, path: &str, replace: bool) {
+    fn insert_at(&mut self, pid: u32, start: u64, end: u64, off: u64, path: &str, how: Placed) {
         if end <= start {
             self.malformed += 1;
             return;
         }
-        let map = self.by_pid.entry(pid).or_default();
-        let overlapping: Vec<u64> = map
-            .range(..end)
-            .rev()
-            .take_while(|(_, m)| m.end > start)
-            .map(|(s, _)| *s)
-            .collect();
-        if !overlapping.is_empty() && !replace {
-            return;
+        let space = self.by_pid.entry(pid).or_default();
+        let overlapping = space.overlapping(start, end);
+        let module = |loaded: i64| Module {
+            end,
+            file_offset: off,
+            path: Arc::from(path),
+            loaded,
+        };
+        match how {
+            Placed::Load(time) => {
+                for s in overlapping {
+                    space.end(s, time);
+                }
+                space.current.insert(start, module(time));
+            }
+            Placed::Rundown => {
+                // The same module named again (a DCEnd after its Load or DCStart) keeps its time.
+                let same = space
+                    .current
+                    .get(&start)
+                    .filter(|m| m.end == end)
+                    .map(|m| m.loaded);
+                for s in overlapping {
+                    space.current.remove(&s);
+                }
+                let loaded = same.unwrap_or_else(|| space.last_end_over(start, end));
+                space.current.insert(start, module(loaded));
+            }
+            Placed::ImageId => {
+                if overlapping.is_empty() {
+                    let loaded = space.last_end_over(start, end);
+                    space.current.insert(start, module(loaded));
+                }
+            }
+            Placed::Unload(time) => {
+                if space.current.contains_key(&start) {
+                    space.end(start, time);
+                } else if overlapping.is_empty() && !space.ended.iter().any(|(s, _, _)| *s == start)
+                {
+                    // First seen unloading: it was there until then.
+                    let loaded = space.last_end_over(start, end);
+                    space.ended.push((start, module(loaded), time));
+                }
+            }
         }
-        for s in overlapping {
-            map.remove(&s);
-        }
-        map.insert(
-            start,
-            Module {
-                end,
-                file_offset: off,
-                path: Arc::from(path),
-            },
-        );
     }
 
     /// The module holding `addr` in `pid` (kernel images, listed under pid 0, serve every
-    /// process): its file name and the address's offset in it.
+    /// process): its file name and the address's offset in it. The module loaded now, else the
+    /// one that ended last.
     pub fn lookup(&self, pid: u32, addr: u64) -> Option<(&str, u64)> {
-        let (start, _, path, off) = self.find(pid, addr)?;
-        Some((base_name(path), addr - start + off))
+        let (start, m) = self.find(pid, addr, None)?;
+        Some((base_name(&m.path), addr - start + m.file_offset))
+    }
+
+    /// [`ModuleMap::lookup`] as it was at `time`: the module loaded at or before `time` and not
+    /// ended by then.
+    pub fn lookup_at(&self, pid: u32, addr: u64, time: i64) -> Option<(&str, u64)> {
+        let (start, m) = self.find(pid, addr, Some(time))?;
+        Some((base_name(&m.path), addr - start + m.file_offset))
     }
 
     /// The module holding `addr` in `pid` (or a kernel image): start, end and path as loaded.
     pub fn module_at(&self, pid: u32, addr: u64) -> Option<(u64, u64, &str)> {
-        self.find(pid, addr).map(|(s, e, p, _)| (s, e, p))
+        self.find(pid, addr, None)
+            .map(|(s, m)| (s, m.end, &*m.path))
     }
 
-    fn find(&self, pid: u32, addr: u64) -> Option<(u64, u64, &str, u64)> {
+    /// How many times a module of `pid` in effect ended (unloaded, loaded over, its process
+    /// ended): between two changes of this count every address names one module.
+    pub fn era(&self, pid: u32) -> u32 {
+        self.by_pid.get(&pid).map_or(0, |s| s.era)
+    }
+
+    fn find(&self, pid: u32, addr: u64, time: Option<i64>) -> Option<(u64, &Module)> {
         let find = |pid: u32| {
-            let (s, m) = self.by_pid.get(&pid)?.range(..=addr).next_back()?;
-            (addr < m.end).then(|| (*s, m.end, &*m.path, m.file_offset))
+            let space = self.by_pid.get(&pid)?;
+            match time {
+                Some(t) => space.find_at(addr, t),
+                None => space.find(addr),
+            }
         };
         find(pid).or_else(|| if pid != 0 { find(0) } else { None })
     }
 
-    /// Feeds one record: image events are kept, others ignored. True when it was an image event.
+    /// Feeds one record: image events are kept, Process End/Defunct end their process's modules,
+    /// others are ignored. True when it was an image event.
     pub fn push(&mut self, r: &EventRecord<'_>) -> bool {
-        let (image_id, load) = match (r.provider, r.descriptor.opcode) {
-            (IMAGE_CLASS, 10 | 3 | 4) => (false, true),
-            (IMAGE_ID_CLASS, 0) => (true, true),
-            _ => (false, false),
+        let op = r.descriptor.opcode;
+        let how = match (r.provider, op) {
+            (IMAGE_CLASS, IMAGE_LOAD) => Placed::Load(r.timestamp),
+            (IMAGE_CLASS, IMAGE_DC_START | IMAGE_DC_END) => Placed::Rundown,
+            (IMAGE_CLASS, IMAGE_UNLOAD) => Placed::Unload(r.timestamp),
+            (IMAGE_ID_CLASS, 0) => Placed::ImageId,
+            (PROCESS_CLASS, PROCESS_END | PROCESS_DEFUNCT) if r.header_type.is_kernel() => {
+                let pid = self
+                    .decoder()
+                    .decode(r)
+                    .properties
+                    .get("ProcessId")
+                    .and_then(|v| v.as_u64());
+                if let Some(pid) = pid {
+                    self.end_process(pid as u32, r.timestamp);
+                }
+                return false;
+            }
+            _ => return false,
         };
-        if !load || r.header_type.is_event_header() {
+        if r.header_type.is_event_header() {
             return false;
         }
-        let dec = self.decoder.get_or_insert_with(|| {
-            Box::new(crate::decode::Decoder::new(
-                crate::schema::Registry::with_builtins(),
-            ))
-        });
-        let ev = dec.decode(r);
+        let ev = self.decoder().decode(r);
         let p = &ev.properties;
         let num = |names: &[&str]| names.iter().find_map(|n| p.get(n)?.as_u64());
         let text = |names: &[&str]| names.iter().find_map(|n| p.get(n)?.as_str());
@@ -203,18 +393,26 @@ impl ModuleMap {
         };
         let name = name.to_string();
         // ImageID's own ProcessId is often 0: the rundown's header names the process.
-        let pid = match image_id {
-            true => r.pid,
-            false => num(&["ProcessId", "ProcessID"])
+        let pid = match how {
+            Placed::ImageId => r.pid,
+            _ => num(&["ProcessId", "ProcessID"])
                 .map(|p| p as u32)
                 .unwrap_or(r.pid),
         };
-        // ImageID only fills ranges no Image event covers (Image events name the file loaded).
-        self.insert_at(pid, base, base.saturating_add(size), 0, &name, !image_id);
+        self.insert_at(pid, base, base.saturating_add(size), 0, &name, how);
         true
     }
 
-    /// Every module of these processes (and pid 0's), as etwkit Image mappings.
+    fn decoder(&mut self) -> &crate::decode::Decoder {
+        self.decoder.get_or_insert_with(|| {
+            Box::new(crate::decode::Decoder::new(
+                crate::schema::Registry::with_builtins(),
+            ))
+        })
+    }
+
+    /// Every module of these processes (and pid 0's), as etwkit Image mappings: those loaded now,
+    /// then those that ended.
     pub fn mappings_of(&self, pids: &[u32]) -> Vec<ImageMapping> {
         let mut keys: Vec<&u32> = self
             .by_pid
@@ -224,13 +422,19 @@ impl ModuleMap {
         keys.sort();
         keys.into_iter()
             .flat_map(|pid| {
-                self.by_pid[pid].iter().map(|(s, m)| ImageMapping {
-                    pid: *pid,
-                    start: *s,
-                    end: m.end,
-                    file_offset: m.file_offset,
-                    path: m.path.to_string(),
-                })
+                let space = &self.by_pid[pid];
+                let ended = space.ended.iter().map(|(s, m, _)| (s, m));
+                space
+                    .current
+                    .iter()
+                    .chain(ended)
+                    .map(|(s, m)| ImageMapping {
+                        pid: *pid,
+                        start: *s,
+                        end: m.end,
+                        file_offset: m.file_offset,
+                        path: m.path.to_string(),
+                    })
             })
             .collect()
     }
@@ -261,5 +465,92 @@ impl StackNamer for ModuleNamer {
                 None => Frame::unknown(a),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The module name `lookup_at` gives, if any.
+    fn at(m: &ModuleMap, pid: u32, addr: u64, time: i64) -> Option<String> {
+        m.lookup_at(pid, addr, time).map(|(n, _)| n.to_string())
+    }
+
+    #[test]
+    fn a_range_reloaded_names_each_module_in_its_time() {
+        let mut m = ModuleMap::new();
+        let b = 0x1000_0000;
+        m.insert_loaded(7, b, b + 0x1000, r"C:\a.dll", 100);
+        assert_eq!(m.era(7), 0);
+        m.unload(7, b, b + 0x1000, r"\Device\HarddiskVolume1\a.dll", 200);
+        assert_eq!(m.era(7), 1);
+        m.insert_loaded(7, b, b + 0x2000, r"C:\b.dll", 300);
+        assert_eq!(at(&m, 7, b + 0x10, 99), None, "before a.dll was loaded");
+        assert_eq!(at(&m, 7, b + 0x10, 100).as_deref(), Some("a.dll"));
+        assert_eq!(m.lookup_at(7, b + 0x10, 199), Some(("a.dll", 0x10)));
+        assert_eq!(at(&m, 7, b + 0x10, 200), None, "unloaded at 200");
+        assert_eq!(at(&m, 7, b + 0x10, 300).as_deref(), Some("b.dll"));
+        assert_eq!(at(&m, 7, b + 0x1800, 150), None, "outside a.dll");
+        assert_eq!(m.lookup_at(7, b + 0x1800, 400), Some(("b.dll", 0x1800)));
+        // Without a time: the module loaded now, else the one that ended last.
+        assert_eq!(m.lookup(7, b + 0x10), Some(("b.dll", 0x10)));
+        m.unload(7, b, b + 0x2000, r"C:\b.dll", 500);
+        assert_eq!(m.lookup(7, b + 0x10), Some(("b.dll", 0x10)));
+        assert_eq!(m.module_at(7, b + 0x10), Some((b, b + 0x2000, r"C:\b.dll")));
+        assert_eq!(at(&m, 7, b + 0x10, 500), None);
+        assert_eq!((m.era(7), m.len()), (2, 2));
+        // A load over a loaded module ends it.
+        m.insert_loaded(7, 0x5000, 0x6000, "c.dll", 600);
+        m.insert_loaded(7, 0x5800, 0x7000, "d.dll", 700);
+        assert_eq!(m.era(7), 3);
+        assert_eq!(at(&m, 7, 0x5900, 650).as_deref(), Some("c.dll"));
+        assert_eq!(at(&m, 7, 0x5900, 700).as_deref(), Some("d.dll"));
+        assert_eq!(at(&m, 7, 0x5100, 700), None, "c.dll ended at 700");
+    }
+
+    #[test]
+    fn a_reused_pid_does_not_inherit_modules() {
+        let mut m = ModuleMap::new();
+        m.insert(9, 0x40_0000, 0x41_0000, r"C:\old.exe");
+        m.insert(0, 0x8000_0000, 0x8010_0000, r"\SystemRoot\ntoskrnl.exe");
+        m.end_process(9, 1_000);
+        m.insert_loaded(9, 0x40_0000, 0x42_0000, r"C:\new.exe", 2_000);
+        assert_eq!(at(&m, 9, 0x40_0100, 500).as_deref(), Some("old.exe"));
+        assert_eq!(at(&m, 9, 0x40_0100, 1_500), None, "between the processes");
+        assert_eq!(at(&m, 9, 0x40_0100, 2_500).as_deref(), Some("new.exe"));
+        assert_eq!(at(&m, 9, 0x41_0100, 500), None, "beyond old.exe");
+        // Kernel images (pid 0) serve every process at any time.
+        assert_eq!(
+            at(&m, 9, 0x8000_0010, 1_500).as_deref(),
+            Some("ntoskrnl.exe")
+        );
+        assert_eq!(m.era(9), 1);
+        assert_eq!(m.era(123), 0);
+    }
+
+    #[test]
+    fn rundowns_and_first_seen_unloads() {
+        let mut m = ModuleMap::new();
+        // Unloaded before anything else showed it: there until then.
+        m.unload(5, 0x1000, 0x2000, "early.dll", 300);
+        assert_eq!(at(&m, 5, 0x1100, 0).as_deref(), Some("early.dll"));
+        assert_eq!(at(&m, 5, 0x1100, 300), None);
+        assert_eq!(m.era(5), 0, "no loaded module ended");
+        // Named only by the end rundown: loaded after the module that ended in its range.
+        m.insert(5, 0x1000, 0x3000, "late.dll");
+        assert_eq!(at(&m, 5, 0x1100, 299).as_deref(), Some("early.dll"));
+        assert_eq!(at(&m, 5, 0x1100, 300).as_deref(), Some("late.dll"));
+        assert_eq!(at(&m, 5, 0x2100, 10), None, "late.dll came after 300");
+        // The end rundown of a module loaded in the trace keeps its load time.
+        m.insert_loaded(5, 0x9000, 0xa000, "x.dll", 50);
+        m.insert(5, 0x9000, 0xa000, r"\Device\HarddiskVolume1\x.dll");
+        assert_eq!(at(&m, 5, 0x9000, 49), None);
+        assert_eq!(at(&m, 5, 0x9000, 50).as_deref(), Some("x.dll"));
+        // An unload seen twice counts once.
+        m.unload(5, 0x9000, 0xa000, "x.dll", 60);
+        m.unload(5, 0x9000, 0xa000, "x.dll", 70);
+        assert_eq!(at(&m, 5, 0x9000, 65), None);
+        assert_eq!(m.len(), 3);
     }
 }
