@@ -1168,18 +1168,6 @@ impl ColumnWriter {
             }
             chunk.statistics = Some(stats);
         }
-        if std::env::var_os("ETWKIT_DICTDBG").is_some()
-            && (self.dictionary_pages > 0 || self.opts.dictionary)
-        {
-            eprintln!(
-                "DICT {} values={} distinct={} on={} pages={}",
-                self.leaf.path.join("."),
-                chunk.num_values,
-                self.dictionary.spans.len(),
-                self.dictionary_on,
-                self.dictionary_pages
-            );
-        }
         self.dictionary = Dictionary::default();
         self.dictionary_on = self.opts.dictionary && self.leaf.physical != Physical::Boolean;
         self.dictionary_pages = 0;
