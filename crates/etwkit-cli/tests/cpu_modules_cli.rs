@@ -5,12 +5,17 @@
 //!
 //! - pid 600 is `a.exe`; it loads one.dll, samples run in it, it unloads it and loads two.dll at
 //!   the same address; more samples;
-//! - `a.exe` ends, pid 600 becomes `b.exe`, whose image lies where `a.exe`'s did.
+//! - `a.exe` ends, pid 600 becomes `b.exe`, whose image lies where `a.exe`'s did;
+//! - .NET code: `App.Hot` is JIT-compiled (MethodLoadVerbose), unloaded (MethodUnloadVerbose) and
+//!   `App.Other` compiled at its address; `b.exe` runs at that address too, with no method there.
 
 #[path = "../../etwkit/tests/heap_common/windows_etl.rs"]
 mod windows_etl;
 
+use std::borrow::Cow;
+
 use etwkit::etl::writer::{Writer, WriterOptions};
+use etwkit::event::{EventDescriptor, EventRecord, HeaderType};
 use serde_json::Value;
 use windows_etl::sys_record;
 
@@ -96,11 +101,61 @@ fn sample(tid: u32, ip: u64, stack: &[u64], ts: i64) -> Vec<Vec<u8>> {
     out
 }
 
+/// The .NET runtime's MethodLoadVerbose (143) or MethodUnloadVerbose (144), version 1: MethodID,
+/// ModuleID, MethodStartAddress, MethodSize, MethodToken, MethodFlags (2: jitted), MethodNamespace,
+/// MethodName, MethodSignature, ClrInstanceID.
+fn method(id: u16, start: u64, size: u32, name: &str, time: i64) -> EventRecord<'static> {
+    let mut p = Vec::new();
+    for v in [0x7ff0_1234u64, 0x7ff0_5678, start] {
+        p.extend_from_slice(&v.to_le_bytes());
+    }
+    for v in [size, 0x0600_0001, 2] {
+        p.extend_from_slice(&v.to_le_bytes());
+    }
+    let (ns, name) = name.rsplit_once('.').unwrap();
+    for text in [ns, name, "void  ()"] {
+        for c in text.encode_utf16().chain([0]) {
+            p.extend_from_slice(&c.to_le_bytes());
+        }
+    }
+    p.extend_from_slice(&9u16.to_le_bytes());
+    EventRecord {
+        header_type: HeaderType::EventHeader64,
+        flags: 0,
+        provider: etwkit::Guid::from_str_const("e13c0d23-ccbc-4e12-931b-d9cc2eee27e4"),
+        descriptor: EventDescriptor {
+            id,
+            version: 1,
+            channel: 0,
+            level: 5,
+            opcode: if id == 143 { 37 } else { 38 },
+            task: 9,
+            keywords: 0x18,
+        },
+        hook_id: None,
+        pid: PID,
+        tid: 601,
+        cpu: 0,
+        timestamp: time,
+        raw_timestamp: 0,
+        kernel_time: 0,
+        user_time: 0,
+        activity_id: etwkit::Guid::default(),
+        pointer_size: 8,
+        payload: Cow::Owned(p),
+        ext: Cow::Borrowed(&[]),
+    }
+}
+
+/// Where `App.Hot`, then `App.Other` are JIT-compiled.
+const JIT: u64 = 0x9000_0000;
+
 fn write(path: &std::path::Path) {
     let start = 133_000_000_000_000_000i64;
     let mut w = Writer::create(path, WriterOptions::new(start)).unwrap();
     let clock = *w.clock();
     let t = |n: i64| clock.to_raw(start + 10_000 + n);
+    let utc = |n: i64| start + 10_000 + n;
     let (one, two, a, b) = (ONE.0 + 0x10, TWO.0 + 0x10, A_EXE.0 + 0x20, B_EXE.0 + 0x20);
     let mut recs = vec![
         image(IMAGE_DC_START, 0, KERNEL, t(10)),
@@ -112,6 +167,20 @@ fn write(path: &std::path::Path) {
     recs.extend(sample(601, one, &[one, a], t(110)));
     // In a.exe beyond where b.exe will lie.
     recs.extend(sample(601, A_EXE.0 + 0x9000, &[], t(120)));
+    for r in recs.drain(..) {
+        w.write_raw(&r, 0, &clock).unwrap();
+    }
+    w.write_event(&method(143, JIT, 0x100, "App.Hot", utc(125)))
+        .unwrap();
+    recs.extend(sample(601, JIT + 0x10, &[JIT + 0x10, a], t(130)));
+    for r in recs.drain(..) {
+        w.write_raw(&r, 0, &clock).unwrap();
+    }
+    w.write_event(&method(144, JIT, 0x100, "App.Hot", utc(140)))
+        .unwrap();
+    w.write_event(&method(143, JIT, 0x80, "App.Other", utc(145)))
+        .unwrap();
+    recs.extend(sample(601, JIT + 0x10, &[JIT + 0x10, a], t(150)));
     recs.push(image(IMAGE_UNLOAD, PID, ONE, t(200)));
     recs.push(image(IMAGE_LOAD, PID, TWO, t(210)));
     recs.extend(sample(601, two, &[two, a], t(250)));
@@ -120,6 +189,7 @@ fn write(path: &std::path::Path) {
     recs.push(image(IMAGE_LOAD, PID, B_EXE, t(400)));
     recs.extend(sample(602, b, &[b, KERNEL.0 + 5], t(500)));
     recs.extend(sample(602, A_EXE.0 + 0x9000, &[], t(510)));
+    recs.extend(sample(602, JIT + 0x10, &[], t(520)));
     // The end rundown names b.exe again.
     recs.push(image(IMAGE_DC_END, PID, B_EXE, t(600)));
     for r in &recs {
@@ -140,7 +210,7 @@ fn frames_and_processes_of_their_time() {
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("warning"), "{err}");
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(r["total_samples"], 6);
+    assert_eq!(r["total_samples"], 9);
     let procs: Vec<(u64, &str, u64)> = r["processes"]
         .as_array()
         .unwrap()
@@ -150,7 +220,7 @@ fn frames_and_processes_of_their_time() {
             (p["pid"].as_u64().unwrap(), p["name"].as_str().unwrap(), n)
         })
         .collect();
-    assert_eq!(procs, [(600, "a.exe", 4), (600, "b.exe", 2)]);
+    assert_eq!(procs, [(600, "a.exe", 6), (600, "b.exe", 3)]);
     let stacks: Vec<(&str, u64, Vec<&str>)> = r["top_stacks"]
         .as_array()
         .unwrap()
@@ -170,8 +240,11 @@ fn frames_and_processes_of_their_time() {
             ("a.exe", 2, vec!["one.dll+0x10", "a.exe+0x20"]),
             ("a.exe", 1, vec!["a.exe+0x9000"]),
             ("a.exe", 1, vec!["two.dll+0x10", "a.exe+0x20"]),
+            ("a.exe", 1, vec!["App.Hot", "a.exe+0x20"]),
+            ("a.exe", 1, vec!["App.Other", "a.exe+0x20"]),
             ("b.exe", 1, vec!["b.exe+0x20", "ntoskrnl.exe+0x5"]),
             ("b.exe", 1, vec!["0x409000"]),
+            ("b.exe", 1, vec!["0x90000010"]),
         ]
     );
 }

@@ -11,7 +11,7 @@
 //! was taken (samples are grouped by process, the era of its modules and stack; a stack is named at
 //! its group's last sample); kernel addresses are looked up in the kernel's
 //! images (pid 0, else the System process, pid 4). An address in no module but in JIT-compiled
-//! .NET code is named by the trace's .NET method events (`Namespace.Method`; its module stays
+//! .NET code is named by the trace's .NET method events of its time (`Namespace.Method`; its module stays
 //! unknown, `?`). No PDBs are read: frames stay module+offset, as PerfView shows frames it could
 //! not resolve. The sampling interval comes from PerfInfo
 //! CollectionStart/CollectionEnd (the timer source's NewInterval, in 100 ns units).
@@ -117,8 +117,8 @@ type GroupKey = (Option<u32>, Option<Arc<str>>, u32, Vec<u64>);
 #[derive(Default)]
 pub struct CpuAnalyzer {
     modules: ModuleMap,
-    /// JIT-compiled methods by process: start → (end, `Namespace.Name`).
-    methods: HashMap<u32, std::collections::BTreeMap<u64, (u64, Arc<str>)>>,
+    /// JIT-compiled methods by process, address range and time (`Namespace.Name` as the path).
+    methods: ModuleMap,
     /// Samples by process, era and frames.
     groups: HashMap<GroupKey, Group>,
     /// The last name each pid had (for its samples that came without one).
@@ -158,7 +158,9 @@ impl CpuAnalyzer {
                 s.stack
             }
         };
-        let era = s.pid.map_or(0, |p| self.modules.era(p));
+        let era = s
+            .pid
+            .map_or(0, |p| self.modules.era(p).wrapping_add(self.methods.era(p)));
         let g = self
             .groups
             .entry((s.pid, process, era, frames))
@@ -186,7 +188,12 @@ impl CpuAnalyzer {
     /// An image event (kernel Image, KernelTraceControl ImageID) for naming frames, or a kernel
     /// Process End/Defunct (its modules end): true when it was an image event.
     pub fn add_image(&mut self, rec: &EventRecord<'_>) -> bool {
-        self.modules.push(rec)
+        let image = self.modules.push(rec);
+        if !image {
+            // A process's end ends its JIT-compiled code too.
+            self.methods.push_process_end(rec);
+        }
+        image
     }
 
     /// A decoded .NET method event (MethodLoadVerbose, MethodUnloadVerbose, MethodDCStartVerbose,
@@ -201,13 +208,29 @@ impl CpuAnalyzer {
         let size = p.get("MethodSize").and_then(|v| v.as_u64());
         let name = p.get("MethodName").and_then(|v| v.as_str());
         let ns = p.get("MethodNamespace").and_then(|v| v.as_str());
-        if let (Some(start), Some(size), Some(name)) = (start, size, name) {
-            self.add_jit_method(rec.pid, start, size, ns.unwrap_or(""), name);
+        let (Some(start), Some(size), Some(name)) = (start, size, name) else {
+            return true;
+        };
+        if size == 0 {
+            return true;
+        }
+        let full = match ns.unwrap_or("") {
+            "" => name.to_string(),
+            ns => format!("{ns}.{name}"),
+        };
+        let (pid, end, t) = (rec.pid, start.saturating_add(size), rec.timestamp);
+        // The runtime's MethodLoadVerbose (143) and MethodUnloadVerbose (144) place the code in
+        // time; the rundown's MethodDCStartVerbose/MethodDCStopVerbose (the same ids) say it is there.
+        match (rec.provider, rec.descriptor.id) {
+            (CLR_RUNTIME, 143) => self.methods.insert_loaded(pid, start, end, &full, t),
+            (CLR_RUNTIME, _) => self.methods.unload(pid, start, end, &full, t),
+            _ => self.methods.insert(pid, start, end, &full),
         }
         true
     }
 
-    /// Names `start..start+size` of process `pid` `namespace.name` (JIT-compiled code).
+    /// Names `start..start+size` of process `pid` `namespace.name` (JIT-compiled code there for
+    /// the whole trace).
     pub fn add_jit_method(&mut self, pid: u32, start: u64, size: u64, namespace: &str, name: &str) {
         if size == 0 {
             return;
@@ -217,15 +240,12 @@ impl CpuAnalyzer {
             ns => format!("{ns}.{name}"),
         };
         self.methods
-            .entry(pid)
-            .or_default()
-            .insert(start, (start.saturating_add(size), Arc::from(full)));
+            .insert(pid, start, start.saturating_add(size), &full);
     }
 
-    /// The JIT-compiled method holding `addr` in `pid`.
-    fn method(&self, pid: Option<u32>, addr: u64) -> Option<&Arc<str>> {
-        let (_, (end, name)) = self.methods.get(&pid?)?.range(..=addr).next_back()?;
-        (addr < *end).then_some(name)
+    /// The JIT-compiled method holding `addr` in `pid` at `time`.
+    fn method(&self, pid: Option<u32>, addr: u64, time: i64) -> Option<&str> {
+        self.methods.path_at(pid?, addr, time)
     }
 
     /// The modules the image events loaded.
@@ -296,7 +316,7 @@ impl CpuAnalyzer {
                 ..Default::default()
             },
             None => Frame {
-                function: self.method(pid, addr).map(|n| n.to_string()),
+                function: self.method(pid, addr, time).map(|n| n.to_string()),
                 ..Frame::unknown(addr)
             },
         }

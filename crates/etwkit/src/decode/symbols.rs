@@ -331,6 +331,12 @@ impl ModuleMap {
         Some((base_name(&m.path), addr - start + m.file_offset))
     }
 
+    /// [`ModuleMap::lookup_at`] with the path whole, as it was given (a map of other named code
+    /// ranges, such as JIT-compiled methods, keeps its names there).
+    pub fn path_at(&self, pid: u32, addr: u64, time: i64) -> Option<&str> {
+        self.find(pid, addr, Some(time)).map(|(_, m)| &*m.path)
+    }
+
     /// The module holding `addr` in `pid` (or a kernel image): start, end and path as loaded.
     pub fn module_at(&self, pid: u32, addr: u64) -> Option<(u64, u64, &str)> {
         self.find(pid, addr, None)
@@ -363,16 +369,8 @@ impl ModuleMap {
             (IMAGE_CLASS, IMAGE_DC_START | IMAGE_DC_END) => Placed::Rundown,
             (IMAGE_CLASS, IMAGE_UNLOAD) => Placed::Unload(r.timestamp),
             (IMAGE_ID_CLASS, 0) => Placed::ImageId,
-            (PROCESS_CLASS, PROCESS_END | PROCESS_DEFUNCT) if r.header_type.is_kernel() => {
-                let pid = self
-                    .decoder()
-                    .decode(r)
-                    .properties
-                    .get("ProcessId")
-                    .and_then(|v| v.as_u64());
-                if let Some(pid) = pid {
-                    self.end_process(pid as u32, r.timestamp);
-                }
+            (PROCESS_CLASS, _) => {
+                self.push_process_end(r);
                 return false;
             }
             _ => return false,
@@ -400,6 +398,28 @@ impl ModuleMap {
                 .unwrap_or(r.pid),
         };
         self.insert_at(pid, base, base.saturating_add(size), 0, &name, how);
+        true
+    }
+
+    /// Feeds one record: a kernel Process End/Defunct ends its process's modules ([`ModuleMap::end_process`]),
+    /// others are ignored. True when it was one.
+    pub fn push_process_end(&mut self, r: &EventRecord<'_>) -> bool {
+        let end = r.provider == PROCESS_CLASS
+            && r.header_type.is_kernel()
+            && matches!(r.descriptor.opcode, PROCESS_END | PROCESS_DEFUNCT);
+        if !end {
+            return false;
+        }
+        let pid = self
+            .decoder()
+            .decode(r)
+            .properties
+            .get("ProcessId")
+            .and_then(|v| v.as_u64());
+        match pid {
+            Some(pid) => self.end_process(pid as u32, r.timestamp),
+            None => self.malformed += 1,
+        }
         true
     }
 
