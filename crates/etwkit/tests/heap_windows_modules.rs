@@ -54,6 +54,38 @@ fn writer_made_heap_trace_names_frames_module_plus_offset() {
     assert_eq!(f0["offset"], 0x123);
 }
 
+#[test]
+fn leaks_are_named_by_the_modules_of_their_time() {
+    let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("win_heap_reloaded.etl");
+    windows_etl::write_reloaded(&path);
+    let f = EtlFile::open(&path).unwrap();
+    let (an, images, modules) = analyze_file_modules(&f);
+    let mut namer = etwkit::live::heap::saved_trace_namer(&images, modules).expect("a namer");
+    let report = an.report(Some(namer.as_mut()), 10, 8);
+    let shown: Vec<(u64, Vec<String>)> = report
+        .outstanding_by_stack
+        .iter()
+        .map(|g| (g.bytes, g.frames.iter().map(|f| f.display()).collect()))
+        .collect();
+    let (n, m) = (windows_etl::NTDLL.0, windows_etl::MOD.0);
+    let app = format!(
+        "app.exe+{:#x}",
+        windows_etl::RELOADED_STACKS[0][2] - windows_etl::APP.0
+    );
+    let ntdll = format!("ntdll.dll+{:#x}", windows_etl::RELOADED_STACKS[0][0] - n);
+    assert_eq!(
+        shown,
+        [
+            (
+                80,
+                vec![ntdll.clone(), "other.dll+0x456".into(), app.clone()]
+            ),
+            (48, vec![ntdll, "mod.dll+0x123".into(), app]),
+        ],
+        "the first leak was made while mod.dll was loaded at {m:#x}"
+    );
+}
+
 /// `Windows Kernel/Image/DCStart PID=4; …; ImageBase=0x77710000; ImageSize=1,404,928; …;
 /// FileName=C:\Windows\SysWOW64\...;` → (event, pid, base, size, field).
 fn baseline_fields(line: &str, field: &str) -> Option<(String, u32, u64, u64, String)> {

@@ -45,6 +45,9 @@ const NO_STACK: u32 = u32::MAX;
 #[derive(Default)]
 pub struct HeapAnalyzer {
     stacks: Vec<(u32, Arc<[u64]>)>,
+    /// When each stack last allocated (UTC FILETIME; `None`: only counted transients): its
+    /// frames are named by the modules of that time.
+    stack_times: Vec<Option<i64>>,
     stack_ids: HashMap<(u32, Arc<[u64]>), u32>,
     /// Allocations (count, bytes) per stack id.
     alloc_by_stack: HashMap<u32, (u64, u64)>,
@@ -82,6 +85,7 @@ impl HeapAnalyzer {
         }
         let id = self.stacks.len() as u32;
         self.stacks.push(key.clone());
+        self.stack_times.push(None);
         self.stack_ids.insert(key, id);
         id
     }
@@ -118,6 +122,11 @@ impl HeapAnalyzer {
     pub fn add(&mut self, op: &HeapOp) {
         self.ops += 1;
         let stack = self.intern(op.pid, &op.stack);
+        if let Some(t) = self.stack_times.get_mut(stack as usize) {
+            if !matches!(op.kind, HeapOpKind::Free { .. }) {
+                *t = Some(t.map_or(op.timestamp, |t| t.max(op.timestamp)));
+            }
+        }
         match op.kind {
             HeapOpKind::Alloc { address, size } => self.alloc(op.pid, address, size, stack),
             HeapOpKind::Free { address } => self.free(op.pid, address),
@@ -232,9 +241,10 @@ impl HeapAnalyzer {
                 return (None, Vec::new());
             }
             let (pid, addrs) = &self.stacks[id as usize];
-            let all: Vec<Frame> = match namer.as_deref_mut() {
-                Some(n) => n.name(*pid, addrs),
-                None => addrs.iter().map(|&a| Frame::unknown(a)).collect(),
+            let all: Vec<Frame> = match (namer.as_deref_mut(), self.stack_times[id as usize]) {
+                (Some(n), Some(t)) => n.name_at(*pid, addrs, t),
+                (Some(n), None) => n.name(*pid, addrs),
+                (None, _) => addrs.iter().map(|&a| Frame::unknown(a)).collect(),
             };
             (
                 Some(*pid),

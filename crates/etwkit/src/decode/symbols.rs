@@ -59,6 +59,13 @@ impl Frame {
 /// addresses).
 pub trait StackNamer {
     fn name(&mut self, pid: u32, stack: &[u64]) -> Vec<Frame>;
+
+    /// [`StackNamer::name`] as the process's code stood at `time` (UTC FILETIME): a namer that
+    /// knows when modules came and went names by those of that time; others name as `name` does.
+    fn name_at(&mut self, pid: u32, stack: &[u64], time: i64) -> Vec<Frame> {
+        let _ = time;
+        self.name(pid, stack)
+    }
 }
 
 /// Kernel Image class (Load 10, UnLoad 2, DCStart 3, DCEnd 4).
@@ -471,11 +478,11 @@ impl ModuleNamer {
     }
 }
 
-impl StackNamer for ModuleNamer {
-    fn name(&mut self, pid: u32, stack: &[u64]) -> Vec<Frame> {
+impl ModuleNamer {
+    fn frames<'m>(stack: &[u64], lookup: impl Fn(u64) -> Option<(&'m str, u64)>) -> Vec<Frame> {
         stack
             .iter()
-            .map(|&a| match self.modules.lookup(pid, a) {
+            .map(|&a| match lookup(a) {
                 Some((m, off)) => Frame {
                     address: a,
                     module: Some(m.to_string()),
@@ -485,6 +492,20 @@ impl StackNamer for ModuleNamer {
                 None => Frame::unknown(a),
             })
             .collect()
+    }
+}
+
+impl StackNamer for ModuleNamer {
+    /// By the module loaded now, else the one that ended last ([`ModuleMap::lookup`]).
+    fn name(&mut self, pid: u32, stack: &[u64]) -> Vec<Frame> {
+        let m = &self.modules;
+        ModuleNamer::frames(stack, |a| m.lookup(pid, a))
+    }
+
+    /// By the module loaded at `time` ([`ModuleMap::lookup_at`]).
+    fn name_at(&mut self, pid: u32, stack: &[u64], time: i64) -> Vec<Frame> {
+        let m = &self.modules;
+        ModuleNamer::frames(stack, |a| m.lookup_at(pid, a, time))
     }
 }
 

@@ -175,3 +175,76 @@ pub fn write_storm(path: &Path, n: u64, spacing: i64) {
     }
     w.finish().unwrap();
 }
+
+/// Loaded at [`MOD`]'s address once mod.dll is unloaded (the trace of [`write_reloaded`]).
+pub const OTHER: (u64, u64, &str) = (
+    0x7ffb_3000_0000,
+    0x8000,
+    "\\Device\\HarddiskVolume3\\apps\\other.dll",
+);
+/// The stacks of [`write_reloaded`]'s two leaks, innermost first: one in mod.dll while it is
+/// loaded, one at another offset of the same range once other.dll is there.
+pub const RELOADED_STACKS: [[u64; 3]; 2] = [
+    [NTDLL.0 + 0x1000, MOD.0 + 0x123, APP.0 + 0x5678],
+    [NTDLL.0 + 0x1000, MOD.0 + 0x456, APP.0 + 0x5678],
+];
+
+/// Writes a trace whose module range is reused: image rundown, mod.dll loaded, a leak (48 bytes)
+/// under [`RELOADED_STACKS`]`[0]`, mod.dll unloaded (hook 0x1402) and other.dll loaded at its
+/// address, a leak (80 bytes) under [`RELOADED_STACKS`]`[1]`.
+pub fn write_reloaded(path: &Path) {
+    let start = 133_000_000_000_000_000i64;
+    let mut w = Writer::create(path, WriterOptions::new(start)).unwrap();
+    let clock = *w.clock();
+    let mut ts = clock.to_raw(start + 10_000);
+    let mut recs: Vec<Vec<u8>> = Vec::new();
+    for (pid, m) in [(0, KERNEL), (PID, APP), (PID, NTDLL)] {
+        ts += 10;
+        recs.push(sys_record(2, 0x1403, 0, pid, ts, &image_payload(pid, m)));
+    }
+    let heap = 0x0000_01d0_0000_0000u64;
+    let leak = |recs: &mut Vec<Vec<u8>>, ts: i64, addr: u64, size: u64, stack: &[u64]| {
+        let mut p = Vec::new();
+        for v in [heap, size, addr] {
+            p.extend_from_slice(&v.to_le_bytes());
+        }
+        p.extend_from_slice(&3u32.to_le_bytes());
+        recs.push(sys_record(2, 0x1021, TID, PID, ts, &p));
+        recs.push(stackwalk(ts, PID, TID, stack));
+    };
+    ts += 10;
+    recs.push(sys_record(
+        2,
+        0x140A,
+        TID,
+        PID,
+        ts,
+        &image_payload(PID, MOD),
+    ));
+    ts += 100;
+    leak(&mut recs, ts, 0x1000, 48, &RELOADED_STACKS[0]);
+    ts += 100;
+    recs.push(sys_record(
+        2,
+        0x1402,
+        TID,
+        PID,
+        ts,
+        &image_payload(PID, MOD),
+    ));
+    ts += 10;
+    recs.push(sys_record(
+        2,
+        0x140A,
+        TID,
+        PID,
+        ts,
+        &image_payload(PID, OTHER),
+    ));
+    ts += 100;
+    leak(&mut recs, ts, 0x2000, 80, &RELOADED_STACKS[1]);
+    for r in &recs {
+        w.write_raw(r, 0, &clock).unwrap();
+    }
+    w.finish().unwrap();
+}
