@@ -16,21 +16,27 @@ mod windows_etl;
 use std::ops::ControlFlow;
 
 use etwkit::analysis::heap::{
-    analyze_file_modules, ModuleMap, ModuleNamer, StackNamer, IMAGE_CLASS, IMAGE_ID_CLASS,
-    STACKWALK_GUID, STACKWALK_STACK,
+    analyze_file_modules, HeapReport, ModuleMap, ModuleNamer, StackNamer, IMAGE_CLASS,
+    IMAGE_ID_CLASS, STACKWALK_GUID, STACKWALK_STACK,
 };
 use etwkit::etl::{EtlFile, Order};
 
+/// The heap report (10 stacks, 8 frames each) of a trace `write` makes as `name`, its frames named
+/// from the trace's image events; `modules`: how many modules those load.
+fn report_of(name: &str, write: fn(&std::path::Path), modules: usize) -> HeapReport {
+    let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    write(&path);
+    let f = EtlFile::open(&path).unwrap();
+    let (an, images, map) = analyze_file_modules(&f);
+    assert!(images.is_empty(), "no etwkit (Linux) Image events here");
+    assert_eq!(map.len(), modules, "{map:?}");
+    let mut namer = etwkit::live::heap::saved_trace_namer(&images, map).expect("a namer");
+    an.report(Some(namer.as_mut()), 10, 8)
+}
+
 #[test]
 fn writer_made_heap_trace_names_frames_module_plus_offset() {
-    let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("win_heap_modules.etl");
-    windows_etl::write(&path);
-    let f = EtlFile::open(&path).unwrap();
-    let (an, images, modules) = analyze_file_modules(&f);
-    assert!(images.is_empty(), "no etwkit (Linux) Image events here");
-    assert_eq!(modules.len(), 4, "{modules:?}");
-    let mut namer = etwkit::live::heap::saved_trace_namer(&images, modules).expect("a namer");
-    let report = an.report(Some(namer.as_mut()), 10, 8);
+    let report = report_of("win_heap_modules.etl", windows_etl::write, 4);
     print!("{}", report.to_table());
     let leak = &report.outstanding_by_stack[0];
     assert_eq!(
@@ -56,12 +62,8 @@ fn writer_made_heap_trace_names_frames_module_plus_offset() {
 
 #[test]
 fn leaks_are_named_by_the_modules_of_their_time() {
-    let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("win_heap_reloaded.etl");
-    windows_etl::write_reloaded(&path);
-    let f = EtlFile::open(&path).unwrap();
-    let (an, images, modules) = analyze_file_modules(&f);
-    let mut namer = etwkit::live::heap::saved_trace_namer(&images, modules).expect("a namer");
-    let report = an.report(Some(namer.as_mut()), 10, 8);
+    // Kernel, app.exe, ntdll.dll, mod.dll (unloaded) and other.dll.
+    let report = report_of("win_heap_reloaded.etl", windows_etl::write_reloaded, 5);
     let shown: Vec<(u64, Vec<String>)> = report
         .outstanding_by_stack
         .iter()

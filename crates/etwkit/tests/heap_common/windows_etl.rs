@@ -75,6 +75,16 @@ fn image_payload(pid: u32, m: (u64, u64, &str)) -> Vec<u8> {
     p
 }
 
+/// HeapTraceProvider Alloc's payload: HeapHandle, AllocSize, AllocAddress, SourceId.
+fn alloc_payload(heap: u64, size: u64, addr: u64) -> Vec<u8> {
+    let mut p = Vec::new();
+    for v in [heap, size, addr] {
+        p.extend_from_slice(&v.to_le_bytes());
+    }
+    p.extend_from_slice(&3u32.to_le_bytes());
+    p
+}
+
 fn stackwalk(ts: i64, pid: u32, tid: u32, frames: &[u64]) -> Vec<u8> {
     let mut p = ts.to_le_bytes().to_vec();
     p.extend_from_slice(&pid.to_le_bytes());
@@ -85,19 +95,25 @@ fn stackwalk(ts: i64, pid: u32, tid: u32, frames: &[u64]) -> Vec<u8> {
     sys_record(2, 0x1820, tid, pid, ts, &p)
 }
 
-/// Writes the trace to `path`: image rundown, 4 allocations (2 freed) with stacks, one Image Load
-/// in between.
-pub fn write(path: &Path) {
+/// A writer for `path`, its clock, the raw time after the image rundown, and the rundown's records
+/// (Image DCStart, hook 0x1403: the kernel in pid 0, app.exe and ntdll.dll in [`PID`]).
+fn begin_with_rundown(path: &Path) -> (Writer, etwkit::time::Clock, i64, Vec<Vec<u8>>) {
     let start = 133_000_000_000_000_000i64;
-    let mut w = Writer::create(path, WriterOptions::new(start)).unwrap();
+    let w = Writer::create(path, WriterOptions::new(start)).unwrap();
     let clock = *w.clock();
     let mut ts = clock.to_raw(start + 10_000);
-    let mut recs: Vec<Vec<u8>> = Vec::new();
-    // Image DCStart (hook 0x1403): the rundown of what is loaded.
+    let mut recs = Vec::new();
     for (pid, m) in [(0, KERNEL), (PID, APP), (PID, NTDLL)] {
         ts += 10;
         recs.push(sys_record(2, 0x1403, 0, pid, ts, &image_payload(pid, m)));
     }
+    (w, clock, ts, recs)
+}
+
+/// Writes the trace to `path`: image rundown, 4 allocations (2 freed) with stacks, one Image Load
+/// in between.
+pub fn write(path: &Path) {
+    let (mut w, clock, mut ts, mut recs) = begin_with_rundown(path);
     // Image Load (hook 0x140A).
     ts += 10;
     recs.push(sys_record(
@@ -119,11 +135,7 @@ pub fn write(path: &Path) {
     ];
     for (addr, size, stack) in allocs {
         ts += 100;
-        let mut p = Vec::new();
-        for v in [heap, size, addr] {
-            p.extend_from_slice(&v.to_le_bytes());
-        }
-        p.extend_from_slice(&3u32.to_le_bytes());
+        let p = alloc_payload(heap, size, addr);
         recs.push(sys_record(2, 0x1021, TID, PID, ts, &p));
         recs.push(stackwalk(ts, PID, TID, stack));
     }
@@ -154,11 +166,7 @@ pub fn write_storm(path: &Path, n: u64, spacing: i64) {
     for i in 0..n {
         let ts = clock.to_raw(start + 10_000 + i as i64 * spacing);
         let addr = 0x10_0000 + i * 0x100;
-        let mut p = Vec::new();
-        for v in [heap, 64, addr] {
-            p.extend_from_slice(&v.to_le_bytes());
-        }
-        p.extend_from_slice(&3u32.to_le_bytes());
+        let p = alloc_payload(heap, 64, addr);
         w.write_raw(&sys_record(2, 0x1021, TID, PID, ts, &p), 0, &clock)
             .unwrap();
         w.write_raw(&stackwalk(ts, PID, TID, &LEAK_STACK), 0, &clock)
@@ -193,54 +201,29 @@ pub const RELOADED_STACKS: [[u64; 3]; 2] = [
 /// under [`RELOADED_STACKS`]`[0]`, mod.dll unloaded (hook 0x1402) and other.dll loaded at its
 /// address, a leak (80 bytes) under [`RELOADED_STACKS`]`[1]`.
 pub fn write_reloaded(path: &Path) {
-    let start = 133_000_000_000_000_000i64;
-    let mut w = Writer::create(path, WriterOptions::new(start)).unwrap();
-    let clock = *w.clock();
-    let mut ts = clock.to_raw(start + 10_000);
-    let mut recs: Vec<Vec<u8>> = Vec::new();
-    for (pid, m) in [(0, KERNEL), (PID, APP), (PID, NTDLL)] {
-        ts += 10;
-        recs.push(sys_record(2, 0x1403, 0, pid, ts, &image_payload(pid, m)));
-    }
+    let (mut w, clock, mut ts, mut recs) = begin_with_rundown(path);
     let heap = 0x0000_01d0_0000_0000u64;
     let leak = |recs: &mut Vec<Vec<u8>>, ts: i64, addr: u64, size: u64, stack: &[u64]| {
-        let mut p = Vec::new();
-        for v in [heap, size, addr] {
-            p.extend_from_slice(&v.to_le_bytes());
-        }
-        p.extend_from_slice(&3u32.to_le_bytes());
-        recs.push(sys_record(2, 0x1021, TID, PID, ts, &p));
+        recs.push(sys_record(
+            2,
+            0x1021,
+            TID,
+            PID,
+            ts,
+            &alloc_payload(heap, size, addr),
+        ));
         recs.push(stackwalk(ts, PID, TID, stack));
     };
+    // Image Load (0x140A) and UnLoad (0x1402) in PID.
+    let image = |hook: u16, ts: i64, m| sys_record(2, hook, TID, PID, ts, &image_payload(PID, m));
     ts += 10;
-    recs.push(sys_record(
-        2,
-        0x140A,
-        TID,
-        PID,
-        ts,
-        &image_payload(PID, MOD),
-    ));
+    recs.push(image(0x140A, ts, MOD));
     ts += 100;
     leak(&mut recs, ts, 0x1000, 48, &RELOADED_STACKS[0]);
     ts += 100;
-    recs.push(sys_record(
-        2,
-        0x1402,
-        TID,
-        PID,
-        ts,
-        &image_payload(PID, MOD),
-    ));
+    recs.push(image(0x1402, ts, MOD));
     ts += 10;
-    recs.push(sys_record(
-        2,
-        0x140A,
-        TID,
-        PID,
-        ts,
-        &image_payload(PID, OTHER),
-    ));
+    recs.push(image(0x140A, ts, OTHER));
     ts += 100;
     leak(&mut recs, ts, 0x2000, 80, &RELOADED_STACKS[1]);
     for r in &recs {
