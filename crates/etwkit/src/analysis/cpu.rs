@@ -43,6 +43,15 @@ pub const OPCODES_INTERVAL: [u8; 3] = [72, 73, 74];
 /// The name of a frame outside every known module's exclusive/inclusive account.
 pub const UNKNOWN_MODULE: &str = "?";
 
+/// The end of a JIT-compiled method's code and its `Namespace.Name`; `None` for no code.
+fn jit_method(start: u64, size: u64, namespace: &str, name: &str) -> Option<(u64, String)> {
+    let full = match namespace {
+        "" => name.to_string(),
+        ns => format!("{ns}.{name}"),
+    };
+    (size > 0).then(|| (start.saturating_add(size), full))
+}
+
 /// Whether `rec` is a .NET method event that places JIT-compiled code (see [`CLR_RUNTIME`]).
 pub fn is_clr_method(rec: &EventRecord<'_>) -> bool {
     (rec.provider == CLR_RUNTIME || rec.provider == CLR_RUNDOWN)
@@ -211,14 +220,10 @@ impl CpuAnalyzer {
         let (Some(start), Some(size), Some(name)) = (start, size, name) else {
             return true;
         };
-        if size == 0 {
+        let Some((end, full)) = jit_method(start, size, ns.unwrap_or(""), name) else {
             return true;
-        }
-        let full = match ns.unwrap_or("") {
-            "" => name.to_string(),
-            ns => format!("{ns}.{name}"),
         };
-        let (pid, end, t) = (rec.pid, start.saturating_add(size), rec.timestamp);
+        let (pid, t) = (rec.pid, rec.timestamp);
         // The runtime's MethodLoadVerbose (143) and MethodUnloadVerbose (144) place the code in
         // time; the rundown's MethodDCStartVerbose/MethodDCStopVerbose (the same ids) say it is there.
         match (rec.provider, rec.descriptor.id) {
@@ -232,15 +237,9 @@ impl CpuAnalyzer {
     /// Names `start..start+size` of process `pid` `namespace.name` (JIT-compiled code there for
     /// the whole trace).
     pub fn add_jit_method(&mut self, pid: u32, start: u64, size: u64, namespace: &str, name: &str) {
-        if size == 0 {
-            return;
+        if let Some((end, full)) = jit_method(start, size, namespace, name) {
+            self.methods.insert(pid, start, end, &full);
         }
-        let full = match namespace {
-            "" => name.to_string(),
-            ns => format!("{ns}.{name}"),
-        };
-        self.methods
-            .insert(pid, start, start.saturating_add(size), &full);
     }
 
     /// The JIT-compiled method holding `addr` in `pid` at `time`.

@@ -141,31 +141,22 @@ impl Space {
             .unwrap_or(i64::MIN)
     }
 
-    /// The module holding `addr`: the loaded one, else the one that ended last.
-    fn find(&self, addr: u64) -> Option<(u64, &Module)> {
+    /// The module holding `addr` that `keep` accepts (given when it ended, `None`: loaded now):
+    /// the loaded one, else the one that ended last.
+    fn find(
+        &self,
+        addr: u64,
+        keep: impl Fn(&Module, Option<i64>) -> bool,
+    ) -> Option<(u64, &Module)> {
         if let Some((s, m)) = self.current.range(..=addr).next_back() {
-            if addr < m.end {
+            if addr < m.end && keep(m, None) {
                 return Some((*s, m));
             }
         }
         self.ended
             .iter()
             .rev()
-            .find(|(s, m, _)| *s <= addr && addr < m.end)
-            .map(|(s, m, _)| (*s, m))
-    }
-
-    /// The module holding `addr` at `time`: loaded at or before it and not ended by then.
-    fn find_at(&self, addr: u64, time: i64) -> Option<(u64, &Module)> {
-        if let Some((s, m)) = self.current.range(..=addr).next_back() {
-            if addr < m.end && m.loaded <= time {
-                return Some((*s, m));
-            }
-        }
-        self.ended
-            .iter()
-            .rev()
-            .find(|(s, m, at)| *s <= addr && addr < m.end && m.loaded <= time && time < *at)
+            .find(|(s, m, at)| *s <= addr && addr < m.end && keep(m, Some(*at)))
             .map(|(s, m, _)| (*s, m))
     }
 }
@@ -173,7 +164,7 @@ impl Space {
 /// How an image event places its module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Placed {
-    /// Loaded at this time (Image Load; etwkit's mappings with their time).
+    /// Loaded at this time (Image Load).
     Load(i64),
     /// Named by a rundown (Image DCStart/DCEnd; etwkit's mappings): loaded before the trace, or
     /// after the last module the trace saw end in its range.
@@ -360,8 +351,11 @@ impl ModuleMap {
         let find = |pid: u32| {
             let space = self.by_pid.get(&pid)?;
             match time {
-                Some(t) => space.find_at(addr, t),
-                None => space.find(addr),
+                // Loaded at or before `t`, and not ended by then.
+                Some(t) => space.find(addr, |m, ended| {
+                    m.loaded <= t && ended.is_none_or(|e| t < e)
+                }),
+                None => space.find(addr, |_, _| true),
             }
         };
         find(pid).or_else(|| if pid != 0 { find(0) } else { None })
@@ -408,8 +402,8 @@ impl ModuleMap {
         true
     }
 
-    /// Feeds one record: a kernel Process End/Defunct ends its process's modules ([`ModuleMap::end_process`]),
-    /// others are ignored. True when it was one.
+    /// Feeds one record: a kernel Process End/Defunct ends its process's modules
+    /// ([`ModuleMap::end_process`]), others are ignored. True when it was one.
     pub fn push_process_end(&mut self, r: &EventRecord<'_>) -> bool {
         let end = r.provider == PROCESS_CLASS
             && r.header_type.is_kernel()
@@ -476,9 +470,8 @@ impl ModuleNamer {
     pub fn new(modules: ModuleMap) -> ModuleNamer {
         ModuleNamer { modules }
     }
-}
 
-impl ModuleNamer {
+    /// `stack`'s frames, `module+offset` where `lookup` finds a module.
     fn frames<'m>(stack: &[u64], lookup: impl Fn(u64) -> Option<(&'m str, u64)>) -> Vec<Frame> {
         stack
             .iter()
