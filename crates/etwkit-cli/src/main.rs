@@ -56,7 +56,7 @@ enum Command {
     /// Decoded events of ETL files as a Parquet dataset: events.parquet and one typed table per
     /// event type (DuckDB, Spark, pandas).
     Export(export::Args),
-    /// Write the packets of a PktMon trace as a pcapng capture (Wireshark, tshark).
+    /// Write the packets of a PktMon or NDIS-PacketCapture (netsh trace) trace as a pcapng capture (Wireshark, tshark).
     Pcap(pcap::Args),
     /// Trace live (Linux: tracefs, needs root; Windows: an ETW session, needs an elevated prompt).
     Trace(trace::Args),

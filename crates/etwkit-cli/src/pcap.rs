@@ -1,4 +1,5 @@
-//! `etwkit pcap FILE.etl -o OUT.pcapng`: the packets of a PktMon trace as a pcapng capture
+//! `etwkit pcap FILE.etl -o OUT.pcapng`: the packets of a PktMon or NDIS-PacketCapture (`netsh
+//! trace ... capture=yes`) trace as a pcapng capture
 //! (`-o -`: on standard output, for `| tshark -r -`).
 
 use std::io::Write;
@@ -6,11 +7,12 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 use etwkit::etl::{EtlFile, Order};
-use etwkit::export::pcapng::{PcapngWriter, PktMonPackets, SectionInfo};
+use etwkit::export::pcapng::{NdisPackets, PcapngWriter, PktMonPackets, SectionInfo};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The ETL file (a PktMon capture: `pktmon start --capture`).
+    /// The ETL file: a PktMon capture (`pktmon start --capture`) or an NDIS-PacketCapture one
+    /// (`netsh trace start capture=yes`).
     file: PathBuf,
     /// The pcapng file to write (`-`: standard output).
     #[arg(short, long)]
@@ -56,10 +58,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let mut w = PcapngWriter::new(sink, &info).map_err(named)?;
     let mut pkts = PktMonPackets::new();
+    let mut ndis = NdisPackets::new();
     let mut err = None;
     let summary = f.for_each(Order::Time, |r| {
         let d = decoder.decode_etl(r);
-        match pkts.event(&r.event, &d, &mut w) {
+        match pkts
+            .event(&r.event, &d, &mut w)
+            .and_then(|()| ndis.event(&r.event, &mut w))
+        {
             Ok(()) => ControlFlow::Continue(()),
             Err(e) => {
                 err = Some(e);
@@ -70,6 +76,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(e) = err {
         return Err(named(e));
     }
+    ndis.finish();
     w.finish().and_then(|mut w| w.flush()).map_err(named)?;
     if let Some(out) = out {
         out.commit()?;
@@ -85,15 +92,36 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             s.undecodable
         );
     }
-    if s.packets == 0 {
+    let n = &ndis.summary;
+    if n.incomplete > 0 {
         eprintln!(
-            "etwkit: {} holds no PktMon packet events; {shown} has no packets",
+            "etwkit: warning: {} NDIS-PacketCapture packets were not written: their last fragment never came",
+            n.incomplete
+        );
+    }
+    if n.malformed > 0 {
+        eprintln!(
+            "etwkit: warning: {} NDIS-PacketCapture events were not written: their payload is shorter than their layout",
+            n.malformed
+        );
+    }
+    if n.ras_packets > 0 {
+        eprintln!(
+            "etwkit: warning: {} Ras-NdisWanPacketCapture packet events were not written (their layout is not known here)",
+            n.ras_packets
+        );
+    }
+    let packets = s.packets + n.packets;
+    if packets == 0 {
+        eprintln!(
+            "etwkit: {} holds no packet events (PktMon or NDIS-PacketCapture); {shown} has no packets",
             a.file.display(),
         );
     } else {
         eprintln!(
-            "etwkit: wrote {} packets ({} dropped) on {} interfaces to {shown}",
-            s.packets, s.dropped_packets, s.interfaces,
+            "etwkit: wrote {packets} packets ({} dropped) on {} interfaces to {shown}",
+            s.dropped_packets,
+            s.interfaces + n.interfaces,
         );
     }
     Ok(())

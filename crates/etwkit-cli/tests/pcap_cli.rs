@@ -6,51 +6,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use common::pcapng::read as read_pcapng;
 use common::{etwkit, json_lines, samples};
-
-/// (interface, timestamp in the interface's units, captured bytes) of every packet block, and each
-/// interface's link type.
-struct Capture {
-    link_types: Vec<u16>,
-    packets: Vec<(u32, u64, Vec<u8>)>,
-}
-
-/// A minimal pcapng reader (little-endian sections), independent of the writer under test.
-fn read_pcapng(path: &Path) -> Capture {
-    let b = std::fs::read(path).unwrap();
-    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
-    let mut c = Capture {
-        link_types: Vec::new(),
-        packets: Vec::new(),
-    };
-    let mut off = 0;
-    while off < b.len() {
-        let (kind, len) = (u32_at(off), u32_at(off + 4) as usize);
-        assert!(len >= 12 && len % 4 == 0, "block at {off}: length {len}");
-        assert_eq!(
-            u32_at(off + len - 4) as usize,
-            len,
-            "trailing length at {off}"
-        );
-        let body = off + 8;
-        match kind {
-            0x0A0D0D0A => assert_eq!(u32_at(body), 0x1A2B3C4D, "byte-order magic"),
-            1 => c
-                .link_types
-                .push(u16::from_le_bytes([b[body], b[body + 1]])),
-            6 => {
-                let iface = u32_at(body);
-                let ts = ((u32_at(body + 4) as u64) << 32) | u32_at(body + 8) as u64;
-                let cap = u32_at(body + 12) as usize;
-                c.packets
-                    .push((iface, ts, b[body + 20..body + 20 + cap].to_vec()));
-            }
-            _ => {}
-        }
-        off += len;
-    }
-    c
-}
 
 fn tmp(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
@@ -74,16 +31,19 @@ fn demikernel_capture_equals_pktmons_own_pcapng() {
     let ours = read_pcapng(&out);
     let theirs = read_pcapng(&s.join("reference/demikernel_PktMon.cap"));
     assert_eq!(
-        theirs.link_types,
+        theirs.link_types(),
         [1],
         "pktmon's file: one Ethernet interface"
     );
     assert_eq!(ours.packets.len(), theirs.packets.len());
     for (i, (a, b)) in ours.packets.iter().zip(&theirs.packets).enumerate() {
-        assert_eq!(ours.link_types[a.0 as usize], 1, "packet {i}: Ethernet");
-        assert_eq!(a.2, b.2, "packet {i}: bytes");
+        assert_eq!(
+            ours.interfaces[a.interface as usize].link_type, 1,
+            "packet {i}: Ethernet"
+        );
+        assert_eq!(a.data, b.data, "packet {i}: bytes");
         // Ours: 100 ns units (if_tsresol 7); pktmon's: microseconds, truncated.
-        assert_eq!(a.1 / 10, b.1, "packet {i}: timestamp");
+        assert_eq!(a.timestamp / 10, b.timestamp, "packet {i}: timestamp");
     }
 }
 
@@ -120,17 +80,17 @@ fn every_pktmon_sample_exports_all_its_packet_events() {
         assert_eq!(cap.packets.len(), events.len(), "{name}: {err}");
         if events.is_empty() {
             assert!(
-                err.contains("holds no PktMon packet events"),
+                err.contains("holds no packet events (PktMon or NDIS-PacketCapture)"),
                 "{name}: {err}"
             );
             continue;
         }
         with_packets += 1;
-        for (e, (iface, ts, data)) in events.iter().zip(&cap.packets) {
+        for (e, p) in events.iter().zip(&cap.packets) {
             let props = &e["properties"];
             let payload = props["Payload"].as_str().unwrap().trim_start_matches("0x");
-            assert_eq!(hex(data), payload, "{name}: packet bytes");
-            let lt = cap.link_types[*iface as usize];
+            assert_eq!(hex(&p.data), payload, "{name}: packet bytes");
+            let lt = cap.interfaces[p.interface as usize].link_type;
             let want = match props["PacketType"].as_str().unwrap() {
                 "Ethernet" => 1,
                 "WiFi" => 105,
@@ -138,7 +98,6 @@ fn every_pktmon_sample_exports_all_its_packet_events() {
                 t => panic!("{name}: packet type {t}"),
             };
             assert_eq!(lt, want, "{name}");
-            let _ = ts;
         }
     }
     assert!(
@@ -347,4 +306,98 @@ fn dash_output_is_standard_output() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 114);
     }
+}
+
+/// attackhost_trace.etl holds one Microsoft-Windows-NDIS-PacketCapture fragment event (1001), a
+/// whole 802.11 frame sent on interface 8: it becomes one packet on a `wifi:8` interface, with the
+/// event's bytes and time, and tshark dissects it down to the SSDP search it carries.
+#[test]
+fn ndis_packet_capture_sample_is_one_wifi_frame() {
+    let Some(s) = samples("ndis_packet_capture_sample_is_one_wifi_frame") else {
+        return;
+    };
+    let input = s.join("attackhost_trace.etl");
+    let (ok, json, err) = etwkit(&[
+        "dump",
+        input.to_str().unwrap(),
+        "--format",
+        "json",
+        "--provider",
+        "Microsoft-Windows-NDIS-PacketCapture",
+    ]);
+    assert!(ok, "{err}");
+    let events = json_lines(&json);
+    assert_eq!(events.len(), 1);
+    let e = &events[0];
+    assert_eq!(e["id"], 1001);
+    let out = tmp("attackhost.pcapng");
+    let (ok, stdout, err) = etwkit(&["pcap", input.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(stdout.is_empty());
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "etwkit: wrote 1 packets (0 dropped) on 1 interfaces to {}",
+            out.display()
+        )
+    );
+    let cap = read_pcapng(&out);
+    assert_eq!(cap.interfaces.len(), 1);
+    assert_eq!(cap.interfaces[0].link_type, 105, "IEEE 802.11");
+    assert_eq!(cap.interfaces[0].name, "wifi:8");
+    assert_eq!(cap.interfaces[0].description, None, "miniport = lower");
+    assert_eq!(cap.packets.len(), 1);
+    let p = &cap.packets[0];
+    let fragment = e["properties"]["Fragment"].as_str().unwrap();
+    assert_eq!(format!("0x{}", hex(&p.data)), fragment);
+    assert_eq!(
+        p.data.len() as u64,
+        e["properties"]["FragmentSize"].as_u64().unwrap()
+    );
+    assert_eq!(p.original_len as usize, p.data.len());
+    let filetime = etwkit::time::parse_rfc3339(e["timestamp"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        p.timestamp as i64,
+        filetime - etwkit::time::FILETIME_UNIX_EPOCH,
+        "100 ns units since 1970"
+    );
+    assert_eq!(p.flags, Some(2), "sent (keyword 0x100000000)");
+    assert_eq!(
+        p.comment.as_deref(),
+        Some(format!("pid {} tid {}", e["pid"], e["tid"]).as_str())
+    );
+
+    if Command::new("tshark").arg("--version").output().is_err() {
+        if std::env::var("ETWKIT_REQUIRE_TOOLS").is_ok_and(|v| v == "1") {
+            panic!("tshark is not installed but ETWKIT_REQUIRE_TOOLS=1 (apt-get install tshark)");
+        }
+        eprintln!("\n*** SKIPPED the tshark half of ndis_packet_capture_sample_is_one_wifi_frame: no tshark ***\n");
+        return;
+    }
+    let o = Command::new("tshark")
+        .args([
+            "-r",
+            out.to_str().unwrap(),
+            "-T",
+            "fields",
+            "-E",
+            "separator=,",
+        ])
+        .args([
+            "-e",
+            "frame.protocols",
+            "-e",
+            "wlan.ta",
+            "-e",
+            "ip.dst",
+            "-e",
+            "udp.dstport",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim_end(),
+        "wlan:llc:ip:udp:ssdp,28:d0:ea:3e:8e:5b,239.255.255.250,1900"
+    );
 }

@@ -1,6 +1,8 @@
 //! Shared by the CLI tests: where the samples are, running the `etwkit` binary, the `dump` JSON fields.
 #![allow(dead_code)]
 
+pub mod pcapng;
+
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -1,6 +1,7 @@
 //! Exports: decoded events and answers in the formats other tools read. One file per format.
 //!
-//! - [`pcapng`]: packet-capture events (PktMon) as a pcapng capture for Wireshark and tshark.
+//! - [`pcapng`]: packet-capture events (PktMon, NDIS-PacketCapture) as a pcapng capture for Wireshark
+//!   and tshark.
 //! - `arrow` (feature `arrow`): decoded events as Arrow record batches; `typed`, one event type's
 //!   properties as typed columns.
 //! - `parquet` (feature `parquet`): decoded events as a Parquet dataset (DuckDB, Spark); `rows`

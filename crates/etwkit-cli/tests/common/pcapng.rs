@@ -1,0 +1,108 @@
+//! A minimal pcapng reader (little-endian sections), independent of the writer under test.
+
+use std::path::Path;
+
+/// An interface description: link type, `if_name`, `if_description`.
+#[derive(Debug, Default)]
+pub struct Interface {
+    pub link_type: u16,
+    pub name: String,
+    pub description: Option<String>,
+}
+
+/// An enhanced packet block.
+#[derive(Debug, Default)]
+pub struct Packet {
+    pub interface: u32,
+    /// In the interface's units (here 100 ns, or pktmon's microseconds).
+    pub timestamp: u64,
+    pub data: Vec<u8>,
+    pub original_len: u32,
+    /// `epb_flags`: 1 inbound, 2 outbound in the low bits.
+    pub flags: Option<u32>,
+    pub comment: Option<String>,
+}
+
+#[derive(Debug, Default)]
+pub struct Capture {
+    pub interfaces: Vec<Interface>,
+    pub packets: Vec<Packet>,
+}
+
+impl Capture {
+    pub fn link_types(&self) -> Vec<u16> {
+        self.interfaces.iter().map(|i| i.link_type).collect()
+    }
+}
+
+/// The options of a block from `at` to `end`: (code, value).
+fn options(b: &[u8], mut at: usize, end: usize) -> Vec<(u16, Vec<u8>)> {
+    let mut v = Vec::new();
+    while at + 4 <= end {
+        let code = u16::from_le_bytes([b[at], b[at + 1]]);
+        let len = u16::from_le_bytes([b[at + 2], b[at + 3]]) as usize;
+        if code == 0 {
+            break;
+        }
+        v.push((code, b[at + 4..at + 4 + len].to_vec()));
+        at += 4 + len.div_ceil(4) * 4;
+    }
+    v
+}
+
+pub fn read(path: &Path) -> Capture {
+    let b = std::fs::read(path).unwrap();
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    let text = |v: &[u8]| String::from_utf8(v.to_vec()).unwrap();
+    let mut c = Capture::default();
+    let mut off = 0;
+    while off < b.len() {
+        let (kind, len) = (u32_at(off), u32_at(off + 4) as usize);
+        assert!(len >= 12 && len % 4 == 0, "block at {off}: length {len}");
+        assert_eq!(
+            u32_at(off + len - 4) as usize,
+            len,
+            "trailing length at {off}"
+        );
+        let body = off + 8;
+        let end = off + len - 4;
+        match kind {
+            0x0A0D0D0A => assert_eq!(u32_at(body), 0x1A2B3C4D, "byte-order magic"),
+            1 => {
+                let mut i = Interface {
+                    link_type: u16::from_le_bytes([b[body], b[body + 1]]),
+                    ..Interface::default()
+                };
+                for (code, v) in options(&b, body + 8, end) {
+                    match code {
+                        2 => i.name = text(&v),
+                        3 => i.description = Some(text(&v)),
+                        _ => {}
+                    }
+                }
+                c.interfaces.push(i);
+            }
+            6 => {
+                let cap = u32_at(body + 12) as usize;
+                let mut p = Packet {
+                    interface: u32_at(body),
+                    timestamp: ((u32_at(body + 4) as u64) << 32) | u32_at(body + 8) as u64,
+                    data: b[body + 20..body + 20 + cap].to_vec(),
+                    original_len: u32_at(body + 16),
+                    ..Packet::default()
+                };
+                for (code, v) in options(&b, body + 20 + cap.div_ceil(4) * 4, end) {
+                    match code {
+                        1 => p.comment = Some(text(&v)),
+                        2 => p.flags = Some(u32::from_le_bytes(v[..4].try_into().unwrap())),
+                        _ => {}
+                    }
+                }
+                c.packets.push(p);
+            }
+            _ => {}
+        }
+        off += len;
+    }
+    c
+}
