@@ -105,12 +105,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             n.malformed
         );
     }
-    if n.ras_packets > 0 {
-        eprintln!(
-            "etwkit: warning: {} Ras-NdisWanPacketCapture packet events were not written (their layout is not known here)",
-            n.ras_packets
-        );
-    }
     let packets = s.packets + n.packets;
     if packets == 0 {
         eprintln!(

@@ -9,8 +9,8 @@
 //!   context;
 //! - a bare IPv4 packet on a mobile broadband interface;
 //! - a virtual switch fragment (1003) from port 7, VLAN 42 in its out-of-band data;
-//! - a fragment event shorter than its size says, a Ras-NdisWan packet event, and a last packet
-//!   that never ends.
+//! - an Ethernet frame sent inside an RRAS tunnel (Ras-NdisWanPacketCapture 5001);
+//! - a fragment event shorter than its size says, and a last packet that never ends.
 
 mod common;
 
@@ -217,7 +217,14 @@ fn write(path: &Path) {
         vm,
         600,
     ));
-    // 7. Shorter than it says; a Ras-NdisWan packet; a last packet that never ends.
+    // 7. A frame inside an RRAS tunnel.
+    let mut ras = utf16z("{6c1f0d5e-9d3b-4a6e-8f4c-2b7a1d3e5f60}");
+    ras.extend(utf16z("alice"));
+    let tunneled = ethernet(0x0800, &ipv4(36, 16));
+    ras.extend(u32s(&[tunneled.len() as u32]));
+    ras.extend_from_slice(&tunneled);
+    put(event(RAS, 5001, 0x8000_0001_0000_0000, ras, 650));
+    // 8. Shorter than it says; a last packet that never ends.
     let mut short = u32s(&[11, 11, 5000]);
     short.extend_from_slice(&[0; 10]);
     put(event(
@@ -227,7 +234,6 @@ fn write(path: &Path) {
         short,
         700,
     ));
-    put(event(RAS, 5001, 0, vec![0; 64], 701));
     put(event(
         NDIS,
         1001,
@@ -263,8 +269,7 @@ fn netsh_capture_becomes_packets_per_interface() {
         [
             "etwkit: warning: 2 NDIS-PacketCapture packets were not written: their last fragment never came",
             "etwkit: warning: 1 NDIS-PacketCapture events were not written: their payload is shorter than their layout",
-            "etwkit: warning: 1 Ras-NdisWanPacketCapture packet events were not written (their layout is not known here)",
-            &format!("etwkit: wrote 6 packets (0 dropped) on 5 interfaces to {}", out.display()),
+            &format!("etwkit: wrote 7 packets (0 dropped) on 6 interfaces to {}", out.display()),
         ]
     );
     let ifaces: Vec<(u16, &str, Option<&str>)> = cap
@@ -280,10 +285,15 @@ fn netsh_capture_becomes_packets_per_interface() {
             (105, "wifi:20", None),
             (101, "mbb:30", None),
             (1, "vNIC:Synthetic:PORT-A:40:42", Some("VlanID=42")),
+            (
+                1,
+                "Rras:0:{6c1f0d5e-9d3b-4a6e-8f4c-2b7a1d3e5f60}:alice",
+                None
+            ),
         ]
     );
     let p = &cap.packets;
-    assert_eq!(p.len(), 6);
+    assert_eq!(p.len(), 7);
     let at = |i: usize| p[i].timestamp as i64 - (T0 - FILETIME_UNIX_EPOCH);
     let comment = |i: usize| p[i].comment.as_deref().unwrap();
 
@@ -321,6 +331,13 @@ fn netsh_capture_becomes_packets_per_interface() {
     assert_eq!(
         comment(5),
         "pid 4 tid 303; vSwitch port 7 (PORT-A), NIC vm1 nic (Synthetic), 1 destinations, RSS hash deadbeef"
+    );
+    // 7: the tunnel's frame, sent.
+    assert_eq!((p[6].interface, p[6].data.len(), at(6)), (5, 50, 650));
+    assert_eq!(p[6].flags, Some(2));
+    assert_eq!(
+        comment(6),
+        "pid 4 tid 301; RRAS routing domain {6c1f0d5e-9d3b-4a6e-8f4c-2b7a1d3e5f60}, user alice"
     );
 
     // tshark reads it without a remark and dissects every packet as what it is.
@@ -368,6 +385,7 @@ fn netsh_capture_becomes_packets_per_interface() {
             "60;60;wlan:llc:ip:udp",
             "40;40;raw:ip:udp:data",
             "60;60;eth:ethertype:ip:udp:data",
+            "50;50;eth:ethertype:ip:udp:data",
         ]
     );
 }

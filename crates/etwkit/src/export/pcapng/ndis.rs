@@ -18,9 +18,14 @@
 //!   OOBDataSize u32, OOBData` (the packet's `NET_BUFFER_LIST` info slots, pointer-sized: slot 4
 //!   holds the 802.1Q tag, slot 8 the RSS hash).
 //!
-//! One interface per (lower interface index, link type), and for a virtual switch per source port
-//! and VLAN, named as Microsoft's etl2pcapng names them (`eth:IFINDEX:VLAN`, `wifi:IFINDEX`,
-//! `mbb:IFINDEX`, `vNIC:TYPE:PORT:IFINDEX:VLAN`) so captures converted by either tool compare.
+//! Microsoft-Windows-Ras-NdisWanPacketCapture logs the packets inside RRAS (VPN) tunnels, one
+//! Ethernet frame per event (5001, 5002: `RoutingDomainID, RRASUserName` as UTF-16 strings,
+//! `FragmentSize u32, Fragment`).
+//!
+//! One interface per (lower interface index, link type), for a virtual switch per source port
+//! and VLAN, for a tunnel per routing domain and user, named as Microsoft's etl2pcapng names them
+//! (`eth:IFINDEX:VLAN`, `wifi:IFINDEX`, `mbb:IFINDEX`, `vNIC:TYPE:PORT:IFINDEX:VLAN`,
+//! `Rras:0:DOMAIN:USER`) so captures converted by either tool compare.
 //! Unlike etl2pcapng, a bare IP packet's original length is its IP length (no Ethernet header is
 //! added to it), and a packet whose end never came is counted, not written.
 
@@ -33,13 +38,15 @@ use crate::guid::Guid;
 
 /// Microsoft-Windows-NDIS-PacketCapture.
 pub const NDIS_PROVIDER: Guid = Guid::from_str_const("2ed6006e-4729-4609-b423-3ee7bcd678ef");
-/// Microsoft-Windows-Ras-NdisWanPacketCapture (RRAS tunnel packets; not converted here).
+/// Microsoft-Windows-Ras-NdisWanPacketCapture (the packets inside RRAS tunnels, as Ethernet frames).
 pub const RAS_NDISWAN_PROVIDER: Guid = Guid::from_str_const("d84521f7-2235-4237-a7c0-14e3a9676286");
 pub const NDIS_FRAGMENT: u16 = 1001;
 pub const NDIS_METADATA: u16 = 1002;
 pub const NDIS_VMSWITCH_FRAGMENT: u16 = 1003;
-/// The Ras-NdisWan provider's send and receive packet events.
-const RAS_PACKETS: [u16; 2] = [5001, 5002];
+/// The Ras-NdisWan provider's packet events: `RoutingDomainID, RRASUserName` (UTF-16,
+/// NUL-terminated), `FragmentSize u32, Fragment` (an Ethernet frame); the send keyword marks the
+/// sent ones.
+pub const RAS_PACKETS: [u16; 2] = [5001, 5002];
 
 /// The provider's keywords that matter here.
 pub mod keyword {
@@ -72,8 +79,7 @@ pub struct NdisSummary {
     pub incomplete: u64,
     /// Events whose payload is shorter than its layout says: not written.
     pub malformed: u64,
-    /// Microsoft-Windows-Ras-NdisWanPacketCapture packet events: not written (their layout is
-    /// not known here).
+    /// Of `packets`, those of Microsoft-Windows-Ras-NdisWanPacketCapture.
     pub ras_packets: u64,
 }
 
@@ -251,13 +257,14 @@ impl std::fmt::Display for WifiContext {
     }
 }
 
-/// Where a packet's interface is: lower interface index, link type, and for a virtual switch
-/// the source port and VLAN.
+/// Where a packet's interface is: lower interface index, link type, for a virtual switch the
+/// source port and VLAN, for an RRAS tunnel its routing domain and user.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct IfKey {
     lower: u32,
     link: u16,
     vm: Option<(u32, u16)>,
+    ras: Option<(String, String)>,
 }
 
 /// A packet whose fragments have begun.
@@ -275,6 +282,17 @@ pub struct NdisPackets {
     /// A metadata event's Wi-Fi context, for the next packet of its lower interface.
     wifi: HashMap<u32, WifiContext>,
     pub summary: NdisSummary,
+}
+
+/// The direction a packet event's keywords say.
+fn direction(keywords: u64) -> Direction {
+    if keywords & keyword::SEND != 0 {
+        Direction::Outbound
+    } else if keywords & keyword::RECEIVE != 0 {
+        Direction::Inbound
+    } else {
+        Direction::Unknown
+    }
 }
 
 /// The link type a fragment's keywords say.
@@ -328,7 +346,7 @@ impl NdisPackets {
         }
         if rec.provider == RAS_NDISWAN_PROVIDER {
             if RAS_PACKETS.contains(&rec.descriptor.id) {
-                self.summary.ras_packets += 1;
+                return self.ras_packet(rec, w);
             }
             return Ok(());
         }
@@ -374,6 +392,7 @@ impl NdisPackets {
             lower: f.lower,
             link: link_type(kw),
             vm: f.vm.as_ref().map(|v| (v.port_id, v.vlan)),
+            ras: None,
         };
         // A packet is its fragments from one marked start to one marked end (since Windows 8.1
         // one event marked both); a start abandons what was pending on its interface.
@@ -392,16 +411,7 @@ impl NdisPackets {
             self.pending.insert(f.lower, Pending { data, key });
             return Ok(());
         }
-        let iface = match self.interfaces.get(&key) {
-            Some(&i) => i,
-            None => {
-                let (name, desc) = interface_name(&key, f.miniport, f.vm.as_ref());
-                let i = w.interface(key.link, &name, desc.as_deref())?;
-                self.interfaces.insert(key.clone(), i);
-                self.summary.interfaces += 1;
-                i
-            }
-        };
+        let iface = self.interface(&key, f.miniport, f.vm.as_ref(), w)?;
         if key.link == linktype::IEEE802_11 {
             // ndiscap logs 802.11 frames decrypted: a set Protected flag would make readers try
             // to decrypt them.
@@ -420,22 +430,76 @@ impl NdisPackets {
                 v.port_id, v.port_name, v.nic_name, v.nic_type, v.destinations, v.hash
             ));
         }
-        let direction = if kw & keyword::SEND != 0 {
-            Direction::Outbound
-        } else if kw & keyword::RECEIVE != 0 {
-            Direction::Inbound
-        } else {
-            Direction::Unknown
-        };
         w.packet(&Packet {
             interface: iface,
             timestamp: rec.timestamp,
             data: &data,
             original_len: original_len(key.link, &data),
-            direction,
+            direction: direction(kw),
             comment: Some(comment),
         })?;
         self.summary.packets += 1;
+        Ok(())
+    }
+
+    /// The pcapng interface of `key`, described at first sight.
+    fn interface<W: Write>(
+        &mut self,
+        key: &IfKey,
+        miniport: u32,
+        vm: Option<&VmSource>,
+        w: &mut PcapngWriter<W>,
+    ) -> io::Result<u32> {
+        if let Some(&i) = self.interfaces.get(key) {
+            return Ok(i);
+        }
+        let (name, desc) = interface_name(key, miniport, vm);
+        let i = w.interface(key.link, &name, desc.as_deref())?;
+        self.interfaces.insert(key.clone(), i);
+        self.summary.interfaces += 1;
+        Ok(i)
+    }
+
+    /// A Ras-NdisWan packet event: one whole Ethernet frame.
+    fn ras_packet<W: Write>(
+        &mut self,
+        rec: &EventRecord<'_>,
+        w: &mut PcapngWriter<W>,
+    ) -> io::Result<()> {
+        let mut c = Cur {
+            b: &rec.payload,
+            at: 0,
+        };
+        let read = (|| {
+            let (domain, user) = (c.utf16z()?, c.utf16z()?);
+            let n = c.u32()? as usize;
+            Some((domain, user, c.bytes(n)?))
+        })();
+        let Some((domain, user, data)) = read else {
+            self.summary.malformed += 1;
+            return Ok(());
+        };
+        let key = IfKey {
+            lower: 0,
+            link: linktype::ETHERNET,
+            vm: None,
+            ras: Some((domain, user)),
+        };
+        let iface = self.interface(&key, 0, None, w)?;
+        let (domain, user) = key.ras.as_ref().unwrap();
+        w.packet(&Packet {
+            interface: iface,
+            timestamp: rec.timestamp,
+            data,
+            original_len: original_len(linktype::ETHERNET, data),
+            direction: direction(rec.descriptor.keywords),
+            comment: Some(format!(
+                "pid {} tid {}; RRAS routing domain {domain}, user {user}",
+                rec.pid, rec.tid
+            )),
+        })?;
+        self.summary.packets += 1;
+        self.summary.ras_packets += 1;
         Ok(())
     }
 
@@ -449,6 +513,10 @@ impl NdisPackets {
 fn interface_name(key: &IfKey, miniport: u32, vm: Option<&VmSource>) -> (String, Option<String>) {
     let vlan = key.vm.map_or(0, |(_, v)| v);
     let name = match (key.link, vm) {
+        _ if key.ras.is_some() => {
+            let (domain, user) = key.ras.as_ref().unwrap();
+            format!("Rras:{}:{domain}:{user}", key.lower)
+        }
         (linktype::IEEE802_11, _) => format!("wifi:{}", key.lower),
         (linktype::RAW, _) => format!("mbb:{}", key.lower),
         (_, Some(v)) => format!("vNIC:{}:{}:{}:{}", v.nic_type, v.port_name, key.lower, vlan),
