@@ -58,6 +58,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let mut w = PcapngWriter::new(sink, &info).map_err(named)?;
     let mut pkts = PktMonPackets::new();
+    // PktMon names its components (and their addresses) when the capture stops: learn them first,
+    // so that each interface is described where it is declared, before its packets.
+    let _ = f.for_each(Order::File, |r| {
+        if PktMonPackets::is_component(&r.event) {
+            pkts.component(&r.event, &decoder.decode_etl(r));
+        }
+        ControlFlow::Continue(())
+    });
     let mut ndis = NdisPackets::new();
     let mut err = None;
     let summary = f.for_each(Order::Time, |r| {

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -52,7 +53,7 @@ fn every_pktmon_sample_exports_all_its_packet_events() {
     let Some(s) = samples("every_pktmon_sample_exports_all_its_packet_events") else {
         return;
     };
-    let mut with_packets = 0;
+    let (mut with_packets, mut unnamed) = (0, 0);
     for e in std::fs::read_dir(&s).unwrap() {
         let p = e.unwrap().path();
         let name = p.file_name().unwrap().to_str().unwrap().to_string();
@@ -66,13 +67,12 @@ fn every_pktmon_sample_exports_all_its_packet_events() {
             "json",
             "--provider",
             "Microsoft-Windows-PktMon",
-            "--id",
-            "160",
-            "--id",
-            "170",
         ]);
         assert!(ok, "{err}");
-        let events = json_lines(&json);
+        let all = json_lines(&json);
+        let (events, components): (Vec<_>, Vec<_>) = all
+            .into_iter()
+            .partition(|e| e["id"] == 160 || e["id"] == 170);
         let out = tmp(&format!("{name}.pcapng"));
         let (ok, _, err) = etwkit(&["pcap", p.to_str().unwrap(), "-o", out.to_str().unwrap()]);
         assert!(ok, "{name}: {err}");
@@ -86,11 +86,75 @@ fn every_pktmon_sample_exports_all_its_packet_events() {
             continue;
         }
         with_packets += 1;
+        // What the component events (logged when the capture stopped) say of each component.
+        let mut described: BTreeMap<u64, Described> = BTreeMap::new();
+        for c in &components {
+            let p = &c["properties"];
+            match c["id"].as_u64().unwrap() {
+                20 => {
+                    let d = described.entry(p["Id"].as_u64().unwrap()).or_default();
+                    d.name = p["Name"].as_str().unwrap().to_string();
+                    d.description = p["Description"].as_str().unwrap().to_string();
+                }
+                65 | 66 => {
+                    let d = described
+                        .entry(p["ComponentId"].as_u64().unwrap())
+                        .or_default();
+                    d.addresses
+                        .insert(p["IpAddress"].as_str().unwrap().to_string());
+                }
+                70 if p["Size"] == 6 => {
+                    let d = described
+                        .entry(p["ComponentId"].as_u64().unwrap())
+                        .or_default();
+                    d.mac = Some(p["Value"].as_str().unwrap().to_string());
+                }
+                _ => {}
+            }
+        }
         for (e, p) in events.iter().zip(&cap.packets) {
             let props = &e["properties"];
             let payload = props["Payload"].as_str().unwrap().trim_start_matches("0x");
             assert_eq!(hex(&p.data), payload, "{name}: packet bytes");
-            let lt = cap.interfaces[p.interface as usize].link_type;
+            assert_eq!(p.id, props["PktGroupId"].as_u64(), "{name}: packet id");
+            let iface = &cap.interfaces[p.interface as usize];
+            let component = props["ComponentId"].as_u64().unwrap();
+            let want = described.get(&component).cloned().unwrap_or_default();
+            assert_eq!(
+                iface.name,
+                if want.name.is_empty() {
+                    format!("PktMon component {component}")
+                } else {
+                    format!("{} (PktMon component {component})", want.name)
+                },
+                "{name}"
+            );
+            assert_eq!(
+                iface.description.clone().unwrap_or_default(),
+                want.description,
+                "{name}"
+            );
+            let addresses: BTreeSet<String> = iface
+                .ipv4
+                .iter()
+                .map(|(a, _)| std::net::Ipv4Addr::from(*a).to_string())
+                .chain(
+                    iface
+                        .ipv6
+                        .iter()
+                        .map(|(a, _)| std::net::Ipv6Addr::from(*a).to_string()),
+                )
+                .collect();
+            assert_eq!(addresses, want.addresses, "{name}: component {component}");
+            assert_eq!(
+                iface.mac.map(|m| format!("0x{}", hex(&m))),
+                want.mac,
+                "{name}: component {component}"
+            );
+            if want.name.is_empty() {
+                unnamed += 1;
+            }
+            let lt = iface.link_type;
             let want = match props["PacketType"].as_str().unwrap() {
                 "Ethernet" => 1,
                 "WiFi" => 105,
@@ -104,6 +168,16 @@ fn every_pktmon_sample_exports_all_its_packet_events() {
         with_packets >= 5,
         "PktMon samples with packets: {with_packets}"
     );
+    assert_eq!(unnamed, 0, "packets on components no event names");
+}
+
+/// A PktMon component as its component events describe it.
+#[derive(Clone, Debug, Default)]
+struct Described {
+    name: String,
+    description: String,
+    addresses: BTreeSet<String>,
+    mac: Option<String>,
 }
 
 fn hex(b: &[u8]) -> String {

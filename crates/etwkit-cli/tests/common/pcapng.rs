@@ -2,12 +2,16 @@
 
 use std::path::Path;
 
-/// An interface description: link type, `if_name`, `if_description`.
+/// An interface description: link type, `if_name`, `if_description`, addresses.
 #[derive(Debug, Default)]
 pub struct Interface {
     pub link_type: u16,
     pub name: String,
     pub description: Option<String>,
+    /// `if_IPv4addr` (address, netmask), `if_IPv6addr` (address, prefix length), `if_MACaddr`.
+    pub ipv4: Vec<([u8; 4], [u8; 4])>,
+    pub ipv6: Vec<([u8; 16], u8)>,
+    pub mac: Option<[u8; 6]>,
 }
 
 /// An enhanced packet block.
@@ -20,6 +24,8 @@ pub struct Packet {
     pub original_len: u32,
     /// `epb_flags`: 1 inbound, 2 outbound in the low bits.
     pub flags: Option<u32>,
+    /// `epb_packetid`.
+    pub id: Option<u64>,
     pub comment: Option<String>,
 }
 
@@ -77,6 +83,11 @@ pub fn read(path: &Path) -> Capture {
                     match code {
                         2 => i.name = text(&v),
                         3 => i.description = Some(text(&v)),
+                        4 => i
+                            .ipv4
+                            .push((v[..4].try_into().unwrap(), v[4..8].try_into().unwrap())),
+                        5 => i.ipv6.push((v[..16].try_into().unwrap(), v[16])),
+                        6 => i.mac = Some(v[..6].try_into().unwrap()),
                         _ => {}
                     }
                 }
@@ -95,6 +106,7 @@ pub fn read(path: &Path) -> Capture {
                     match code {
                         1 => p.comment = Some(text(&v)),
                         2 => p.flags = Some(u32::from_le_bytes(v[..4].try_into().unwrap())),
+                        5 => p.id = Some(u64::from_le_bytes(v[..8].try_into().unwrap())),
                         _ => {}
                     }
                 }

@@ -15,6 +15,7 @@
 //! `code u16, length u16, value` padded to 4 bytes and closed by `opt_endofopt`.
 
 use std::io::{self, Write};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::time::FILETIME_UNIX_EPOCH;
 
@@ -38,8 +39,12 @@ const SHB_OS: u16 = 3;
 const SHB_USERAPPL: u16 = 4;
 const IF_NAME: u16 = 2;
 const IF_DESCRIPTION: u16 = 3;
+const IF_IPV4ADDR: u16 = 4;
+const IF_IPV6ADDR: u16 = 5;
+const IF_MACADDR: u16 = 6;
 const IF_TSRESOL: u16 = 9;
 const EPB_FLAGS: u16 = 2;
+const EPB_PACKETID: u16 = 5;
 
 /// Link types (LINKTYPE_* of the tcpdump.org registry).
 pub mod linktype {
@@ -75,7 +80,18 @@ pub struct Packet<'a> {
     /// The packet's length on the wire (≥ `data.len()` when the capture was truncated).
     pub original_len: u32,
     pub direction: Direction,
+    /// `epb_packetid`: the same packet seen at several capture points carries the same id.
+    pub id: Option<u64>,
     pub comment: Option<String>,
+}
+
+/// The addresses an interface description carries (`if_MACaddr`, `if_IPv4addr`, `if_IPv6addr`).
+/// The capture says no netmask or prefix: they are written as one host's (/32, /128).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Addresses {
+    pub mac: Option<[u8; 6]>,
+    pub ipv4: Vec<Ipv4Addr>,
+    pub ipv6: Vec<Ipv6Addr>,
 }
 
 /// Writes a pcapng stream: one section, interfaces as they are added, packets.
@@ -151,6 +167,18 @@ impl<W: Write> PcapngWriter<W> {
         name: &str,
         description: Option<&str>,
     ) -> io::Result<u32> {
+        self.interface_at(link_type, name, description, &Addresses::default())
+    }
+
+    /// Adds an interface with its addresses; its packets carry 100 ns timestamps. Returns its
+    /// index.
+    pub fn interface_at(
+        &mut self,
+        link_type: u16,
+        name: &str,
+        description: Option<&str>,
+        addresses: &Addresses,
+    ) -> io::Result<u32> {
         let mut body = Vec::new();
         body.extend_from_slice(&link_type.to_le_bytes());
         body.extend_from_slice(&0u16.to_le_bytes());
@@ -159,6 +187,19 @@ impl<W: Write> PcapngWriter<W> {
         opt(&mut body, IF_NAME, text(name));
         if let Some(d) = description {
             opt(&mut body, IF_DESCRIPTION, text(d));
+        }
+        for a in &addresses.ipv4 {
+            let mut v = a.octets().to_vec();
+            v.extend_from_slice(&[0xff; 4]);
+            opt(&mut body, IF_IPV4ADDR, &v);
+        }
+        for a in &addresses.ipv6 {
+            let mut v = a.octets().to_vec();
+            v.push(128);
+            opt(&mut body, IF_IPV6ADDR, &v);
+        }
+        if let Some(m) = &addresses.mac {
+            opt(&mut body, IF_MACADDR, m);
         }
         // 10^-7 s: the FILETIME resolution ETW timestamps have.
         opt(&mut body, IF_TSRESOL, &[7]);
@@ -196,10 +237,13 @@ impl<W: Write> PcapngWriter<W> {
         if flags != 0 {
             opt(&mut body, EPB_FLAGS, &flags.to_le_bytes());
         }
+        if let Some(id) = p.id {
+            opt(&mut body, EPB_PACKETID, &id.to_le_bytes());
+        }
         if let Some(c) = &p.comment {
             opt(&mut body, OPT_COMMENT, text(c));
         }
-        if flags != 0 || p.comment.is_some() {
+        if flags != 0 || p.id.is_some() || p.comment.is_some() {
             opt(&mut body, OPT_END, &[]);
         }
         self.write_block(EPB, &body)?;
@@ -248,8 +292,13 @@ mod tests {
             },
         )
         .unwrap();
+        let addresses = Addresses {
+            mac: Some([0, 0x22, 0x48, 0x7b, 0xb3, 0x80]),
+            ipv4: vec![Ipv4Addr::new(10, 9, 1, 22)],
+            ipv6: vec!["fe80::1".parse().unwrap()],
+        };
         let i = w
-            .interface(linktype::ETHERNET, "eth", Some("test"))
+            .interface_at(linktype::ETHERNET, "eth", Some("test"), &addresses)
             .unwrap();
         let unix_1s = FILETIME_UNIX_EPOCH + 10_000_000 + 3;
         w.packet(&Packet {
@@ -258,6 +307,7 @@ mod tests {
             data: &[1, 2, 3, 4, 5],
             original_len: 60,
             direction: Direction::Outbound,
+            id: Some(0x0102_0304_0506),
             comment: Some("hi".into()),
         })
         .unwrap();
@@ -268,6 +318,7 @@ mod tests {
                 data: &[],
                 original_len: 0,
                 direction: Direction::Unknown,
+                id: None,
                 comment: None,
             })
             .is_err());
@@ -287,6 +338,23 @@ mod tests {
         // epb_flags: outbound.
         assert_eq!(&epb[28..32], &[2, 0, 4, 0]);
         assert_eq!(&epb[32..36], &[2, 0, 0, 0]);
+        // epb_packetid.
+        assert_eq!(&epb[36..40], &[5, 0, 8, 0]);
+        assert_eq!(&epb[40..48], &0x0102_0304_0506u64.to_le_bytes());
+        let idb = &bl[1].1;
+        let has = |option: &[u8]| idb.windows(option.len()).any(|w| w == option);
+        assert!(
+            has(&[4, 0, 8, 0, 10, 9, 1, 22, 255, 255, 255, 255]),
+            "if_IPv4addr /32"
+        );
+        let mut v6 = vec![5, 0, 17, 0, 0xfe, 0x80];
+        v6.extend_from_slice(&[0; 13]);
+        v6.extend_from_slice(&[1, 128]);
+        assert!(has(&v6), "if_IPv6addr /128");
+        assert!(
+            has(&[6, 0, 6, 0, 0, 0x22, 0x48, 0x7b, 0xb3, 0x80]),
+            "if_MACaddr"
+        );
         assert!(bl[1].1.windows(4).any(|w| w == [9, 0, 1, 0]), "if_tsresol");
     }
 }

@@ -436,6 +436,7 @@ impl NdisPackets {
             data: &data,
             original_len: original_len(key.link, &data),
             direction: direction(kw),
+            id: None,
             comment: Some(comment),
         })?;
         self.summary.packets += 1;
@@ -493,6 +494,7 @@ impl NdisPackets {
             data,
             original_len: original_len(linktype::ETHERNET, data),
             direction: direction(rec.descriptor.keywords),
+            id: None,
             comment: Some(format!(
                 "pid {} tid {}; RRAS routing domain {domain}, user {user}",
                 rec.pid, rec.tid
