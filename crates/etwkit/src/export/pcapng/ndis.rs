@@ -60,6 +60,10 @@ pub mod keyword {
     pub const RECEIVE: u64 = 0x2_0000_0000;
 }
 
+/// A packet's fragments are given up (counted as incomplete) past this many bytes: no link's
+/// packet is larger, and a damaged trace's unmarked fragments must not pile up without end.
+const MAX_PACKET: usize = 1 << 20;
+
 /// `NET_BUFFER_LIST_INFO` slots in a virtual switch fragment's OOB data.
 const OOB_IEEE8021Q: usize = 4;
 const OOB_HASH_VALUE: usize = 8;
@@ -407,6 +411,10 @@ impl NdisPackets {
             None => Vec::new(),
         };
         data.extend_from_slice(f.data);
+        if data.len() > MAX_PACKET {
+            self.summary.incomplete += 1;
+            return Ok(());
+        }
         if !ends {
             self.pending.insert(f.lower, Pending { data, key });
             return Ok(());
@@ -565,6 +573,47 @@ mod tests {
         eth[12..14].copy_from_slice(&[0x08, 0x06]);
         assert_eq!(original_len(linktype::ETHERNET, &eth), 40);
         assert_eq!(original_len(linktype::IEEE802_11, &v6), 60);
+    }
+
+    /// Fragments that never end are given up once they exceed any packet's size.
+    #[test]
+    fn endless_fragments_are_given_up() {
+        let mut w = PcapngWriter::new(Vec::new(), &Default::default()).unwrap();
+        let mut n = NdisPackets::new();
+        let mut payload: Vec<u8> = [1u32, 1, 0x1_0000]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        payload.resize(12 + 0x1_0000, 0);
+        let mut rec = EventRecord {
+            header_type: crate::event::HeaderType::EventHeader64,
+            flags: 0,
+            provider: NDIS_PROVIDER,
+            descriptor: crate::event::EventDescriptor::default(),
+            hook_id: None,
+            pid: 4,
+            tid: 8,
+            cpu: 0,
+            timestamp: 0,
+            raw_timestamp: 0,
+            kernel_time: 0,
+            user_time: 0,
+            activity_id: Guid::default(),
+            pointer_size: 8,
+            payload: std::borrow::Cow::Owned(payload),
+            ext: std::borrow::Cow::Borrowed(&[]),
+        };
+        rec.descriptor.id = NDIS_FRAGMENT;
+        for i in 0..40 {
+            rec.descriptor.keywords = if i == 0 { keyword::PACKET_START } else { 0 };
+            n.event(&rec, &mut w).unwrap();
+        }
+        // 16 fragments fill 1 MiB; the 17th gives the packet up, the next 16 pile up again, the
+        // 34th gives that up; 6 wait at the end.
+        assert_eq!(n.summary.incomplete, 2);
+        n.finish();
+        assert_eq!((n.summary.incomplete, n.summary.packets), (3, 0));
+        assert_eq!(n.summary.fragments, 40);
     }
 
     /// A 32-bit logger's virtual switch fragment: OOB slots are 4 bytes wide.
