@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::pcapng::read as read_pcapng;
+use common::pcapng::{have_tshark, read as read_pcapng, tshark_fields};
 use common::{etwkit, json_lines, samples};
 
 fn tmp(name: &str) -> PathBuf {
@@ -189,11 +189,7 @@ fn tshark_reads_the_capture_without_complaint() {
     let Some(s) = samples("tshark_reads_the_capture_without_complaint") else {
         return;
     };
-    if Command::new("tshark").arg("--version").output().is_err() {
-        if std::env::var("ETWKIT_REQUIRE_TOOLS").is_ok_and(|v| v == "1") {
-            panic!("tshark is not installed but ETWKIT_REQUIRE_TOOLS=1 (apt-get install tshark)");
-        }
-        eprintln!("\n*** SKIPPED tshark_reads_the_capture_without_complaint: no tshark ***\n");
+    if !have_tshark("tshark_reads_the_capture_without_complaint") {
         return;
     }
     for (sample, packets) in [
@@ -208,27 +204,8 @@ fn tshark_reads_the_capture_without_complaint() {
             out.to_str().unwrap(),
         ]);
         assert!(ok, "{err}");
-        let o = Command::new("tshark")
-            .args([
-                "-r",
-                out.to_str().unwrap(),
-                "-T",
-                "fields",
-                "-e",
-                "frame.len",
-            ])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success(), "{sample}: {stderr}");
-        // tshark's only remark when run as root is about running as root.
-        let complaints: Vec<&str> = stderr
-            .lines()
-            .filter(|l| !l.trim().is_empty() && !l.contains("Running as user \"root\""))
-            .collect();
-        assert!(complaints.is_empty(), "{sample}: {complaints:?}");
         assert_eq!(
-            String::from_utf8_lossy(&o.stdout).lines().count(),
+            tshark_fields(&out, &["frame.len"]).len(),
             packets,
             "{sample}"
         );
@@ -441,37 +418,14 @@ fn ndis_packet_capture_sample_is_one_wifi_frame() {
         Some(format!("pid {} tid {}", e["pid"], e["tid"]).as_str())
     );
 
-    if Command::new("tshark").arg("--version").output().is_err() {
-        if std::env::var("ETWKIT_REQUIRE_TOOLS").is_ok_and(|v| v == "1") {
-            panic!("tshark is not installed but ETWKIT_REQUIRE_TOOLS=1 (apt-get install tshark)");
-        }
-        eprintln!("\n*** SKIPPED the tshark half of ndis_packet_capture_sample_is_one_wifi_frame: no tshark ***\n");
+    if !have_tshark("the tshark half of ndis_packet_capture_sample_is_one_wifi_frame") {
         return;
     }
-    let o = Command::new("tshark")
-        .args([
-            "-r",
-            out.to_str().unwrap(),
-            "-T",
-            "fields",
-            "-E",
-            "separator=,",
-        ])
-        .args([
-            "-e",
-            "frame.protocols",
-            "-e",
-            "wlan.ta",
-            "-e",
-            "ip.dst",
-            "-e",
-            "udp.dstport",
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(
-        String::from_utf8_lossy(&o.stdout).trim_end(),
-        "wlan:llc:ip:udp:ssdp,28:d0:ea:3e:8e:5b,239.255.255.250,1900"
+        tshark_fields(
+            &out,
+            &["frame.protocols", "wlan.ta", "ip.dst", "udp.dstport"]
+        ),
+        ["wlan:llc:ip:udp:ssdp;28:d0:ea:3e:8e:5b;239.255.255.250;1900"]
     );
 }

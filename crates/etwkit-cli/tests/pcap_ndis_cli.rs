@@ -16,10 +16,9 @@ mod common;
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::etwkit;
-use common::pcapng::{read, Capture};
+use common::pcapng::{have_tshark, read, tshark_fields, Capture};
 use etwkit::etl::writer::{Writer, WriterOptions};
 use etwkit::event::{EventDescriptor, EventRecord, HeaderType};
 use etwkit::time::FILETIME_UNIX_EPOCH;
@@ -341,43 +340,11 @@ fn netsh_capture_becomes_packets_per_interface() {
     );
 
     // tshark reads it without a remark and dissects every packet as what it is.
-    if Command::new("tshark").arg("--version").output().is_err() {
-        if std::env::var("ETWKIT_REQUIRE_TOOLS").is_ok_and(|v| v == "1") {
-            panic!("tshark is not installed but ETWKIT_REQUIRE_TOOLS=1 (apt-get install tshark)");
-        }
-        eprintln!("\n*** SKIPPED the tshark half of netsh_capture_becomes_packets_per_interface: no tshark ***\n");
+    if !have_tshark("the tshark half of netsh_capture_becomes_packets_per_interface") {
         return;
     }
-    let o = Command::new("tshark")
-        .args([
-            "-r",
-            out.to_str().unwrap(),
-            "-T",
-            "fields",
-            "-E",
-            "separator=;",
-        ])
-        .args([
-            "-e",
-            "frame.len",
-            "-e",
-            "frame.cap_len",
-            "-e",
-            "frame.protocols",
-        ])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{stderr}");
-    let complaints: Vec<&str> = stderr
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.contains("Running as user \"root\""))
-        .collect();
-    assert!(complaints.is_empty(), "{complaints:?}");
     assert_eq!(
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .collect::<Vec<_>>(),
+        tshark_fields(&out, &["frame.len", "frame.cap_len", "frame.protocols"]),
         [
             "1014;60;eth:ethertype:ip:udp:data",
             "60;60;eth:ethertype:ipv6:udp",

@@ -118,3 +118,44 @@ pub fn read(path: &Path) -> Capture {
     }
     c
 }
+
+/// Whether tshark is here; without it, a loud SKIPPED line for `what` (a failure with
+/// `ETWKIT_REQUIRE_TOOLS=1`, as `.ci/run` sets).
+pub fn have_tshark(what: &str) -> bool {
+    if std::process::Command::new("tshark")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        return true;
+    }
+    if std::env::var("ETWKIT_REQUIRE_TOOLS").is_ok_and(|v| v == "1") {
+        panic!("tshark is not installed but ETWKIT_REQUIRE_TOOLS=1 (apt-get install tshark)");
+    }
+    eprintln!("\n*** SKIPPED {what}: no tshark ***\n");
+    false
+}
+
+/// tshark's `fields` of every packet of `file`, one line each (fields separated by `;`). tshark
+/// must succeed and remark on nothing but running as root.
+pub fn tshark_fields(file: &Path, fields: &[&str]) -> Vec<String> {
+    let mut cmd = std::process::Command::new("tshark");
+    cmd.arg("-r")
+        .arg(file)
+        .args(["-T", "fields", "-E", "separator=;"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let o = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{}: {stderr}", file.display());
+    let complaints: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.contains("Running as user \"root\""))
+        .collect();
+    assert!(complaints.is_empty(), "{}: {complaints:?}", file.display());
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
