@@ -7,7 +7,7 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 use etwkit::etl::{EtlFile, Order};
-use etwkit::export::pcapng::{NdisPackets, PcapngWriter, PktMonPackets, SectionInfo};
+use etwkit::export::pcapng::{journal, NdisPackets, PcapngWriter, PktMonPackets, SectionInfo};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -17,6 +17,10 @@ pub struct Args {
     /// The pcapng file to write (`-`: standard output).
     #[arg(short, long)]
     output: PathBuf,
+    /// Also write the trace's other events, decoded, as systemd journal entries among the packets
+    /// (Wireshark lists them in time order with the packets, as etl2pcapng's output does).
+    #[arg(long)]
+    events: bool,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -70,8 +74,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut err = None;
     let summary = f.for_each(Order::Time, |r| {
         let d = decoder.decode_etl(r);
-        match pkts
-            .event(&r.event, &d, &mut w)
+        let written = if a.events && !journal::is_packet_event(&r.event) {
+            journal::write_event(&mut w, &r.event, &d)
+        } else {
+            Ok(())
+        };
+        match written
+            .and_then(|()| pkts.event(&r.event, &d, &mut w))
             .and_then(|()| ndis.event(&r.event, &mut w))
         {
             Ok(()) => ControlFlow::Continue(()),
@@ -85,6 +94,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         return Err(named(e));
     }
     ndis.finish();
+    let entries = w.journal_entries();
     w.finish().and_then(|mut w| w.flush()).map_err(named)?;
     if let Some(out) = out {
         out.commit()?;
@@ -114,14 +124,20 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         );
     }
     let packets = s.packets + n.packets;
+    let events = if a.events {
+        format!(" and {entries} other events")
+    } else {
+        String::new()
+    };
     if packets == 0 {
         eprintln!(
-            "etwkit: {} holds no packet events (PktMon or NDIS-PacketCapture); {shown} has no packets",
+            "etwkit: {} holds no packet events (PktMon or NDIS-PacketCapture); {shown} has no packets{}",
             a.file.display(),
+            if a.events { format!(", {entries} other events") } else { String::new() },
         );
     } else {
         eprintln!(
-            "etwkit: wrote {packets} packets ({} dropped) on {} interfaces to {shown}",
+            "etwkit: wrote {packets} packets ({} dropped) on {} interfaces{events} to {shown}",
             s.dropped_packets,
             s.interfaces + n.interfaces,
         );

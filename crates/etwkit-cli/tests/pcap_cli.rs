@@ -429,3 +429,93 @@ fn ndis_packet_capture_sample_is_one_wifi_frame() {
         ["wlan:llc:ip:udp:ssdp;28:d0:ea:3e:8e:5b;239.255.255.250;1900"]
     );
 }
+
+/// `--events`: attackhost_trace.etl's 101 other records as journal entries, in time order with its
+/// packet, each with the decoded event `dump` shows; tshark reads them as systemd journal entries.
+#[test]
+fn other_events_go_in_as_journal_entries() {
+    let Some(s) = samples("other_events_go_in_as_journal_entries") else {
+        return;
+    };
+    let input = s.join("attackhost_trace.etl");
+    let (ok, json, err) = etwkit(&["dump", input.to_str().unwrap(), "--format", "json"]);
+    assert!(ok, "{err}");
+    let records = json_lines(&json);
+    assert_eq!(records.len(), 102);
+    let out = tmp("attackhost-events.pcapng");
+    let (ok, _, err) = etwkit(&[
+        "pcap",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--events",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("wrote 1 packets (0 dropped) on 1 interfaces and 101 other events"),
+        "{err}"
+    );
+    // Without --events, the packet alone (the other tests' captures are unchanged).
+    assert_eq!(read_pcapng(&out).packets.len(), 1);
+    if !have_tshark("other_events_go_in_as_journal_entries") {
+        return;
+    }
+    let lines = tshark_fields(
+        &out,
+        &[
+            "frame.time_epoch",
+            "frame.protocols",
+            "systemd_journal.syslog_id",
+            "systemd_journal.pid",
+            "systemd_journal.message",
+        ],
+    );
+    assert_eq!(lines.len(), 102);
+    let mut undecoded = 0;
+    for (line, r) in lines.iter().zip(&records) {
+        let f: Vec<&str> = line.splitn(5, ';').collect();
+        // In the dump's (time) order, each at its record's time: journal entries to the
+        // microsecond (their timestamp's unit), the packet to the 100 ns.
+        let (secs, frac) = f[0].split_once('.').unwrap();
+        let t = secs.parse::<i64>().unwrap() * 10_000_000 + frac[..7].parse::<i64>().unwrap();
+        let want = etwkit::time::parse_rfc3339(r["timestamp"].as_str().unwrap()).unwrap()
+            - etwkit::time::FILETIME_UNIX_EPOCH;
+        let unit = if f[1] == "systemd_journal" { 10 } else { 1 };
+        assert_eq!(t, want / unit * unit, "{line}");
+        if f[1] != "systemd_journal" {
+            assert_eq!(r["id"], 1001, "the packet: {line}");
+            continue;
+        }
+        assert_eq!(f[2], r["provider_name"].as_str().unwrap(), "{line}");
+        assert_eq!(f[3], r["pid"].to_string(), "{line}");
+        let name = match (
+            r["event_name"].as_str(),
+            r["task_name"].as_str(),
+            r["opcode_name"].as_str(),
+        ) {
+            (Some(e), ..) => e.to_string(),
+            (None, Some(t), Some(o)) => format!("{t}/{o}"),
+            (None, Some(t), None) => t.to_string(),
+            _ => format!("event {} (opcode {})", r["id"], r["opcode"]),
+        };
+        if r["properties"].is_null() {
+            let payload = r["payload"].as_str().unwrap();
+            assert!(
+                f[4].starts_with(&format!("{name} (not decoded: "))
+                    && f[4].ends_with(&format!("; payload {payload})")),
+                "{line}"
+            );
+            undecoded += 1;
+            continue;
+        }
+        // The message is the event's name and its properties (in the layout's order).
+        let (head, props) = f[4].split_once(": ").unwrap();
+        assert_eq!(head, name, "{line}");
+        let props: serde_json::Value = serde_json::from_str(props).unwrap();
+        assert_eq!(props, r["properties"], "{line}");
+    }
+    assert!(
+        undecoded > 0,
+        "the sample's undecoded records are written too"
+    );
+}

@@ -8,7 +8,9 @@
 //!   --capture`);
 //! - [`NdisPackets`] ([`ndis`]): Microsoft-Windows-NDIS-PacketCapture fragment events (ndiscap:
 //!   `netsh trace start capture=yes`), read from their payloads, so a trace without the provider's
-//!   manifest converts too.
+//!   manifest converts too;
+//!
+//! and [`journal`] writes the trace's other events beside them, as systemd Journal Export entries.
 //!
 //! Block layouts follow the pcapng specification (draft-ietf-opsawg-pcapng): every block is
 //! `type u32, total length u32, body, total length u32`, bodies padded to 4 bytes, options as
@@ -19,6 +21,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::time::FILETIME_UNIX_EPOCH;
 
+pub mod journal;
 pub mod ndis;
 pub mod pktmon;
 
@@ -30,6 +33,8 @@ pub use pktmon::{
 const SHB: u32 = 0x0A0D_0D0A;
 const IDB: u32 = 0x0000_0001;
 const EPB: u32 = 0x0000_0006;
+/// systemd Journal Export Block: one journal entry (`KEY=value` lines).
+const SJE: u32 = 0x0000_0009;
 const BYTE_ORDER_MAGIC: u32 = 0x1A2B_3C4D;
 
 const OPT_END: u16 = 0;
@@ -99,6 +104,7 @@ pub struct PcapngWriter<W: Write> {
     out: W,
     interfaces: u32,
     packets: u64,
+    entries: u64,
     block: Vec<u8>,
 }
 
@@ -128,6 +134,7 @@ impl<W: Write> PcapngWriter<W> {
             out,
             interfaces: 0,
             packets: 0,
+            entries: 0,
             block: Vec::with_capacity(4096),
         };
         let mut body = Vec::new();
@@ -255,6 +262,35 @@ impl<W: Write> PcapngWriter<W> {
         self.packets
     }
 
+    /// Writes a systemd Journal Export block: `__REALTIME_TIMESTAMP` (microseconds since 1970)
+    /// from `timestamp` (UTC FILETIME), then `fields` in order. Wireshark lists such entries
+    /// among the packets, in file order. Field names are upper-case letters, digits and `_`; a
+    /// value holding a newline is written in the export format's length-prefixed form.
+    pub fn journal_entry(&mut self, timestamp: i64, fields: &[(&str, &str)]) -> io::Result<()> {
+        let micros = (timestamp - FILETIME_UNIX_EPOCH).max(0) / 10;
+        let mut body = format!("__REALTIME_TIMESTAMP={micros}\n").into_bytes();
+        for (k, v) in fields {
+            body.extend_from_slice(k.as_bytes());
+            if v.contains('\n') {
+                body.push(b'\n');
+                body.extend_from_slice(&(v.len() as u64).to_le_bytes());
+            } else {
+                body.push(b'=');
+            }
+            body.extend_from_slice(v.as_bytes());
+            body.push(b'\n');
+        }
+        pad4(&mut body);
+        self.write_block(SJE, &body)?;
+        self.entries += 1;
+        Ok(())
+    }
+
+    /// Journal entries written.
+    pub fn journal_entries(&self) -> u64 {
+        self.entries
+    }
+
     /// Flushes and returns the output.
     pub fn finish(mut self) -> io::Result<W> {
         self.out.flush()?;
@@ -280,6 +316,23 @@ mod tests {
             off += len;
         }
         v
+    }
+
+    #[test]
+    fn journal_entries_are_export_format() {
+        let mut w = PcapngWriter::new(Vec::new(), &SectionInfo::default()).unwrap();
+        let t = FILETIME_UNIX_EPOCH + 123_456_789;
+        w.journal_entry(t, &[("MESSAGE", "one\ntwo"), ("PRIORITY", "6")])
+            .unwrap();
+        assert_eq!(w.journal_entries(), 1);
+        let b = w.finish().unwrap();
+        let bl = blocks(&b);
+        assert_eq!(bl[1].0, SJE);
+        let mut want = b"__REALTIME_TIMESTAMP=12345678\nMESSAGE\n".to_vec();
+        want.extend_from_slice(&7u64.to_le_bytes());
+        want.extend_from_slice(b"one\ntwo\nPRIORITY=6\n");
+        pad4(&mut want);
+        assert_eq!(bl[1].1, want);
     }
 
     #[test]
