@@ -314,8 +314,10 @@ fn link_type(keywords: u64) -> u16 {
 /// bare IP packets); its captured length where that says nothing or says less.
 fn original_len(link: u16, data: &[u8]) -> u32 {
     let ip = match link {
-        linktype::ETHERNET => match data.get(12..14) {
-            Some([0x08, 0x00]) | Some([0x86, 0xdd]) => Some((14, &data[14..])),
+        // The IP header after the Ethernet header, or after an 802.1Q tag.
+        linktype::ETHERNET => match (data.get(12..14), data.get(16..18)) {
+            (Some([0x08, 0x00] | [0x86, 0xdd]), _) => Some((14, &data[14..])),
+            (Some([0x81, 0x00]), Some([0x08, 0x00] | [0x86, 0xdd])) => Some((18, &data[18..])),
             _ => None,
         },
         linktype::RAW => Some((0, data)),
@@ -566,6 +568,10 @@ mod tests {
         eth.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0x02, 0x00]);
         eth.resize(40, 0);
         assert_eq!(original_len(linktype::ETHERNET, &eth), 512 + 14);
+        // Behind an 802.1Q tag.
+        let mut tagged = eth.clone();
+        tagged.splice(12..12, [0x81, 0x00, 0x00, 0x2a]);
+        assert_eq!(original_len(linktype::ETHERNET, &tagged), 512 + 18);
         // Large send: the IP length is not filled in.
         eth[16..18].copy_from_slice(&[0, 0]);
         assert_eq!(original_len(linktype::ETHERNET, &eth), 40);
