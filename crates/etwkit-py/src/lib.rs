@@ -7,6 +7,7 @@ mod errors;
 mod heap;
 mod live;
 mod net;
+mod pcap;
 mod reader;
 mod record;
 
@@ -25,6 +26,7 @@ fn _etwkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(heap::heap_report, m)?)?;
     m.add_function(wrap_pyfunction!(net::net_report, m)?)?;
     m.add_function(wrap_pyfunction!(cpu::cpu_report, m)?)?;
+    m.add_function(wrap_pyfunction!(pcap::pcap, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -12,6 +12,8 @@
   from the Microsoft-Windows-Winsock-AFD events of ETL files, Windows-written or etwkit's own.
 * ``etwkit.cpu_report(path, pids=None, begin=None, end=None)`` is the CPU sampling profile of a
   kernel trace (per process, module and stack), as ``etwkit cpu --format json`` gives it.
+* ``etwkit.pcap(path, output, events=False)`` writes the packets of a PktMon or NDIS-PacketCapture
+  (``netsh trace ... capture=yes``) trace as a pcapng file for Wireshark, as ``etwkit pcap`` does.
 """
 
 from ._etwkit import (  # noqa: F401
@@ -28,6 +30,7 @@ from ._etwkit import (  # noqa: F401
     cpu_report,
     heap_report,
     net_report,
+    pcap,
     read,
 )
 
@@ -56,6 +59,7 @@ __all__ = [
     "heap_report",
     "heap_trace",
     "net_report",
+    "pcap",
     "read",
 ]
 

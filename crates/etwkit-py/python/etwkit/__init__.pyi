@@ -136,6 +136,12 @@ def net_report(*paths: _Path) -> dict[str, Any]:
     ``sockets`` (pid, process, protocol, local/remote address, bytes and operations sent and
     received, times, outcome, failures with codes and names), ``afd_events``, ``notes``."""
 
+def pcap(path: _Path, output: _Path, events: bool = False) -> dict[str, Any]:
+    """Writes the packets of a PktMon or NDIS-PacketCapture trace to ``output`` as pcapng (whole or
+    not at all; with ``events``, the trace's other events as systemd journal entries among them), as
+    ``etwkit pcap`` does; returns ``packets``, ``interfaces``, ``events`` and each converter's counts
+    (``pktmon``, ``ndis``)."""
+
 def cpu_report(
     path: _Path,
     pids: Optional[Iterable[int]] = None,

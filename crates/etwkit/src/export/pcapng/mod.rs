@@ -11,6 +11,7 @@
 //!   manifest converts too;
 //!
 //! and [`journal`] writes the trace's other events beside them, as systemd Journal Export entries.
+//! [`convert::convert`] runs them all over a file.
 //!
 //! Block layouts follow the pcapng specification (draft-ietf-opsawg-pcapng): every block is
 //! `type u32, total length u32, body, total length u32`, bodies padded to 4 bytes, options as
@@ -21,6 +22,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::time::FILETIME_UNIX_EPOCH;
 
+pub mod convert;
 pub mod journal;
 pub mod ndis;
 pub mod pktmon;
