@@ -396,7 +396,44 @@ fn ndis_packet_capture_sample_is_one_wifi_frame() {
     assert_eq!(cap.interfaces.len(), 1);
     assert_eq!(cap.interfaces[0].link_type, 105, "IEEE 802.11");
     assert_eq!(cap.interfaces[0].name, "wifi:8");
-    assert_eq!(cap.interfaces[0].description, None, "miniport = lower");
+    // Described by the trace's SysConfig NetworkInterface event for its interface index (miniport
+    // = lower: no filter driver in between), with that adapter's hardware address: the frame's
+    // transmitter.
+    let (ok, json, err) = etwkit(&[
+        "dump",
+        input.to_str().unwrap(),
+        "--format",
+        "json",
+        "--provider",
+        "9b79ee91-b5fd-41c0-a243-4248e266e9d0",
+    ]);
+    assert!(ok, "{err}");
+    let lower = e["properties"]["LowerIfIndex"].as_u64().unwrap();
+    let adapters: Vec<_> = json_lines(&json)
+        .into_iter()
+        .filter(|a| a["opcode_name"] == "NetworkInterface")
+        .collect();
+    assert!(adapters.len() > 50, "the sample lists its interfaces");
+    let a = &adapters
+        .iter()
+        .find(|a| a["properties"]["InterfaceIndex"].as_u64() == Some(lower))
+        .unwrap()["properties"];
+    assert_eq!(
+        cap.interfaces[0].description.as_deref(),
+        Some(
+            format!(
+                "{} ({})",
+                a["Description"].as_str().unwrap(),
+                a["Alias"].as_str().unwrap()
+            )
+            .as_str()
+        )
+    );
+    let mac = cap.interfaces[0].mac.unwrap();
+    assert!(a["PhysicalAddress"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("0x{}", hex(&mac))));
     assert_eq!(cap.packets.len(), 1);
     let p = &cap.packets[0];
     let fragment = e["properties"]["Fragment"].as_str().unwrap();
@@ -413,6 +450,7 @@ fn ndis_packet_capture_sample_is_one_wifi_frame() {
         "100 ns units since 1970"
     );
     assert_eq!(p.flags, Some(2), "sent (keyword 0x100000000)");
+    assert_eq!(p.data[10..16], mac, "sent by the interface's adapter");
     assert_eq!(
         p.comment.as_deref(),
         Some(format!("pid {} tid {}", e["pid"], e["tid"]).as_str())

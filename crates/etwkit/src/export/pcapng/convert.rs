@@ -2,7 +2,8 @@
 //! run.
 //!
 //! Two passes over the file: the first learns PktMon's capture components (PktMon logs them when
-//! the capture stops, after the packets), the second walks the records in time order and hands
+//! the capture stops, after the packets) and the machine's interfaces where a configuration
+//! rundown lists them, the second walks the records in time order and hands
 //! each to the PktMon and NDIS-PacketCapture converters (and, with [`Options::events`], writes
 //! every other event as a journal entry).
 
@@ -58,14 +59,15 @@ pub fn convert<W: Write>(
     options: &Options,
 ) -> io::Result<(Summary, W)> {
     let mut w = PcapngWriter::new(out, &section_info(file, options.application.clone()))?;
-    let mut pktmon = PktMonPackets::new();
+    let (mut pktmon, mut ndis) = (PktMonPackets::new(), NdisPackets::new());
     let _ = file.for_each(Order::File, |r| {
         if PktMonPackets::is_component(&r.event) {
             pktmon.component(&r.event, &decoder.decode_etl(r));
+        } else if NdisPackets::is_adapter(&r.event) {
+            ndis.adapter(&r.event, &decoder.decode_etl(r));
         }
         ControlFlow::Continue(())
     });
-    let mut ndis = NdisPackets::new();
     let mut err = None;
     let read = file.for_each(Order::Time, |r| {
         let d = decoder.decode_etl(r);

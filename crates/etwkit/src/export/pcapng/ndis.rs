@@ -22,6 +22,10 @@
 //! Ethernet frame per event (5001, 5002: `RoutingDomainID, RRASUserName` as UTF-16 strings,
 //! `FragmentSize u32, Fragment`).
 //!
+//! Where the trace carries the machine's interface list (KernelTraceControl's SysConfig
+//! NetworkInterface events, in traces merged with the kernel's configuration rundown), each
+//! interface is described by its adapter and alias and carries its hardware address.
+//!
 //! One interface per (lower interface index, link type), for a virtual switch per source port
 //! and VLAN, for a tunnel per routing domain and user, named as Microsoft's etl2pcapng names them
 //! (`eth:IFINDEX:VLAN`, `wifi:IFINDEX`, `mbb:IFINDEX`, `vNIC:TYPE:PORT:IFINDEX:VLAN`,
@@ -32,7 +36,8 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use super::{linktype, Direction, Packet, PcapngWriter};
+use super::{linktype, Addresses, Direction, Packet, PcapngWriter};
+use crate::decode::{DecodedEvent, Value};
 use crate::event::EventRecord;
 use crate::guid::Guid;
 
@@ -43,6 +48,12 @@ pub const RAS_NDISWAN_PROVIDER: Guid = Guid::from_str_const("d84521f7-2235-4237-
 pub const NDIS_FRAGMENT: u16 = 1001;
 pub const NDIS_METADATA: u16 = 1002;
 pub const NDIS_VMSWITCH_FRAGMENT: u16 = 1003;
+/// KernelTraceControl's SysConfig class (the configuration rundown a merged trace carries) and its
+/// NetworkInterface event type: one per interface (InterfaceIndex, Alias, Description,
+/// PhysicalAddress ...).
+pub const SYSCONFIG_EX: Guid = Guid::from_str_const("9b79ee91-b5fd-41c0-a243-4248e266e9d0");
+pub const SYSCONFIG_NETWORK_INTERFACE: u8 = 36;
+
 /// The Ras-NdisWan provider's packet events: `RoutingDomainID, RRASUserName` (UTF-16,
 /// NUL-terminated), `FragmentSize u32, Fragment` (an Ethernet frame); the send keyword marks the
 /// sent ones.
@@ -277,10 +288,20 @@ struct Pending {
     key: IfKey,
 }
 
+/// An interface as the trace's configuration rundown describes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Adapter {
+    alias: String,
+    description: String,
+    mac: Option<[u8; 6]>,
+}
+
 /// Turns NDIS-PacketCapture events, in time order, into pcapng packets.
 #[derive(Default)]
 pub struct NdisPackets {
     interfaces: HashMap<IfKey, u32>,
+    /// Interface index → its adapter, from SysConfig NetworkInterface events.
+    adapters: HashMap<u32, Adapter>,
     /// Fragments waiting for their packet's end, by lower interface index.
     pending: HashMap<u32, Pending>,
     /// A metadata event's Wi-Fi context, for the next packet of its lower interface.
@@ -339,6 +360,44 @@ fn original_len(link: u16, data: &[u8]) -> u32 {
 impl NdisPackets {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Whether `rec` describes one of the machine's interfaces (a SysConfig NetworkInterface
+    /// event): what [`NdisPackets::adapter`] learns from. The rundown may come after the packets:
+    /// a converter passes over these first.
+    pub fn is_adapter(rec: &EventRecord<'_>) -> bool {
+        rec.provider == SYSCONFIG_EX
+            && !rec.header_type.is_event_header()
+            && rec.descriptor.opcode == SYSCONFIG_NETWORK_INTERFACE
+    }
+
+    /// Learns an interface's alias, adapter description and hardware address from a decoded
+    /// SysConfig NetworkInterface event; interfaces made afterwards carry them.
+    pub fn adapter(&mut self, rec: &EventRecord<'_>, d: &DecodedEvent) {
+        if !Self::is_adapter(rec) {
+            return;
+        }
+        let p = &d.properties;
+        let Some(index) = p.get("InterfaceIndex").and_then(Value::as_u64) else {
+            return;
+        };
+        let text = |name: &str| match p.get(name) {
+            Some(Value::String(s)) => s.clone(),
+            _ => String::new(),
+        };
+        let len = p.get("PhysicalAddressLength").and_then(Value::as_u64);
+        let mac = match p.get("PhysicalAddress") {
+            Some(Value::Binary(b)) if len == Some(6) && b.len() >= 6 => {
+                let m: [u8; 6] = b[..6].try_into().unwrap();
+                (m != [0; 6]).then_some(m)
+            }
+            _ => None,
+        };
+        self.adapters.entry(index as u32).or_insert(Adapter {
+            alias: text("Alias"),
+            description: text("Description"),
+            mac,
+        });
     }
 
     /// Looks at one event; writes a packet when it ends one.
@@ -464,8 +523,13 @@ impl NdisPackets {
         if let Some(&i) = self.interfaces.get(key) {
             return Ok(i);
         }
-        let (name, desc) = interface_name(key, miniport, vm);
-        let i = w.interface(key.link, &name, desc.as_deref())?;
+        let adapter = self.adapters.get(&key.lower);
+        let (name, desc) = interface_name(key, miniport, vm, adapter);
+        let addresses = Addresses {
+            mac: adapter.and_then(|a| a.mac),
+            ..Addresses::default()
+        };
+        let i = w.interface_at(key.link, &name, desc.as_deref(), &addresses)?;
         self.interfaces.insert(key.clone(), i);
         self.summary.interfaces += 1;
         Ok(i)
@@ -521,8 +585,14 @@ impl NdisPackets {
     }
 }
 
-/// An interface's name and description, as etl2pcapng gives them.
-fn interface_name(key: &IfKey, miniport: u32, vm: Option<&VmSource>) -> (String, Option<String>) {
+/// An interface's name, as etl2pcapng gives it, and description: the adapter and its alias
+/// where the trace names them, then what etl2pcapng says.
+fn interface_name(
+    key: &IfKey,
+    miniport: u32,
+    vm: Option<&VmSource>,
+    adapter: Option<&Adapter>,
+) -> (String, Option<String>) {
     let vlan = key.vm.map_or(0, |(_, v)| v);
     let name = match (key.link, vm) {
         _ if key.ras.is_some() => {
@@ -535,13 +605,20 @@ fn interface_name(key: &IfKey, miniport: u32, vm: Option<&VmSource>) -> (String,
         _ => format!("eth:{}:{}", key.lower, vlan),
     };
     let mut desc = Vec::new();
+    if let Some(a) = adapter.filter(|a| !a.description.is_empty()) {
+        desc.push(if a.alias.is_empty() {
+            a.description.clone()
+        } else {
+            format!("{} ({})", a.description, a.alias)
+        });
+    }
     if miniport != key.lower {
         desc.push(format!("LWF over IfIndex {miniport}"));
     }
     if vlan != 0 {
         desc.push(format!("VlanID={vlan}"));
     }
-    (name, (!desc.is_empty()).then(|| desc.join(" ")))
+    (name, (!desc.is_empty()).then(|| desc.join("; ")))
 }
 
 #[cfg(test)]
