@@ -9,7 +9,10 @@ use std::path::Path;
 
 use etwkit::etl::writer::{Writer, WriterOptions};
 
-pub const PID: u32 = 4242;
+/// The traced process: above Linux's largest `pid_max` (2^22), so that no process or thread of the
+/// machine running a test has it (the live-session tests over the fake ETW wait for it to end; with
+/// 4242, a thread of the test itself sometimes had that id).
+pub const PID: u32 = 4_194_308;
 pub const TID: u32 = 77;
 /// (start, size, path) of the modules loaded in [`PID`]; the kernel's in pid 0.
 pub const APP: (u64, u64, &str) = (

@@ -831,15 +831,47 @@ pub fn list_tids(pid: u32) -> Vec<u32> {
     v
 }
 
-/// True while the process exists and is not a zombie.
+/// True while the process exists and is not a zombie. A thread id is not a process: `/proc/TID`
+/// answers for any thread (it is only left out of the listing), so the thread group id must be
+/// `pid` itself.
 pub fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => {
-            let state = s
-                .rsplit_once(')')
-                .and_then(|(_, r)| r.trim_start().chars().next());
-            !matches!(state, Some('Z') | Some('X') | None)
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let field = |name: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim_start)
+    };
+    let state = field("State:").and_then(|v| v.chars().next());
+    let tgid = field("Tgid:").and_then(|v| v.parse::<u32>().ok());
+    tgid == Some(pid) && !matches!(state, Some('Z') | Some('X') | None)
+}
+
+#[cfg(test)]
+mod alive_tests {
+    use super::process_alive;
+
+    /// The calling thread's id (`/proc/thread-self` links to "PID/task/TID").
+    fn this_thread() -> u32 {
+        let link = std::fs::read_link("/proc/thread-self").unwrap();
+        link.file_name().unwrap().to_str().unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn a_thread_id_is_not_a_process() {
+        assert!(process_alive(std::process::id()));
+        let ended = std::thread::spawn(this_thread).join().unwrap();
+        assert!(!process_alive(ended), "an ended thread");
+        // A live thread of ours (the harness runs tests beside its main thread).
+        let me = this_thread();
+        if me != std::process::id() {
+            assert!(
+                std::path::Path::new(&format!("/proc/{me}/status")).exists(),
+                "/proc answers for a thread id"
+            );
+            assert!(!process_alive(me), "thread {me} is not a process");
         }
-        Err(_) => false,
+        assert!(!process_alive(u32::MAX));
     }
 }
