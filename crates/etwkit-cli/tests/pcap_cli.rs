@@ -10,6 +10,17 @@ use std::process::{Command, Stdio};
 use common::pcapng::{have_tshark, read as read_pcapng, tshark_fields};
 use common::{etwkit, json_lines, samples};
 
+/// `etwkit dump --format json` of a file (of one provider's events), parsed.
+fn dump(file: &Path, provider: Option<&str>) -> Vec<serde_json::Value> {
+    let mut args = vec!["dump", file.to_str().unwrap(), "--format", "json"];
+    if let Some(p) = provider {
+        args.extend(["--provider", p]);
+    }
+    let (ok, json, err) = etwkit(&args);
+    assert!(ok, "{err}");
+    json_lines(&json)
+}
+
 fn tmp(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
 }
@@ -60,17 +71,7 @@ fn every_pktmon_sample_exports_all_its_packet_events() {
         if !name.ends_with("PktMon.etl") {
             continue;
         }
-        let (ok, json, err) = etwkit(&[
-            "dump",
-            p.to_str().unwrap(),
-            "--format",
-            "json",
-            "--provider",
-            "Microsoft-Windows-PktMon",
-        ]);
-        assert!(ok, "{err}");
-        let all = json_lines(&json);
-        let (events, components): (Vec<_>, Vec<_>) = all
+        let (events, components): (Vec<_>, Vec<_>) = dump(&p, Some("Microsoft-Windows-PktMon"))
             .into_iter()
             .partition(|e| e["id"] == 160 || e["id"] == 170);
         let out = tmp(&format!("{name}.pcapng"));
@@ -368,16 +369,7 @@ fn ndis_packet_capture_sample_is_one_wifi_frame() {
         return;
     };
     let input = s.join("attackhost_trace.etl");
-    let (ok, json, err) = etwkit(&[
-        "dump",
-        input.to_str().unwrap(),
-        "--format",
-        "json",
-        "--provider",
-        "Microsoft-Windows-NDIS-PacketCapture",
-    ]);
-    assert!(ok, "{err}");
-    let events = json_lines(&json);
+    let events = dump(&input, Some("Microsoft-Windows-NDIS-PacketCapture"));
     assert_eq!(events.len(), 1);
     let e = &events[0];
     assert_eq!(e["id"], 1001);
@@ -399,17 +391,8 @@ fn ndis_packet_capture_sample_is_one_wifi_frame() {
     // Described by the trace's SysConfig NetworkInterface event for its interface index (miniport
     // = lower: no filter driver in between), with that adapter's hardware address: the frame's
     // transmitter.
-    let (ok, json, err) = etwkit(&[
-        "dump",
-        input.to_str().unwrap(),
-        "--format",
-        "json",
-        "--provider",
-        "9b79ee91-b5fd-41c0-a243-4248e266e9d0",
-    ]);
-    assert!(ok, "{err}");
     let lower = e["properties"]["LowerIfIndex"].as_u64().unwrap();
-    let adapters: Vec<_> = json_lines(&json)
+    let adapters: Vec<_> = dump(&input, Some("9b79ee91-b5fd-41c0-a243-4248e266e9d0"))
         .into_iter()
         .filter(|a| a["opcode_name"] == "NetworkInterface")
         .collect();
@@ -476,9 +459,7 @@ fn other_events_go_in_as_journal_entries() {
         return;
     };
     let input = s.join("attackhost_trace.etl");
-    let (ok, json, err) = etwkit(&["dump", input.to_str().unwrap(), "--format", "json"]);
-    assert!(ok, "{err}");
-    let records = json_lines(&json);
+    let records = dump(&input, None);
     assert_eq!(records.len(), 102);
     let out = tmp("attackhost-events.pcapng");
     let (ok, _, err) = etwkit(&[

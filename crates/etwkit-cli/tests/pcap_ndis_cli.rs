@@ -10,7 +10,8 @@
 //! - a bare IPv4 packet on a mobile broadband interface;
 //! - a virtual switch fragment (1003) from port 7, VLAN 42 in its out-of-band data;
 //! - an Ethernet frame sent inside an RRAS tunnel (Ras-NdisWanPacketCapture 5001);
-//! - a fragment event shorter than its size says, and a last packet that never ends.
+//! - a Wi-Fi metadata event too short for its receive context, a fragment event shorter than its
+//!   size says, and a last packet that never ends.
 
 mod common;
 
@@ -223,7 +224,11 @@ fn write(path: &Path) {
     ras.extend(u32s(&[tunneled.len() as u32]));
     ras.extend_from_slice(&tunneled);
     put(event(RAS, 5001, 0x8000_0001_0000_0000, ras, 650));
-    // 8. Shorter than it says; a last packet that never ends.
+    // 8. Wi-Fi metadata too short for a receive context; a fragment shorter than it says; a last
+    // packet that never ends.
+    let mut meta = u32s(&[20, 20, 4]);
+    meta.extend_from_slice(&[0x80, 1, 4, 0]);
+    put(event(NDIS, 1002, WIFI | RECEIVE, meta, 690));
     let mut short = u32s(&[11, 11, 5000]);
     short.extend_from_slice(&[0; 10]);
     put(event(
@@ -267,7 +272,7 @@ fn netsh_capture_becomes_packets_per_interface() {
         err.lines().collect::<Vec<_>>(),
         [
             "etwkit: warning: 2 NDIS-PacketCapture packets were not written: their last fragment never came",
-            "etwkit: warning: 1 NDIS-PacketCapture events were not written: their payload is shorter than their layout",
+            "etwkit: warning: 2 NDIS-PacketCapture events were not written: their payload is shorter than their layout",
             &format!("etwkit: wrote 7 packets (0 dropped) on 6 interfaces to {}", out.display()),
         ]
     );

@@ -426,14 +426,14 @@ impl NdisPackets {
                     at: 4,
                 }
                 .u32();
-                match (lower, wifi_context(&rec.payload)) {
-                    (Some(lower), Some(ctx))
-                        if rec.descriptor.keywords & keyword::NATIVE_802_11 != 0 =>
-                    {
+                // Only an 802.11 interface's metadata is a receive context this reads.
+                let wifi = rec.descriptor.keywords & keyword::NATIVE_802_11 != 0;
+                match (lower, wifi.then(|| wifi_context(&rec.payload))) {
+                    (Some(lower), Some(Some(ctx))) => {
                         self.wifi.insert(lower, ctx);
                     }
-                    (Some(_), _) => {}
-                    (None, _) => self.summary.malformed += 1,
+                    (Some(_), None) => {}
+                    (None, _) | (_, Some(None)) => self.summary.malformed += 1,
                 }
                 Ok(())
             }
