@@ -36,6 +36,8 @@ pub struct Args {
     /// Also draw samples by stack as a flame graph (SVG; the process at the base). Every stack.
     #[arg(long, value_name = "FILE")]
     flamegraph: Option<PathBuf>,
+    #[command(flatten)]
+    symbols: crate::symbols::SymbolArgs,
 }
 
 impl Args {
@@ -62,6 +64,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             );
         }
     }
+    let mut symbols = a.symbols.symbolizer()?;
     let f = etwkit::etl::EtlFile::open(&a.file)?;
     let start = f.header().start_time;
     fa.check_times(Some(start))?;
@@ -75,7 +78,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         etwkit::decode::Decoder::for_file(etwkit::schema::Registry::with_builtins(), &f);
     let filter = fa.to_filter(start, decoder.registry())?;
     let read = etwkit::analysis::cpu::analyze_file(&f, &decoder, &filter);
-    let report = read.analyzer.report(a.top, a.frames);
+    let report = read.analyzer.report_with(a.top, a.frames, symbols.as_mut());
     write_profiles(&report, pprof, flamegraph)?;
     {
         use std::io::Write;
@@ -108,6 +111,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
         );
     }
+    crate::symbols::warn("cpu", report.symbols.as_ref());
     crate::issues::warn(&read.read, "", "read");
     Ok(())
 }

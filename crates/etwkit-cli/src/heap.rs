@@ -64,6 +64,8 @@ pub struct Args {
     /// carries only the report).
     #[arg(long, value_name = "FILE", conflicts_with = "report")]
     command_stdout: Option<PathBuf>,
+    #[command(flatten)]
+    symbols: crate::symbols::SymbolArgs,
     /// Command to start suspended and trace from its first allocation; etwkit exits with its status.
     #[arg(last = true, conflicts_with = "report")]
     command: Vec<String>,
@@ -85,7 +87,7 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
     }
     let mut outcome = if let Some(file) = &a.report {
         LiveOutcome {
-            report: report_from_etl(file, a.top, a.frames)?,
+            report: report_from_etl(file, a.top, a.frames, a.symbols.symbolizer()?)?,
             status: None,
             mode: String::new(),
         }
@@ -159,17 +161,22 @@ fn write_profiles(a: &Args, report: &HeapReport) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn report_from_etl(file: &PathBuf, top: usize, frames: usize) -> anyhow::Result<HeapReport> {
+fn report_from_etl(
+    file: &PathBuf,
+    top: usize,
+    frames: usize,
+    symbols: Option<etwkit::decode::symbols::Symbolizer>,
+) -> anyhow::Result<HeapReport> {
     let f = etwkit::etl::EtlFile::open(file)?;
     let (an, images, modules, summary) = etwkit::analysis::heap::analyze_file_read(&f);
     // Each damaged spot on stderr, as every reading command names them; the report's notes count them.
     crate::issues::warn(&summary, "", "read");
-    Ok(
-        match etwkit::live::heap::saved_trace_namer(&images, modules) {
-            Some(mut namer) => an.report(Some(namer.as_mut()), top, frames),
-            None => an.report(None, top, frames),
-        },
-    )
+    let report = match etwkit::live::heap::saved_trace_namer(&images, modules, symbols) {
+        Some(mut namer) => an.report(Some(namer.as_mut()), top, frames),
+        None => an.report(None, top, frames),
+    };
+    crate::symbols::warn("heap", report.symbols.as_ref());
+    Ok(report)
 }
 
 /// The allocator shim built into this executable (build.rs, Linux x86-64); Err: why there is none.

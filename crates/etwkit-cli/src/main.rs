@@ -29,6 +29,7 @@ mod progress;
 mod relog;
 mod sessions;
 mod stats;
+mod symbols;
 mod trace;
 
 #[derive(Parser)]

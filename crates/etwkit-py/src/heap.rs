@@ -21,7 +21,7 @@ pub fn heap_report(
         let (an, images, modules) = etwkit::analysis::heap::analyze_file_modules(&f);
         // Stacks named as `etwkit heap --report` names them: ELF files of the mappings the file
         // carries (Linux-born traces), or `module+offset` from its image events (Windows traces).
-        let report = match etwkit::live::heap::saved_trace_namer(&images, modules) {
+        let report = match etwkit::live::heap::saved_trace_namer(&images, modules, None) {
             Some(mut namer) => an.report(Some(namer.as_mut()), top, frames),
             None => an.report(None, top, frames),
         };

@@ -30,7 +30,7 @@ fn report_of(name: &str, write: fn(&std::path::Path), modules: usize) -> HeapRep
     let (an, images, map) = analyze_file_modules(&f);
     assert!(images.is_empty(), "no etwkit (Linux) Image events here");
     assert_eq!(map.len(), modules, "{map:?}");
-    let mut namer = etwkit::live::heap::saved_trace_namer(&images, map).expect("a namer");
+    let mut namer = etwkit::live::heap::saved_trace_namer(&images, map, None).expect("a namer");
     an.report(Some(namer.as_mut()), 10, 8)
 }
 

@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::decode::symbols::{Frame, ModuleMap};
+use crate::decode::symbols::{Frame, ModuleMap, SymbolSummary, Symbolizer};
 use crate::decode::{DecodedEvent, Decoder};
 use crate::event::EventRecord;
 
@@ -293,27 +293,30 @@ impl CpuAnalyzer {
         self.total
     }
 
-    /// Names `addr` of process `pid` at `time`: in the process's modules, then the kernel's.
-    fn frame(&self, pid: Option<u32>, addr: u64, time: i64) -> Frame {
+    /// Names `addr` of process `pid` at `time`: in the process's modules, then the kernel's (with
+    /// the function and line from the module's PDB when `symbols` finds it), else a JIT-compiled
+    /// method.
+    fn frame(
+        &self,
+        pid: Option<u32>,
+        addr: u64,
+        time: i64,
+        symbols: Option<&mut Symbolizer>,
+    ) -> Frame {
         let kernel = match self.pointer_size {
             4 => addr >= 0x8000_0000,
             _ => addr >= 0x8000_0000_0000_0000,
         };
         let found = self
             .modules
-            .lookup_at(pid.unwrap_or(u32::MAX), addr, time)
+            .module_ref(pid.unwrap_or(u32::MAX), addr, Some(time))
             .or_else(|| {
                 kernel
-                    .then(|| self.modules.lookup_at(4, addr, time))
+                    .then(|| self.modules.module_ref(4, addr, Some(time)))
                     .flatten()
             });
         match found {
-            Some((m, off)) => Frame {
-                address: addr,
-                module: Some(m.to_string()),
-                offset: Some(off),
-                ..Default::default()
-            },
+            Some(m) => m.frame(addr, symbols),
             None => Frame {
                 function: self.method(pid, addr, time).map(|n| n.to_string()),
                 ..Frame::unknown(addr)
@@ -324,6 +327,17 @@ impl CpuAnalyzer {
     /// The report: every process and module, the `top` stacks (all of them stay in
     /// [`CpuReport::stacks`] for profiles) with at most `frames` frames shown each.
     pub fn report(&self, top: usize, frames: usize) -> CpuReport {
+        self.report_with(top, frames, None)
+    }
+
+    /// [`CpuAnalyzer::report`], naming the frames of Windows modules by function and line from
+    /// the PDBs `symbols` finds (what it read and missed is the report's `symbols`).
+    pub fn report_with(
+        &self,
+        top: usize,
+        frames: usize,
+        mut symbols: Option<&mut Symbolizer>,
+    ) -> CpuReport {
         let total = self.total;
         let share = |n: u64| match total {
             0 => 0.0,
@@ -336,7 +350,10 @@ impl CpuAnalyzer {
         let mut stacks: Vec<NamedStack> = Vec::with_capacity(self.groups.len());
         for ((pid, process, _, addrs), g) in &self.groups {
             *procs.entry((*pid, process.as_ref())).or_default() += g.samples;
-            let named: Vec<Frame> = addrs.iter().map(|&a| self.frame(*pid, a, g.time)).collect();
+            let named: Vec<Frame> = addrs
+                .iter()
+                .map(|&a| self.frame(*pid, a, g.time, symbols.as_deref_mut()))
+                .collect();
             let module = |f: &Frame| f.module.clone().unwrap_or_else(|| UNKNOWN_MODULE.into());
             if let Some(leaf) = named.first() {
                 *exclusive.entry(module(leaf)).or_default() += g.samples;
@@ -439,6 +456,7 @@ impl CpuAnalyzer {
             modules_inclusive: ranked(inclusive),
             top_stacks,
             stacks,
+            symbols: symbols.map(|s| s.summary()),
         }
     }
 }
@@ -509,6 +527,10 @@ pub struct CpuReport {
     /// Every stack, most samples first, every frame named.
     #[serde(skip)]
     pub stacks: Vec<NamedStack>,
+    /// The PDB files read to name frames, and those wanted but not read (only when a symbol
+    /// path was given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub symbols: Option<SymbolSummary>,
 }
 
 impl CpuReport {

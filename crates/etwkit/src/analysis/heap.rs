@@ -370,6 +370,7 @@ impl HeapAnalyzer {
             processes,
             outstanding_by_stack: outstanding,
             top_allocating_stacks: top_alloc,
+            symbols: namer.and_then(|n| n.symbols()),
         }
     }
 }
@@ -462,6 +463,10 @@ pub struct HeapReport {
     pub processes: Vec<ProcessSummary>,
     pub outstanding_by_stack: Vec<StackGroup>,
     pub top_allocating_stacks: Vec<StackGroup>,
+    /// The PDB files read to name Windows frames, and those wanted but not read (only when a
+    /// symbol path was given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub symbols: Option<crate::decode::symbols::SymbolSummary>,
 }
 
 impl HeapReport {

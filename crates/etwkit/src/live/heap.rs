@@ -46,7 +46,7 @@ pub fn is_heap_provider(provider: &str) -> bool {
 }
 
 use crate::decode::heap::WindowsHeapEvents;
-use crate::decode::symbols::{ModuleMap, ModuleNamer, StackNamer};
+use crate::decode::symbols::{ModuleMap, ModuleNamer, StackNamer, Symbolizer};
 use crate::live::{Etw, LiveError, Result, StopHandle, Trace};
 use crate::schema::builtin::heap_events::{
     HeapOp, ImageMapping, EVENT_ALLOC, EVENT_FREE, EVENT_REALLOC,
@@ -335,11 +335,13 @@ impl HeapSession {
 
 /// A namer for the stacks of a saved trace: from the executable mappings it carries (etwkit's
 /// Image events; Linux reads the ELF files named there for functions and lines) and the loaded
-/// modules its own image events give (Windows Image/ImageID events: `module+offset`). `None` when
-/// the file carries neither.
+/// modules its own image events give (Windows Image/ImageID events: `module+offset`, and with
+/// `symbols` the function and line from each module's PDB, named by its DbgID_RSDS event). `None`
+/// when the file carries neither.
 pub fn saved_trace_namer(
     images: &[ImageMapping],
     modules: ModuleMap,
+    symbols: Option<Symbolizer>,
 ) -> Option<Box<dyn StackNamer>> {
     // ELF files named by absolute paths (traces written by etwkit on Linux).
     #[cfg(target_os = "linux")]
@@ -352,9 +354,10 @@ pub fn saved_trace_namer(
     for m in images {
         modules.insert_mapping(m);
     }
-    match modules.is_empty() {
-        true => None,
-        false => Some(Box::new(ModuleNamer::new(modules))),
+    match (modules.is_empty(), symbols) {
+        (true, _) => None,
+        (false, Some(s)) => Some(Box::new(ModuleNamer::with_symbols(modules, s))),
+        (false, None) => Some(Box::new(ModuleNamer::new(modules))),
     }
 }
 

@@ -1,7 +1,16 @@
 //! Naming stack addresses: [`Frame`], the [`StackNamer`] trait every namer implements (the Linux
 //! ELF unwinder in `live::linux::unwind`, [`ModuleNamer`] here), and [`ModuleMap`], the modules a
 //! trace's own image events load (Windows kernel Image Load/UnLoad/DCStart/DCEnd, KernelTraceControl
-//! ImageID, etwkit's Image events), by process, address range and time.
+//! ImageID, etwkit's Image events), by process, address range and time, with each Windows image's
+//! PDB signature (KernelTraceControl DbgID_RSDS) for [`pdb::Symbolizer`] to name functions and
+//! lines from a [`store::SymbolPath`].
+
+pub mod fetch;
+pub mod pdb;
+pub mod store;
+
+pub use pdb::{PdbId, SymbolSummary, Symbolizer};
+pub use store::SymbolPath;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -33,9 +42,11 @@ impl Frame {
         }
     }
 
-    /// `function (file:line)`, `module+0xOFFSET`, `module!0xADDR` or `0xADDR`.
+    /// `function (file:line)` (`module!function (file:line)` for a Windows module's function, named
+    /// from its PDB), `module+0xOFFSET`, `module!0xADDR` or `0xADDR`.
     pub fn display(&self) -> String {
         let mut s = match (&self.function, &self.module, self.offset) {
+            (Some(f), Some(m), Some(_)) => format!("{m}!{f}"),
             (Some(f), _, _) => f.clone(),
             (None, Some(m), Some(off)) => format!("{m}+{off:#x}"),
             (None, Some(m), None) => format!("{m}!{:#x}", self.address),
@@ -66,6 +77,11 @@ pub trait StackNamer {
         let _ = time;
         self.name(pid, stack)
     }
+
+    /// The PDB files a namer that reads them read and could not read (others: `None`).
+    fn symbols(&self) -> Option<SymbolSummary> {
+        None
+    }
 }
 
 /// Kernel Image class (Load 10, UnLoad 2, DCStart 3, DCEnd 4).
@@ -77,6 +93,9 @@ pub const IMAGE_ID_CLASS: Guid = crate::schema::builtin::kernel_mof::KTC_IMAGE_I
 /// Kernel Process class: its End (2) and Defunct (39) events end every module of the process (its
 /// pid may then name another process, with modules of its own).
 pub const PROCESS_CLASS: Guid = Guid::from_str_const("3d6fa8d0-fe05-11d0-9dda-00c04fd7ba7c");
+
+/// KernelTraceControl ImageID's DbgID_RSDS opcode: an image's PDB signature.
+const DBGID_RSDS: u8 = 36;
 
 /// Image event types.
 const IMAGE_LOAD: u8 = 10;
@@ -188,6 +207,8 @@ enum Placed {
 #[derive(Default)]
 pub struct ModuleMap {
     by_pid: HashMap<u32, Space>,
+    /// PDB signatures (DbgID_RSDS) by image base, each with the process it was given for.
+    pdbs: HashMap<u64, Vec<(u32, Arc<PdbId>)>>,
     decoder: Option<Box<crate::decode::Decoder>>,
     /// Image events that could not be read.
     pub malformed: u64,
@@ -205,6 +226,35 @@ impl std::fmt::Debug for ModuleMap {
 /// The file name of a Windows or Unix path.
 fn base_name(path: &str) -> &str {
     path.rsplit(['\\', '/']).next().unwrap_or(path)
+}
+
+/// A module found for an address: its file name, the address's offset in it and its PDB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModuleRef<'m> {
+    pub name: &'m str,
+    pub offset: u64,
+    pub pdb: Option<&'m PdbId>,
+}
+
+impl ModuleRef<'_> {
+    /// The frame of `address` in this module: `module+offset`, with the function, file and line
+    /// `symbols` finds in the module's PDB.
+    pub fn frame(&self, address: u64, symbols: Option<&mut Symbolizer>) -> Frame {
+        let mut f = Frame {
+            address,
+            module: Some(self.name.to_string()),
+            offset: Some(self.offset),
+            ..Default::default()
+        };
+        if let (Some(s), Some(id)) = (symbols, self.pdb) {
+            if let Some(r) = s.resolve(id, self.offset) {
+                f.function = r.function;
+                f.file = r.file;
+                f.line = r.line;
+            }
+        }
+        f
+    }
 }
 
 impl ModuleMap {
@@ -238,6 +288,31 @@ impl ModuleMap {
     /// Records that the module at `start` of `pid` was unloaded at `time`.
     pub fn unload(&mut self, pid: u32, start: u64, end: u64, path: &str, time: i64) {
         self.insert_at(pid, start, end, 0, path, Placed::Unload(time))
+    }
+
+    /// Records that the image at `base` in `pid` was built with the PDB `id` (pid 0 or 4: a
+    /// kernel image).
+    pub fn insert_pdb(&mut self, pid: u32, base: u64, id: PdbId) {
+        let v = self.pdbs.entry(base).or_default();
+        match v.iter_mut().find(|(p, _)| *p == pid) {
+            Some(e) => e.1 = Arc::new(id),
+            None => v.push((pid, Arc::new(id))),
+        }
+    }
+
+    /// The PDB of the image at `base` of `pid`: the one given for that process, else one given
+    /// for the kernel (pid 0 or 4), else the one every other process gives at that base (system
+    /// DLLs share their base across processes).
+    fn pdb_of(&self, pid: u32, base: u64) -> Option<&Arc<PdbId>> {
+        let v = self.pdbs.get(&base)?;
+        if let Some((_, id)) = v.iter().find(|(p, _)| *p == pid) {
+            return Some(id);
+        }
+        if let Some((_, id)) = v.iter().find(|(p, _)| *p == 0 || *p == 4) {
+            return Some(id);
+        }
+        let first = &v.first()?.1;
+        v.iter().all(|(_, id)| id == first).then_some(first)
     }
 
     /// Records that process `pid` ended at `time`: each of its modules ends then.
@@ -329,6 +404,17 @@ impl ModuleMap {
         Some((base_name(&m.path), addr - start + m.file_offset))
     }
 
+    /// The module holding `addr` in `pid` at `time` (`None`: the module loaded now, else the one
+    /// that ended last), with the address's offset and the module's PDB when the trace gives it.
+    pub fn module_ref(&self, pid: u32, addr: u64, time: Option<i64>) -> Option<ModuleRef<'_>> {
+        let (space, start, m) = self.find_in(pid, addr, time)?;
+        Some(ModuleRef {
+            name: base_name(&m.path),
+            offset: addr - start + m.file_offset,
+            pdb: self.pdb_of(space, start).map(|a| &**a),
+        })
+    }
+
     /// [`ModuleMap::lookup_at`] with the path whole, as it was given (a map of other named code
     /// ranges, such as JIT-compiled methods, keeps its names there).
     pub fn path_at(&self, pid: u32, addr: u64, time: i64) -> Option<&str> {
@@ -348,15 +434,21 @@ impl ModuleMap {
     }
 
     fn find(&self, pid: u32, addr: u64, time: Option<i64>) -> Option<(u64, &Module)> {
+        self.find_in(pid, addr, time).map(|(_, s, m)| (s, m))
+    }
+
+    /// [`ModuleMap::find`], and the process whose space held it (`pid`, or 0 for a kernel image).
+    fn find_in(&self, pid: u32, addr: u64, time: Option<i64>) -> Option<(u32, u64, &Module)> {
         let find = |pid: u32| {
             let space = self.by_pid.get(&pid)?;
-            match time {
+            let found = match time {
                 // Loaded at or before `t`, and not ended by then.
                 Some(t) => space.find(addr, |m, ended| {
                     m.loaded <= t && ended.is_none_or(|e| t < e)
                 }),
                 None => space.find(addr, |_, _| true),
-            }
+            };
+            found.map(|(s, m)| (pid, s, m))
         };
         find(pid).or_else(|| if pid != 0 { find(0) } else { None })
     }
@@ -370,6 +462,10 @@ impl ModuleMap {
             (IMAGE_CLASS, IMAGE_DC_START | IMAGE_DC_END) => Placed::Rundown,
             (IMAGE_CLASS, IMAGE_UNLOAD) => Placed::Unload(r.timestamp),
             (IMAGE_ID_CLASS, 0) => Placed::ImageId,
+            (IMAGE_ID_CLASS, DBGID_RSDS) => {
+                self.push_dbgid(r);
+                return true;
+            }
             (PROCESS_CLASS, _) => {
                 self.push_process_end(r);
                 return false;
@@ -400,6 +496,30 @@ impl ModuleMap {
         };
         self.insert_at(pid, base, base.saturating_add(size), 0, &name, how);
         true
+    }
+
+    /// A DbgID_RSDS event: the PDB signature of the image at its ImageBase.
+    fn push_dbgid(&mut self, r: &EventRecord<'_>) {
+        let ev = self.decoder().decode(r);
+        let p = &ev.properties;
+        let base = p.get("ImageBase").and_then(|v| v.as_u64());
+        let guid = match p.get("GuidSig") {
+            Some(crate::decode::Value::Guid(g)) => Some(*g),
+            _ => None,
+        };
+        let age = p.get("Age").and_then(|v| v.as_u64());
+        let name = p.get("PdbFileName").and_then(|v| v.as_str());
+        let (Some(base), Some(guid), Some(age), Some(name)) = (base, guid, age, name) else {
+            self.malformed += 1;
+            return;
+        };
+        // Like ImageID, its ProcessId is often 0 in a process's rundown: the header names it.
+        let pid = match p.get("ProcessId").and_then(|v| v.as_u64()) {
+            Some(0) | None => r.pid,
+            Some(p) => p as u32,
+        };
+        let id = PdbId::new(guid, age as u32, name);
+        self.insert_pdb(pid, base, id);
     }
 
     /// Feeds one record: a kernel Process End/Defunct ends its process's modules
@@ -461,27 +581,35 @@ impl ModuleMap {
     }
 }
 
-/// Names frames `module+offset` from a [`ModuleMap`]; addresses outside every module stay bare.
+/// Names frames `module+offset` from a [`ModuleMap`], with functions and lines from the modules'
+/// PDBs when given a [`Symbolizer`]; addresses outside every module stay bare.
 pub struct ModuleNamer {
     pub modules: ModuleMap,
+    pub symbols: Option<Symbolizer>,
 }
 
 impl ModuleNamer {
     pub fn new(modules: ModuleMap) -> ModuleNamer {
-        ModuleNamer { modules }
+        ModuleNamer {
+            modules,
+            symbols: None,
+        }
     }
 
-    /// `stack`'s frames, `module+offset` where `lookup` finds a module.
-    fn frames<'m>(stack: &[u64], lookup: impl Fn(u64) -> Option<(&'m str, u64)>) -> Vec<Frame> {
+    /// A namer that also reads the modules' PDBs along `symbols`.
+    pub fn with_symbols(modules: ModuleMap, symbols: Symbolizer) -> ModuleNamer {
+        ModuleNamer {
+            modules,
+            symbols: Some(symbols),
+        }
+    }
+
+    /// `stack`'s frames as the modules stood at `time` (`None`: now, else last ended).
+    fn frames(&mut self, pid: u32, stack: &[u64], time: Option<i64>) -> Vec<Frame> {
         stack
             .iter()
-            .map(|&a| match lookup(a) {
-                Some((m, off)) => Frame {
-                    address: a,
-                    module: Some(m.to_string()),
-                    offset: Some(off),
-                    ..Default::default()
-                },
+            .map(|&a| match self.modules.module_ref(pid, a, time) {
+                Some(m) => m.frame(a, self.symbols.as_mut()),
                 None => Frame::unknown(a),
             })
             .collect()
@@ -491,14 +619,16 @@ impl ModuleNamer {
 impl StackNamer for ModuleNamer {
     /// By the module loaded now, else the one that ended last ([`ModuleMap::lookup`]).
     fn name(&mut self, pid: u32, stack: &[u64]) -> Vec<Frame> {
-        let m = &self.modules;
-        ModuleNamer::frames(stack, |a| m.lookup(pid, a))
+        self.frames(pid, stack, None)
     }
 
     /// By the module loaded at `time` ([`ModuleMap::lookup_at`]).
     fn name_at(&mut self, pid: u32, stack: &[u64], time: i64) -> Vec<Frame> {
-        let m = &self.modules;
-        ModuleNamer::frames(stack, |a| m.lookup_at(pid, a, time))
+        self.frames(pid, stack, Some(time))
+    }
+
+    fn symbols(&self) -> Option<SymbolSummary> {
+        self.symbols.as_ref().map(Symbolizer::summary)
     }
 }
 

@@ -1,0 +1,33 @@
+//! `--symbols PATH` (default `$_NT_SYMBOL_PATH`), shared by `cpu` and `heap --report`: the symbol
+//! path whose PDB files name the frames of Windows modules by function and line.
+
+use etwkit::decode::symbols::{SymbolPath, SymbolSummary, Symbolizer};
+
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct SymbolArgs {
+    /// Name Windows frames by function and source line from the modules' PDB files, found along
+    /// this symbol path (`_NT_SYMBOL_PATH` syntax: directories, srv*CACHE*URL symbol stores and
+    /// servers, cache*DIR; separated by `;`). The trace must carry each image's PDB signature
+    /// (KernelTraceControl DbgID_RSDS events, as PerfView, xperf and WPR traces do).
+    #[arg(long, value_name = "PATH", env = "_NT_SYMBOL_PATH")]
+    symbols: Option<String>,
+}
+
+impl SymbolArgs {
+    /// The symbolizer for the path given, if any; a path that cannot be read is refused.
+    pub fn symbolizer(&self) -> anyhow::Result<Option<Symbolizer>> {
+        match &self.symbols {
+            None => Ok(None),
+            Some(s) => Ok(Some(Symbolizer::new(
+                SymbolPath::parse(s).map_err(|e| anyhow::anyhow!("--symbols: {e}"))?,
+            ))),
+        }
+    }
+}
+
+/// What was read and missed, one line on stderr (nothing when no symbol path was given).
+pub fn warn(command: &str, summary: Option<&SymbolSummary>) {
+    if let Some(s) = summary {
+        eprintln!("etwkit {command}: {}", s.line());
+    }
+}

@@ -1,0 +1,404 @@
+//! Function names, source files and lines of Windows modules from their PDB files.
+//!
+//! A module's PDB is named by its CodeView record (`RSDS`: GUID, age, file name), which a trace
+//! carries as KernelTraceControl ImageID/DbgID_RSDS events beside each image (PerfView, xperf and
+//! WPR traces do). [`Symbolizer`] looks for that PDB along a [`SymbolPath`], takes a file only
+//! when its GUID and age are the module's (another build's file would name the wrong functions),
+//! and names a module-relative address (RVA) by the function that holds it and the source line
+//! of the instruction, as the PDB's line table gives it. What was read and what was not found is
+//! kept for the report ([`Symbolizer::summary`]): nothing is left out silently.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pdb_addr2line::pdb::{FallibleIterator, SymbolData, PDB};
+use pdb_addr2line::{Context, ContextPdbData};
+
+use super::store::{Candidate, SymbolPath};
+use crate::guid::Guid;
+
+/// A PDB as a module's CodeView record names it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PdbId {
+    pub guid: Guid,
+    pub age: u32,
+    /// The PDB's file name or path as the image gives it (often the build machine's path).
+    pub name: Arc<str>,
+}
+
+impl PdbId {
+    pub fn new(guid: Guid, age: u32, name: &str) -> PdbId {
+        PdbId {
+            guid,
+            age,
+            name: Arc::from(name),
+        }
+    }
+
+    /// The file name of the PDB, without the build machine's directories.
+    pub fn file_name(&self) -> &str {
+        self.name.rsplit(['\\', '/']).next().unwrap_or(&self.name)
+    }
+
+    /// The symbol store's key: the GUID as 32 upper-case hex digits and the age in hex.
+    pub fn store_key(&self) -> String {
+        let g = &self.guid;
+        let mut s = format!("{:08X}{:04X}{:04X}", g.data1, g.data2, g.data3);
+        for b in g.data4 {
+            s.push_str(&format!("{b:02X}"));
+        }
+        s.push_str(&format!("{:X}", self.age));
+        s
+    }
+}
+
+/// What a PDB says of one address.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resolved {
+    /// The function (procedure) holding the address: the outermost of any inlined calls.
+    pub function: Option<String>,
+    /// The source file and line of the instruction (the innermost inlined code's, as the line
+    /// table gives them).
+    pub file: Option<String>,
+    pub line: Option<u32>,
+}
+
+type Data = ContextPdbData<'static, 'static, std::fs::File>;
+type Ctx<'a> = Context<'a, 'static>;
+
+self_cell::self_cell!(
+    /// A PDB's parsed streams and the lookup context that borrows them.
+    struct Streams {
+        owner: Data,
+        #[not_covariant]
+        dependent: Ctx,
+    }
+);
+
+/// A read PDB: its lookup context, and the code ranges it knows, as RVAs.
+struct Loaded {
+    streams: Streams,
+    /// Every procedure's code, `(start, end)`, sorted.
+    procedures: Vec<(u32, u32)>,
+    /// Public function symbols, `(start, name)`, sorted.
+    publics: Vec<(u32, Arc<str>)>,
+}
+
+impl Loaded {
+    /// What the PDB says of `rva`, as Windows' DIA and LLVM's PDB reader name addresses: inside
+    /// a procedure, its name (the outermost of inlined calls) and the instruction's line; else
+    /// the public symbol at or before it, with no line (code the PDB has no procedure for, such
+    /// as a runtime library built without debug information, or padding after a function).
+    fn lookup(&self, rva: u32) -> Option<Resolved> {
+        let i = self.procedures.partition_point(|&(s, _)| s <= rva);
+        let in_procedure = i > 0 && rva < self.procedures[i - 1].1;
+        if in_procedure {
+            let found = self.streams.with_dependent(|_, ctx| {
+                let ff = ctx.find_frames(rva).ok()??;
+                let function = ff.frames.last().and_then(|f| f.function.clone());
+                let (file, line) = match ff.frames.first() {
+                    Some(f) => (f.file.as_ref().map(|s| s.to_string()), f.line),
+                    None => (None, None),
+                };
+                function.as_ref()?;
+                Some(Resolved {
+                    function,
+                    file,
+                    line,
+                })
+            });
+            if found.is_some() {
+                return found;
+            }
+        }
+        let j = self.publics.partition_point(|(s, _)| *s <= rva);
+        let (_, name) = self.publics.get(j.checked_sub(1)?)?;
+        Some(Resolved {
+            function: Some(name.to_string()),
+            file: None,
+            line: None,
+        })
+    }
+}
+
+/// The procedures of every module and the public function symbols of `pdb`, as sorted RVAs.
+type Ranges = (Vec<(u32, u32)>, Vec<(u32, Arc<str>)>);
+
+fn code_ranges(pdb: &mut PDB<'static, std::fs::File>) -> pdb_addr2line::pdb::Result<Ranges> {
+    let map = pdb.address_map()?;
+    let mut procedures = Vec::new();
+    let dbi = pdb.debug_information()?;
+    let mut modules = dbi.modules()?;
+    while let Some(m) = modules.next()? {
+        let Some(info) = pdb.module_info(&m)? else {
+            continue;
+        };
+        let mut syms = info.symbols()?;
+        while let Some(sym) = syms.next()? {
+            if let Ok(SymbolData::Procedure(p)) = sym.parse() {
+                if let Some(rva) = p.offset.to_rva(&map) {
+                    procedures.push((rva.0, rva.0.saturating_add(p.len)));
+                }
+            }
+        }
+    }
+    procedures.sort_unstable();
+    let mut publics = Vec::new();
+    let globals = pdb.global_symbols()?;
+    let mut syms = globals.iter();
+    while let Some(sym) = syms.next()? {
+        // Every public: import thunks (`malloc`'s jump) carry no function flag.
+        if let Ok(SymbolData::Public(p)) = sym.parse() {
+            if let Some(rva) = p.offset.to_rva(&map) {
+                publics.push((rva.0, Arc::from(&*p.name.to_string())));
+            }
+        }
+    }
+    // Of the names at one address (aliases such as `_fpreset` and `fpreset`), the last by name,
+    // as LLVM's reader picks from the PDB's own address-sorted map.
+    publics.sort();
+    publics.reverse();
+    publics.dedup_by_key(|(rva, _)| *rva);
+    publics.reverse();
+    Ok((procedures, publics))
+}
+
+/// One PDB: read (from where), or why not.
+enum Slot {
+    Read {
+        pdb: Loaded,
+        path: PathBuf,
+        /// Addresses named through it.
+        named: u64,
+    },
+    Missing(String),
+}
+
+/// A PDB that was read, for the report.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PdbRead {
+    pub pdb: String,
+    pub guid: String,
+    pub age: u32,
+    pub path: String,
+    /// Distinct addresses it named.
+    pub addresses: u64,
+}
+
+/// A PDB that was wanted and not read, and why.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PdbMissing {
+    pub pdb: String,
+    pub guid: String,
+    pub age: u32,
+    pub reason: String,
+}
+
+/// What a [`Symbolizer`] read and could not read (`symbols` in the JSON reports).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SymbolSummary {
+    pub read: Vec<PdbRead>,
+    pub missing: Vec<PdbMissing>,
+}
+
+impl SymbolSummary {
+    /// One line for stderr: how many PDBs were read and which were not (the first few named).
+    pub fn line(&self) -> String {
+        let mut s = format!("symbols: read {} PDB files", self.read.len());
+        if !self.missing.is_empty() {
+            let names: Vec<String> = self
+                .missing
+                .iter()
+                .take(4)
+                .map(|m| format!("{} ({})", m.pdb, m.reason))
+                .collect();
+            s.push_str(&format!(
+                "; {} not read: {}{}",
+                self.missing.len(),
+                names.join(", "),
+                if self.missing.len() > 4 { ", ..." } else { "" }
+            ));
+        }
+        s
+    }
+}
+
+/// Names module-relative addresses from the PDBs a [`SymbolPath`] holds; each PDB is read once,
+/// when an address of its module is first asked for, and each address is looked up once.
+pub struct Symbolizer {
+    path: SymbolPath,
+    pdbs: HashMap<PdbId, Slot>,
+    /// Symbol servers that could not be reached, and why: not asked again.
+    down: HashMap<String, String>,
+    named: HashMap<(PdbId, u32), Option<Resolved>>,
+}
+
+impl std::fmt::Debug for Symbolizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Symbolizer")
+            .field("path", &self.path)
+            .field("pdbs", &self.pdbs.len())
+            .finish()
+    }
+}
+
+impl Symbolizer {
+    pub fn new(path: SymbolPath) -> Symbolizer {
+        Symbolizer {
+            path,
+            pdbs: HashMap::new(),
+            down: HashMap::new(),
+            named: HashMap::new(),
+        }
+    }
+
+    /// What the PDB of module `id` says of address `rva` (relative to the module's base): `None`
+    /// when the PDB was not read or holds no function there.
+    pub fn resolve(&mut self, id: &PdbId, rva: u64) -> Option<Resolved> {
+        let rva = u32::try_from(rva).ok()?;
+        let key = (id.clone(), rva);
+        if let Some(r) = self.named.get(&key) {
+            return r.clone();
+        }
+        let slot = self
+            .pdbs
+            .entry(id.clone())
+            .or_insert_with(|| load(&self.path, id, &mut self.down));
+        let r = match slot {
+            Slot::Read { pdb, named, .. } => {
+                let r = pdb.lookup(rva);
+                *named += u64::from(r.is_some());
+                r
+            }
+            Slot::Missing(_) => None,
+        };
+        self.named.insert(key, r.clone());
+        r
+    }
+
+    /// The PDBs read and those wanted but not read, each sorted by name.
+    pub fn summary(&self) -> SymbolSummary {
+        let mut s = SymbolSummary::default();
+        for (id, slot) in &self.pdbs {
+            let (pdb, guid, age) = (id.file_name().to_string(), id.guid.to_string(), id.age);
+            match slot {
+                Slot::Read { path, named, .. } => s.read.push(PdbRead {
+                    pdb,
+                    guid,
+                    age,
+                    path: path.display().to_string(),
+                    addresses: *named,
+                }),
+                Slot::Missing(reason) => s.missing.push(PdbMissing {
+                    pdb,
+                    guid,
+                    age,
+                    reason: reason.clone(),
+                }),
+            }
+        }
+        s.read
+            .sort_by(|a, b| (&a.pdb, &a.guid).cmp(&(&b.pdb, &b.guid)));
+        s.missing
+            .sort_by(|a, b| (&a.pdb, &a.guid).cmp(&(&b.pdb, &b.guid)));
+        s
+    }
+}
+
+/// Looks for `id` along `path` and reads the first file whose GUID and age are the module's.
+fn load(path: &SymbolPath, id: &PdbId, down: &mut HashMap<String, String>) -> Slot {
+    let mut others: Vec<String> = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
+    let mut candidates = path.candidates(id);
+    // The path the image itself names (a PDB built on this machine).
+    let own = PathBuf::from(&*id.name);
+    if own.is_absolute() && own.is_file() && !candidates.contains(&Candidate::File(own.clone())) {
+        candidates.push(Candidate::File(own));
+    }
+    for c in candidates {
+        let file = match c {
+            Candidate::File(p) => p,
+            Candidate::Server { url, cache } => {
+                if let Some(e) = down.get(&url) {
+                    failures.push(format!("{url}: {e}"));
+                    continue;
+                }
+                match super::fetch::fetch(&url, id, cache.as_deref()) {
+                    Ok(Some(p)) => p,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        failures.push(format!("{url}: {e}"));
+                        if e.unreachable {
+                            down.insert(url, e.to_string());
+                        }
+                        continue;
+                    }
+                }
+            }
+        };
+        match open(&file, id) {
+            Ok(pdb) => {
+                return Slot::Read {
+                    pdb,
+                    path: file,
+                    named: 0,
+                }
+            }
+            Err(Open::Other(what)) => others.push(format!("{} is {what}", file.display())),
+            Err(Open::Unreadable(e)) => failures.push(format!("{}: {e}", file.display())),
+        }
+    }
+    let mut why = Vec::new();
+    if path.is_empty() && others.is_empty() && failures.is_empty() {
+        why.push("no symbol path given".to_string());
+    } else if others.is_empty() && failures.is_empty() {
+        why.push(format!(
+            "not on the symbol path (store key {})",
+            id.store_key()
+        ));
+    }
+    why.extend(others);
+    why.extend(failures);
+    Slot::Missing(why.join("; "))
+}
+
+enum Open {
+    /// Another build's PDB (its GUID and age).
+    Other(String),
+    Unreadable(String),
+}
+
+/// Opens `file` as the PDB of `id`.
+fn open(file: &std::path::Path, id: &PdbId) -> Result<Loaded, Open> {
+    let unreadable =
+        |e: &dyn std::fmt::Display| Open::Unreadable(format!("not a readable PDB ({e})"));
+    let f = std::fs::File::open(file).map_err(|e| Open::Unreadable(e.to_string()))?;
+    let mut pdb = PDB::open(f).map_err(|e| unreadable(&e))?;
+    let info = pdb.pdb_information().map_err(|e| unreadable(&e))?;
+    // The image's age is the DBI stream's (the info stream's counts every rewrite of the file).
+    let age = pdb
+        .debug_information()
+        .ok()
+        .and_then(|d| d.age())
+        .unwrap_or(info.age);
+    let (d1, d2, d3, d4) = info.guid.as_fields();
+    let guid = Guid::new(d1, d2, d3, *d4);
+    if guid != id.guid || age != id.age {
+        return Err(Open::Other(format!(
+            "another build (GUID {guid}, age {age})"
+        )));
+    }
+    let (procedures, publics) = code_ranges(&mut pdb).map_err(|e| unreadable(&e))?;
+    let data = ContextPdbData::try_from_pdb(pdb).map_err(|e| unreadable(&e))?;
+    // Names without argument lists, as PerfView and WPA show frames (`ntdll.dll!RtlAllocateHeap`).
+    let flags = pdb_addr2line::TypeFormatterFlags::NO_ARGUMENTS
+        | pdb_addr2line::TypeFormatterFlags::NO_FUNCTION_RETURN;
+    let streams = Streams::try_new(data, |d| d.make_context_with_formatter_flags(flags))
+        .map_err(|e| unreadable(&e))?;
+    Ok(Loaded {
+        streams,
+        procedures,
+        publics,
+    })
+}
