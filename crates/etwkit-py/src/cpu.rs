@@ -15,9 +15,10 @@ use crate::reader::{num_list, time_bound, Selection};
 /// modules by exclusive and inclusive samples, the `top` stacks (`frames` frames each, leaf
 /// first, named by module+offset or JIT-compiled .NET method), the sampling interval and the
 /// logger's losses. `pids` keeps the samples of those processes; `begin`/`end` are time bounds as
-/// `read()` takes them.
+/// `read()` takes them. `symbols` is a symbol path (`_NT_SYMBOL_PATH` syntax) whose PDB files name
+/// Windows frames by function and line (`symbols` in the dict: what was read and what was not).
 #[pyfunction]
-#[pyo3(signature = (path, pids=None, begin=None, end=None, top=10, frames=16))]
+#[pyo3(signature = (path, pids=None, begin=None, end=None, top=10, frames=16, symbols=None))]
 pub fn cpu_report(
     py: Python<'_>,
     path: PathBuf,
@@ -26,7 +27,9 @@ pub fn cpu_report(
     end: Option<&Bound<'_, PyAny>>,
     top: usize,
     frames: usize,
+    symbols: Option<String>,
 ) -> PyResult<Py<PyAny>> {
+    let mut symbols = crate::heap::symbolizer(symbols.as_deref())?;
     let file = py.detach(|| crate::reader::open(&path))?;
     let start = file.header().start_time;
     let sel = Selection {
@@ -39,8 +42,8 @@ pub fn cpu_report(
         let (decoder, _) = Decoder::for_file(Registry::with_builtins(), &file);
         let filter = sel.filter(decoder.registry());
         let read = analyze_file(&file, &decoder, &filter);
-        serde_json::to_string(&read.analyzer.report(top, frames))
-            .map_err(|e| PyValueError::new_err(e.to_string()))
+        let report = read.analyzer.report_with(top, frames, symbols.as_mut());
+        serde_json::to_string(&report).map_err(|e| PyValueError::new_err(e.to_string()))
     })?;
     Ok(py.import("json")?.call_method1("loads", (json,))?.unbind())
 }

@@ -44,3 +44,19 @@ def test_cpu_report_of_a_file_without_samples_is_empty():
 def test_cpu_report_refuses_a_bad_time_bound():
     with pytest.raises(TypeError):
         etwkit.cpu_report(samples_dir() / "perfview_smallEtlFile.etl", begin=[1])
+
+
+def test_cpu_report_with_a_symbol_path_lists_the_pdbs_it_wanted(tmp_path):
+    # The x64 sample's DbgID_RSDS events name each module's PDB; none is in the empty store.
+    etl = samples_dir() / "perfview_net.4.5.2.x64.etl"
+    report = etwkit.cpu_report(etl, top=3, symbols=f"srv*{tmp_path}")
+    assert report == cli_report(etl, "--top", "3", "--symbols", f"srv*{tmp_path}")
+    assert report["symbols"]["read"] == []
+    missing = {(m["pdb"], m["guid"]): m for m in report["symbols"]["missing"]}
+    ntdll = missing[("ntdll.pdb", "6048fdb6-2dcd-41c1-8835-594844ce7143")]
+    assert ntdll["age"] == 2 and ntdll["store_key"] == "6048FDB62DCD41C18835594844CE71432"
+    assert {m["reason"] for m in missing.values()} == {"not on the symbol path"}
+    # Without a path, no `symbols`; a path that cannot be read is refused.
+    assert "symbols" not in etwkit.cpu_report(etl, top=3)
+    with pytest.raises(ValueError, match="srv\\* names no store"):
+        etwkit.cpu_report(etl, symbols="srv*")

@@ -406,8 +406,15 @@ pub fn trim_allocator_frames(frames: Vec<Frame>) -> Vec<Frame> {
                     | "HeapAlloc"
                     | "HeapReAlloc"
                     | "HeapFree"
+                    // The UCRT's and ntdll's own layers (named from their PDBs).
+                    | "malloc_base"
+                    | "calloc_base"
+                    | "realloc_base"
+                    | "free_base"
+                    | "calloc_impl"
             ) || n.starts_with("operator new")
                 || n.starts_with("operator delete")
+                || (n.starts_with("Rtlp") && (n.contains("Heap") || n.starts_with("RtlpHp")))
         })
     };
     let skip = frames.iter().take_while(|f| is_alloc(f)).count();

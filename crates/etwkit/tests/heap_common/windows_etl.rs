@@ -79,7 +79,7 @@ fn image_payload(pid: u32, m: (u64, u64, &str)) -> Vec<u8> {
 }
 
 /// HeapTraceProvider Alloc's payload: HeapHandle, AllocSize, AllocAddress, SourceId.
-fn alloc_payload(heap: u64, size: u64, addr: u64) -> Vec<u8> {
+pub fn alloc_payload(heap: u64, size: u64, addr: u64) -> Vec<u8> {
     let mut p = Vec::new();
     for v in [heap, size, addr] {
         p.extend_from_slice(&v.to_le_bytes());
@@ -88,7 +88,7 @@ fn alloc_payload(heap: u64, size: u64, addr: u64) -> Vec<u8> {
     p
 }
 
-fn stackwalk(ts: i64, pid: u32, tid: u32, frames: &[u64]) -> Vec<u8> {
+pub fn stackwalk(ts: i64, pid: u32, tid: u32, frames: &[u64]) -> Vec<u8> {
     let mut p = ts.to_le_bytes().to_vec();
     p.extend_from_slice(&pid.to_le_bytes());
     p.extend_from_slice(&tid.to_le_bytes());

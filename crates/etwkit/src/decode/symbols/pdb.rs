@@ -129,6 +129,7 @@ fn code_ranges(pdb: &mut PDB<'static, std::fs::File>) -> pdb_addr2line::pdb::Res
     let map = pdb.address_map()?;
     let mut procedures = Vec::new();
     let dbi = pdb.debug_information()?;
+    let x86 = matches!(dbi.machine_type(), Ok(pdb_addr2line::pdb::MachineType::X86));
     let mut modules = dbi.modules()?;
     while let Some(m) = modules.next()? {
         let Some(info) = pdb.module_info(&m)? else {
@@ -151,7 +152,8 @@ fn code_ranges(pdb: &mut PDB<'static, std::fs::File>) -> pdb_addr2line::pdb::Res
         // Every public: import thunks (`malloc`'s jump) carry no function flag.
         if let Ok(SymbolData::Public(p)) = sym.parse() {
             if let Some(rva) = p.offset.to_rva(&map) {
-                publics.push((rva.0, Arc::from(&*p.name.to_string())));
+                let raw = p.name.to_string();
+                publics.push((rva.0, Arc::from(undecorate(&raw, x86).as_ref())));
             }
         }
     }
@@ -192,6 +194,8 @@ pub struct PdbMissing {
     pub pdb: String,
     pub guid: String,
     pub age: u32,
+    /// Where a symbol store keeps it: `pdb/store_key/pdb`.
+    pub store_key: String,
     pub reason: String,
 }
 
@@ -203,23 +207,37 @@ pub struct SymbolSummary {
 }
 
 impl SymbolSummary {
-    /// One line for stderr: how many PDBs were read and which were not (the first few named).
+    /// One line for stderr: how many PDBs were read, and which were not, by reason (the most
+    /// common first, a few names each).
     pub fn line(&self) -> String {
         let mut s = format!("symbols: read {} PDB files", self.read.len());
-        if !self.missing.is_empty() {
-            let names: Vec<String> = self
-                .missing
-                .iter()
-                .take(4)
-                .map(|m| format!("{} ({})", m.pdb, m.reason))
-                .collect();
-            s.push_str(&format!(
-                "; {} not read: {}{}",
-                self.missing.len(),
-                names.join(", "),
-                if self.missing.len() > 4 { ", ..." } else { "" }
-            ));
+        if self.missing.is_empty() {
+            return s;
         }
+        let mut by_reason: Vec<(&str, Vec<&str>)> = Vec::new();
+        for m in &self.missing {
+            match by_reason.iter_mut().find(|(r, _)| *r == m.reason) {
+                Some((_, names)) => names.push(&m.pdb),
+                None => by_reason.push((&m.reason, vec![&m.pdb])),
+            }
+        }
+        by_reason.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(b.0)));
+        let groups: Vec<String> = by_reason
+            .iter()
+            .map(|(reason, names)| {
+                let shown: Vec<&str> = names.iter().take(3).copied().collect();
+                let more = match names.len() > 3 {
+                    true => format!(" and {} more", names.len() - 3),
+                    false => String::new(),
+                };
+                format!("{} {reason} ({}{more})", names.len(), shown.join(", "))
+            })
+            .collect();
+        s.push_str(&format!(
+            "; {} not read: {}",
+            self.missing.len(),
+            groups.join("; ")
+        ));
         s
     }
 }
@@ -294,6 +312,7 @@ impl Symbolizer {
                     pdb,
                     guid,
                     age,
+                    store_key: id.store_key(),
                     reason: reason.clone(),
                 }),
             }
@@ -303,6 +322,38 @@ impl Symbolizer {
         s.missing
             .sort_by(|a, b| (&a.pdb, &a.guid).cmp(&(&b.pdb, &b.guid)));
         s
+    }
+}
+
+/// A public symbol's name as the debuggers and PerfView show it: a C++ name (`?Foo@Bar@@...`)
+/// demangled without its arguments (`Bar::Foo`); on x86, a C name without its calling
+/// convention's decoration (`_malloc`, `_Sleep@4`, `@Fast@8` are `malloc`, `Sleep`, `Fast`).
+pub fn undecorate(name: &str, x86: bool) -> std::borrow::Cow<'_, str> {
+    use std::borrow::Cow;
+    if name.starts_with('?') {
+        let flags = msvc_demangler::DemangleFlags::NAME_ONLY;
+        return match msvc_demangler::demangle(name, flags) {
+            Ok(d) => Cow::Owned(d),
+            Err(_) => Cow::Borrowed(name),
+        };
+    }
+    if !x86 {
+        return Cow::Borrowed(name);
+    }
+    let (lead, rest) = match name.as_bytes().first() {
+        Some(b'_') | Some(b'@') => (true, &name[1..]),
+        _ => (false, name),
+    };
+    // A stdcall/fastcall suffix: `@` and the argument bytes.
+    let base = match rest.rsplit_once('@') {
+        Some((b, n)) if !b.is_empty() && !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()) => {
+            b
+        }
+        _ => rest,
+    };
+    match (lead, base.len() == name.len()) {
+        (false, true) => Cow::Borrowed(name),
+        _ => Cow::Owned(base.to_string()),
     }
 }
 
@@ -353,10 +404,7 @@ fn load(path: &SymbolPath, id: &PdbId, down: &mut HashMap<String, String>) -> Sl
     if path.is_empty() && others.is_empty() && failures.is_empty() {
         why.push("no symbol path given".to_string());
     } else if others.is_empty() && failures.is_empty() {
-        why.push(format!(
-            "not on the symbol path (store key {})",
-            id.store_key()
-        ));
+        why.push("not on the symbol path".to_string());
     }
     why.extend(others);
     why.extend(failures);
@@ -401,4 +449,35 @@ fn open(file: &std::path::Path, id: &PdbId) -> Result<Loaded, Open> {
         procedures,
         publics,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_names_undecorated() {
+        assert_eq!(undecorate("?Foo@Bar@@QEAAXH@Z", false), "Bar::Foo");
+        assert_eq!(
+            undecorate("??0Widget@ui@@QAE@XZ", true),
+            "ui::Widget::Widget"
+        );
+        assert_eq!(undecorate("_fpreset", false), "_fpreset");
+        assert_eq!(undecorate("_malloc", true), "malloc");
+        assert_eq!(undecorate("_Sleep@4", true), "Sleep");
+        assert_eq!(undecorate("@Fast@8", true), "Fast");
+        assert_eq!(undecorate("RtlAllocateHeap", true), "RtlAllocateHeap");
+        assert_eq!(undecorate("?bad", false), "?bad");
+    }
+
+    #[test]
+    fn store_keys_and_file_names() {
+        let id = PdbId::new(
+            Guid::from_str_const("6048fdb6-2dcd-41c1-8835-594844ce7143"),
+            0x1f,
+            r"D:\os\obj\amd64fre\ntdll.pdb",
+        );
+        assert_eq!(id.file_name(), "ntdll.pdb");
+        assert_eq!(id.store_key(), "6048FDB62DCD41C18835594844CE71431F");
+    }
 }
