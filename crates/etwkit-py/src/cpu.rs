@@ -19,6 +19,8 @@ use crate::reader::{num_list, time_bound, Selection};
 /// Windows frames by function and line (`symbols` in the dict: what was read and what was not).
 #[pyfunction]
 #[pyo3(signature = (path, pids=None, begin=None, end=None, top=10, frames=16, symbols=None))]
+// The keyword arguments of the Python function, one each.
+#[allow(clippy::too_many_arguments)]
 pub fn cpu_report(
     py: Python<'_>,
     path: PathBuf,
