@@ -132,6 +132,8 @@ struct Image {
     text: (u64, u64),
     /// The base the image was linked for.
     base: u64,
+    /// Its link time stamp (COFF TimeDateStamp).
+    stamp: u32,
 }
 
 fn image_info(exe: &Path) -> Image {
@@ -152,6 +154,11 @@ fn image_info(exe: &Path) -> Image {
         size: u64::from(size),
         text: (text.address() - base, text.address() - base + text.size()),
         base,
+        stamp: pe
+            .nt_headers()
+            .file_header
+            .time_date_stamp
+            .get(object::LittleEndian),
     }
 }
 
@@ -179,19 +186,22 @@ fn dbgid(img: &Image, ts: i64) -> Vec<u8> {
     r
 }
 
-/// Image DCStart (class v2) of `prog.exe` in [`PID`].
-fn image_rundown(img: &Image, ts: i64) -> Vec<u8> {
+/// Where the trace says prog.exe was, as a Windows trace names it.
+const DEVICE_PATH: &str = r"\Device\HarddiskVolume3\apps\prog.exe";
+
+/// Image DCStart (class v2) of `prog.exe` in [`PID`], loaded from `path`, with the link time
+/// stamp `stamp` (0: none given).
+fn image_rundown_at(img: &Image, ts: i64, path: &str, stamp: u32) -> Vec<u8> {
     let mut p = Vec::new();
     p.extend_from_slice(&BASE.to_le_bytes());
     p.extend_from_slice(&img.size.to_le_bytes());
     p.extend_from_slice(&PID.to_le_bytes());
-    p.extend_from_slice(&[0u8; 12]);
+    p.extend_from_slice(&0u32.to_le_bytes());
+    p.extend_from_slice(&stamp.to_le_bytes());
+    p.extend_from_slice(&0u32.to_le_bytes());
     p.extend_from_slice(&BASE.to_le_bytes());
     p.extend_from_slice(&[0u8; 16]);
-    for c in r"\Device\HarddiskVolume3\apps\prog.exe"
-        .encode_utf16()
-        .chain([0])
-    {
+    for c in path.encode_utf16().chain([0]) {
         p.extend_from_slice(&c.to_le_bytes());
     }
     sys_record(2, 0x1403, 0, PID, ts, &p)
@@ -212,6 +222,11 @@ fn sample(ip: u64, ts: i64) -> Vec<Vec<u8>> {
         sys_record(2, 0x0F2E, 701, PID, ts, &p),
         sys_record(2, 0x1820, 701, PID, ts, &s),
     ]
+}
+
+/// Image DCStart of `prog.exe` from its Windows path, with no time stamp.
+fn image_rundown(img: &Image, ts: i64) -> Vec<u8> {
+    image_rundown_at(img, ts, DEVICE_PATH, 0)
 }
 
 /// A heap trace of prog.exe: its rundown and PDB signature, two blocks (48 and 80 bytes) allocated
@@ -255,12 +270,26 @@ fn write_heap_trace(path: &Path, img: &Image, leak: &[u64], freed: &[u64]) {
 
 /// The trace: prog.exe's rundown and PDB signature, one sample at each of `rvas`.
 fn write_trace(path: &Path, img: &Image, rvas: &[u64]) {
+    write_trace_from(path, img, rvas, None)
+}
+
+/// [`write_trace`], or with `from` (the image's path and time stamp) the rundown of a trace that
+/// was never merged: the image's own path and no DbgID_RSDS event.
+fn write_trace_from(path: &Path, img: &Image, rvas: &[u64], from: Option<(&Path, u32)>) {
     let start = 133_000_000_000_000_000i64;
     let mut w = Writer::create(path, WriterOptions::new(start)).unwrap();
     let clock = *w.clock();
     let t = |n: i64| clock.to_raw(start + 10_000 + n);
-    w.write_raw(&image_rundown(img, t(1)), 0, &clock).unwrap();
-    w.write_raw(&dbgid(img, t(2)), 0, &clock).unwrap();
+    match from {
+        None => {
+            w.write_raw(&image_rundown(img, t(1)), 0, &clock).unwrap();
+            w.write_raw(&dbgid(img, t(2)), 0, &clock).unwrap();
+        }
+        Some((exe, stamp)) => {
+            let rundown = image_rundown_at(img, t(1), exe.to_str().unwrap(), stamp);
+            w.write_raw(&rundown, 0, &clock).unwrap();
+        }
+    }
     for (i, rva) in rvas.iter().enumerate() {
         for r in sample(BASE + rva, t(10 + i as i64)) {
             w.write_raw(&r, 0, &clock).unwrap();
@@ -479,6 +508,23 @@ fn frames_named_from_pdbs_along_the_symbol_path() {
     assert!(r.get("symbols").is_none());
     assert!(!err.contains("symbols"), "{err}");
     assert_eq!(shown(&r), plain);
+
+    // 4. No DbgID_RSDS event (a trace never merged, a live session's): the image file at the path
+    // the trace gives names its PDB, when its size and time stamp are the module's.
+    let unmerged = dir.join("unmerged.etl");
+    write_trace_from(&unmerged, &img, &rvas, Some((&exe, img.stamp)));
+    let store_path = format!("srv*{}", store.display());
+    let (r, _) = cpu(&unmerged, &["--symbols", &store_path]);
+    expect(&r);
+    assert_eq!(
+        r["symbols"]["read"][0]["path"],
+        in_store.display().to_string()
+    );
+    // Another link time stamp: another build of the file; nothing is looked up.
+    write_trace_from(&unmerged, &img, &rvas, Some((&exe, img.stamp ^ 1)));
+    let (r, _) = cpu(&unmerged, &["--symbols", &store_path]);
+    assert_eq!(r["symbols"], serde_json::json!({"read": [], "missing": []}));
+    assert!(shown(&r).iter().all(|f| f.contains(".exe+0x")), "{r}");
 
     // heap --report: the leak's stack by function and line, in the report and its pprof profile.
     let first = |name: &str| {

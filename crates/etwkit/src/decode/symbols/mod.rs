@@ -209,6 +209,8 @@ pub struct ModuleMap {
     by_pid: HashMap<u32, Space>,
     /// PDB signatures (DbgID_RSDS) by image base, each with the process it was given for.
     pdbs: HashMap<u64, Vec<(u32, Arc<PdbId>)>>,
+    /// The link time stamps (PE TimeDateStamp) image events give, by process and image base.
+    stamps: HashMap<(u32, u64), u32>,
     decoder: Option<Box<crate::decode::Decoder>>,
     /// Image events that could not be read.
     pub malformed: u64,
@@ -234,11 +236,16 @@ pub struct ModuleRef<'m> {
     pub name: &'m str,
     pub offset: u64,
     pub pdb: Option<&'m PdbId>,
+    /// The path as the image event gave it, the image's size and its link time stamp (when the
+    /// event gave one): what finds and checks the image file on disk.
+    pub path: &'m str,
+    pub size: u64,
+    pub time_date_stamp: Option<u32>,
 }
 
 impl ModuleRef<'_> {
     /// The frame of `address` in this module: `module+offset`, with the function, file and line
-    /// `symbols` finds in the module's PDB.
+    /// `symbols` finds in the module's PDB (named by the trace, else by the image file on disk).
     pub fn frame(&self, address: u64, symbols: Option<&mut Symbolizer>) -> Frame {
         let mut f = Frame {
             address,
@@ -246,8 +253,12 @@ impl ModuleRef<'_> {
             offset: Some(self.offset),
             ..Default::default()
         };
-        if let (Some(s), Some(id)) = (symbols, self.pdb) {
-            if let Some(r) = s.resolve(id, self.offset) {
+        if let Some(s) = symbols {
+            let id = match self.pdb {
+                Some(id) => Some(id.clone()),
+                None => s.image_pdb(self),
+            };
+            if let Some(r) = id.and_then(|id| s.resolve(&id, self.offset)) {
                 f.function = r.function;
                 f.file = r.file;
                 f.line = r.line;
@@ -412,6 +423,9 @@ impl ModuleMap {
             name: base_name(&m.path),
             offset: addr - start + m.file_offset,
             pdb: self.pdb_of(space, start).map(|a| &**a),
+            path: &m.path,
+            size: m.end - start,
+            time_date_stamp: self.stamps.get(&(space, start)).copied(),
         })
     }
 
@@ -494,6 +508,9 @@ impl ModuleMap {
                 .map(|p| p as u32)
                 .unwrap_or(r.pid),
         };
+        if let Some(t) = num(&["TimeDateStamp"]).filter(|t| *t != 0) {
+            self.stamps.insert((pid, base), t as u32);
+        }
         self.insert_at(pid, base, base.saturating_add(size), 0, &name, how);
         true
     }

@@ -249,6 +249,8 @@ pub struct Symbolizer {
     pdbs: HashMap<PdbId, Slot>,
     /// Symbol servers that could not be reached, and why: not asked again.
     down: HashMap<String, String>,
+    /// The PDB each image file on disk names (by path, size and time stamp), or none.
+    images: HashMap<(String, u64, Option<u32>), Option<PdbId>>,
     named: HashMap<(PdbId, u32), Option<Resolved>>,
 }
 
@@ -267,6 +269,7 @@ impl Symbolizer {
             path,
             pdbs: HashMap::new(),
             down: HashMap::new(),
+            images: HashMap::new(),
             named: HashMap::new(),
         }
     }
@@ -293,6 +296,19 @@ impl Symbolizer {
         };
         self.named.insert(key, r.clone());
         r
+    }
+
+    /// The PDB a module's image file names, for a module whose trace gives none (a live session's,
+    /// a trace never merged): the file at the path its image event gave (on Windows, a device
+    /// path is opened through `\\?\GLOBALROOT`), taken only when its size, and its link time
+    /// stamp where the event gave one, are the module's: a file rebuilt or updated since would
+    /// name another build's PDB.
+    pub fn image_pdb(&mut self, m: &super::ModuleRef<'_>) -> Option<PdbId> {
+        let key = (m.path.to_string(), m.size, m.time_date_stamp);
+        self.images
+            .entry(key)
+            .or_insert_with(|| image_file_pdb(&local_path(m.path)?, m.size, m.time_date_stamp))
+            .clone()
     }
 
     /// The PDBs read and those wanted but not read, each sorted by name.
@@ -323,6 +339,58 @@ impl Symbolizer {
             .sort_by(|a, b| (&a.pdb, &a.guid).cmp(&(&b.pdb, &b.guid)));
         s
     }
+}
+
+/// Where an image event's path is on this machine: Windows device and system-root paths through
+/// the object namespace (on Windows), any other path as it is.
+fn local_path(path: &str) -> Option<PathBuf> {
+    if cfg!(windows) {
+        let lower = path.to_ascii_lowercase();
+        if lower.starts_with(r"\device\") {
+            return Some(PathBuf::from(format!(r"\\?\GLOBALROOT{path}")));
+        }
+        if let Some(rest) = lower
+            .starts_with(r"\systemroot\")
+            .then(|| &path[r"\SystemRoot".len()..])
+        {
+            let root = std::env::var_os("SystemRoot")?;
+            return Some(PathBuf::from(format!("{}{rest}", root.to_string_lossy())));
+        }
+    }
+    let p = PathBuf::from(path);
+    p.is_absolute().then_some(p)
+}
+
+/// The PDB a PE image file names in its CodeView record, when the file is the module's: its
+/// SizeOfImage `size` and, when given, its COFF TimeDateStamp `stamp`.
+fn image_file_pdb(path: &std::path::Path, size: u64, stamp: Option<u32>) -> Option<PdbId> {
+    use object::read::pe::{PeFile32, PeFile64};
+    use object::{LittleEndian as LE, Object};
+    let data = std::fs::read(path).ok()?;
+    // The CodeView record (GUID, age, PDB path), SizeOfImage and the link time stamp.
+    macro_rules! read {
+        ($pe:ty) => {{
+            let pe = <$pe>::parse(&*data).ok()?;
+            let info = pe.pdb_info().ok()??;
+            let h = pe.nt_headers();
+            (
+                info.guid(),
+                info.age(),
+                String::from_utf8_lossy(info.path()).into_owned(),
+                h.optional_header.size_of_image.get(LE),
+                h.file_header.time_date_stamp.get(LE),
+            )
+        }};
+    }
+    let (guid, age, name, image_size, time) = match object::FileKind::parse(&*data).ok()? {
+        object::FileKind::Pe64 => read!(PeFile64),
+        object::FileKind::Pe32 => read!(PeFile32),
+        _ => return None,
+    };
+    if u64::from(image_size) != size || stamp.is_some_and(|s| s != time) {
+        return None;
+    }
+    Some(PdbId::new(Guid::from_le_bytes(&guid)?, age, &name))
 }
 
 /// A public symbol's name as the debuggers and PerfView show it: a C++ name (`?Foo@Bar@@...`)
