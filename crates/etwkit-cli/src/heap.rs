@@ -223,6 +223,7 @@ fn live(a: &Args) -> anyhow::Result<LiveOutcome> {
         every_op: a.output.is_some(),
         shim: Some(embedded_shim()),
         etw: None,
+        symbols: a.symbols.path()?,
     };
     let mut session = HeapSession::start(opts)?;
     if let Some(pid) = session.attached_pid() {
@@ -286,6 +287,7 @@ fn live(a: &Args) -> anyhow::Result<LiveOutcome> {
     let mut end = session.wait(&mut totals)?;
     an.add_totals(totals);
     let report = an.report(Some(end.namer.as_mut()), a.top, a.frames);
+    crate::symbols::warn("heap", report.symbols.as_ref());
     let exact = if report.exact {
         "exact"
     } else {

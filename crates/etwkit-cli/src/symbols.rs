@@ -1,5 +1,6 @@
-//! `--symbols PATH` (default `$_NT_SYMBOL_PATH`), shared by `cpu` and `heap --report`: the symbol
-//! path whose PDB files name the frames of Windows modules by function and line.
+//! `--symbols PATH` (default `$_NT_SYMBOL_PATH`), shared by `cpu` and `heap` (`--report`, and live
+//! on Windows): the symbol path whose PDB files name the frames of Windows modules by function and
+//! line.
 
 use etwkit::decode::symbols::{SymbolPath, SymbolSummary, Symbolizer};
 
@@ -14,14 +15,19 @@ pub struct SymbolArgs {
 }
 
 impl SymbolArgs {
-    /// The symbolizer for the path given, if any; a path that cannot be read is refused.
-    pub fn symbolizer(&self) -> anyhow::Result<Option<Symbolizer>> {
+    /// The symbol path given, if any; a path that cannot be read is refused.
+    pub fn path(&self) -> anyhow::Result<Option<SymbolPath>> {
         match &self.symbols {
             None => Ok(None),
-            Some(s) => Ok(Some(Symbolizer::new(
+            Some(s) => Ok(Some(
                 SymbolPath::parse(s).map_err(|e| anyhow::anyhow!("--symbols: {e}"))?,
-            ))),
+            )),
         }
+    }
+
+    /// The symbolizer for the path given, if any.
+    pub fn symbolizer(&self) -> anyhow::Result<Option<Symbolizer>> {
+        Ok(self.path()?.map(Symbolizer::new))
     }
 }
 

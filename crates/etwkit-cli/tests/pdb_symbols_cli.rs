@@ -41,9 +41,17 @@ __declspec(noinline) static int helper(int x) {
     return x * 3 + 1;
 }
 
+static inline __attribute__((always_inline)) int scale(int x) {
+    return x * 7 + (x >> 3);
+}
+
+static inline __attribute__((always_inline)) int mix(int x) {
+    return scale(x) ^ (x << 2);
+}
+
 int main(int argc, char **argv) {
     void *p = leaky_alloc(4096 + argc);
-    printf("%p %d\n", p, helper(argc));
+    printf("%p %d %d\n", p, helper(argc), mix(argc));
     return 0;
 }
 "#;
@@ -301,16 +309,16 @@ fn write_trace_from(path: &Path, img: &Image, rvas: &[u64], from: Option<(&Path,
 /// A function, and its source file's name and line when known.
 type Named = (String, Option<(String, u32)>);
 
-/// `llvm-symbolizer`'s function and `file:line` (base name) of each RVA of `exe`, or `None` where
-/// it names nothing.
-fn truth(symbolizer: &str, exe: &Path, img: &Image, rvas: &[u64]) -> Vec<Option<Named>> {
+/// `llvm-symbolizer`'s names of each RVA of `exe`: the inlined calls innermost first, then the
+/// function (each with its file's name and line); empty where it names nothing.
+fn truth(symbolizer: &str, exe: &Path, img: &Image, rvas: &[u64]) -> Vec<Vec<Named>> {
     let input: String = rvas
         .iter()
         .map(|r| format!("{:#x}\n", img.base + r))
         .collect();
     let mut child = Command::new(symbolizer)
         .arg(format!("--obj={}", exe.display()))
-        .args(["--no-inlines", "--functions=linkage"])
+        .arg("--functions=linkage")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -324,19 +332,24 @@ fn truth(symbolizer: &str, exe: &Path, img: &Image, rvas: &[u64]) -> Vec<Option<
     blocks
         .iter()
         .map(|b| {
-            let mut lines = b.lines();
-            let f = lines.next().unwrap_or("").trim();
-            let loc = lines.next().unwrap_or("??:0:0");
-            if f.is_empty() || f == "??" {
-                return None;
-            }
-            let mut parts = loc.rsplitn(3, ':');
-            let _col = parts.next();
-            let line: u32 = parts.next().unwrap_or("0").parse().unwrap_or(0);
-            let file = parts.next().unwrap_or("??");
-            let base = file.rsplit(['/', '\\']).next().unwrap().to_string();
-            let loc = (file != "??" && line != 0).then_some((base, line));
-            Some((f.to_string(), loc))
+            // An address named by nothing is an empty name, then `??:0:0`.
+            let lines: Vec<&str> = b.split('\n').collect();
+            lines
+                .chunks(2)
+                .filter_map(|pair| {
+                    let f = pair[0].trim();
+                    if f.is_empty() || f == "??" {
+                        return None;
+                    }
+                    let mut parts = pair.get(1).unwrap_or(&"??:0:0").rsplitn(3, ':');
+                    let _col = parts.next();
+                    let line: u32 = parts.next().unwrap_or("0").parse().unwrap_or(0);
+                    let file = parts.next().unwrap_or("??");
+                    let base = file.rsplit(['/', '\\']).next().unwrap().to_string();
+                    let loc = (file != "??" && line != 0).then_some((base, line));
+                    Some((f.to_string(), loc))
+                })
+                .collect()
         })
         .collect()
 }
@@ -391,7 +404,9 @@ fn frames_named_from_pdbs_along_the_symbol_path() {
     let rvas: Vec<u64> = (img.text.0..img.text.1).step_by(8).collect();
     let etl = dir.join("prog.etl");
     write_trace(&etl, &img, &rvas);
-    let want = truth(&symbolizer, &exe, &img, &rvas);
+    let chains = truth(&symbolizer, &exe, &img, &rvas);
+    // Frames show the function (the outermost of inlined calls) and its own line.
+    let want: Vec<Option<Named>> = chains.iter().map(|c| c.last().cloned()).collect();
     let named = want.iter().filter(|w| w.is_some()).count();
     assert!(
         named > rvas.len() / 2,
@@ -536,7 +551,16 @@ fn frames_named_from_pdbs_along_the_symbol_path() {
             })
             .unwrap()
     };
-    let ((leak_rva, leak_loc), (main_rva, main_loc)) = (first("leaky_alloc"), first("main"));
+    let (leak_rva, leak_loc) = first("leaky_alloc");
+    // The frame under it: an address of main in code inlined from mix, and into it from scale.
+    let (main_rva, deep) = rvas
+        .iter()
+        .zip(&chains)
+        .find(|(_, c)| c.len() == 3 && c[2].0 == "main")
+        .map(|(r, c)| (*r, c.clone()))
+        .expect("scale inlined into mix inlined into main");
+    assert_eq!((deep[0].0.as_str(), deep[1].0.as_str()), ("scale", "mix"));
+    let main_loc = deep[2].1.clone().unwrap();
     let heap_etl = dir.join("heap.etl");
     write_heap_trace(&heap_etl, &img, &[leak_rva, main_rva], &[main_rva]);
     let prof = dir.join("heap.pb.gz");
@@ -583,6 +607,23 @@ fn frames_named_from_pdbs_along_the_symbol_path() {
         ]
     );
     assert_eq!(r["symbols"]["read"][0]["pdb"], "prog.pdb");
+    // The inlined calls of main's frame, innermost first, each with its line, as LLVM names them.
+    let inlined: Vec<Named> = top["frames"][1]["inlined"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let file = i["file"].as_str().unwrap();
+            let base = file.rsplit(['/', '\\']).next().unwrap().to_string();
+            let line = i["line"].as_u64().unwrap() as u32;
+            (
+                i["function"].as_str().unwrap().to_string(),
+                Some((base, line)),
+            )
+        })
+        .collect();
+    assert_eq!(inlined, deep[..2]);
+    assert!(top["frames"][0].get("inlined").is_none(), "{top}");
 
     // The pprof profiles name the functions, as Go's pprof reads them.
     if let Some(go) = common::go("pdb_symbols_cli") {
@@ -613,6 +654,25 @@ fn frames_named_from_pdbs_along_the_symbol_path() {
             lines.contains("leaky_alloc") && lines.contains("prog.c:"),
             "{lines}"
         );
+        // The heap profile: the leak's 128 bytes in use under leaky_alloc.
+        let heap_prof = dir.join("heap.pb.gz");
+        let top = common::pprof(&go, &["-top", "-sample_index=inuse_space"], &heap_prof);
+        let row = top
+            .lines()
+            .find(|l| l.trim_end().ends_with(" leaky_alloc"))
+            .unwrap_or_else(|| panic!("{top}"));
+        assert!(row.trim_start().starts_with("128B "), "{row}");
+        // main's location holds the calls inlined into it, innermost first.
+        let traces = common::pprof(&go, &["-traces", "-sample_index=inuse_space"], &heap_prof);
+        // The first sample (the leak's 128 bytes): `128B leaky_alloc`, `scale (inline)`, ...
+        let leak = traces.split("-----------+").nth(1).unwrap_or_default();
+        let names: Vec<&str> = leak
+            .lines()
+            .filter_map(|l| l.trim_end_matches(" (inline)").split_whitespace().last())
+            .filter(|n| ["leaky_alloc", "scale", "mix", "main"].contains(n))
+            .collect();
+        assert_eq!(names, ["leaky_alloc", "scale", "mix", "main"], "{traces}");
+        assert!(leak.contains("scale (inline)"), "{traces}");
     }
 }
 

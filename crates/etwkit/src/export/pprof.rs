@@ -173,25 +173,37 @@ pub fn stack_profile_bytes(profile: &StackProfile) -> Vec<u8> {
             let fid = *functions
                 .entry((name.clone(), file.clone()))
                 .or_insert_with(|| {
-                    let mut m = Msg::default();
-                    m.uint(field::F_ID, next_fn);
-                    let n = strings.id(&name);
-                    m.uint(field::F_NAME, n);
-                    m.uint(field::F_SYSTEM_NAME, n);
-                    m.uint(field::F_FILENAME, strings.id(&file));
-                    function_msgs.push(m);
+                    function_msgs.push(function_msg(&mut strings, next_fn, &name, &file));
                     next_fn
                 });
             let line = f.line.unwrap_or(0);
+            // Inlined calls are lines of the location before its function's own, innermost
+            // first (pprof's order: the last line is the caller the others were inlined into).
+            let mut lines: Vec<(u64, u32)> = Vec::with_capacity(f.inlined.len() + 1);
+            for i in &f.inlined {
+                let name = i.function.clone().unwrap_or_else(|| "[inlined]".into());
+                let file = i.file.clone().unwrap_or_default();
+                let next_fn = functions.len() as u64 + 1;
+                let id = *functions
+                    .entry((name.clone(), file.clone()))
+                    .or_insert_with(|| {
+                        function_msgs.push(function_msg(&mut strings, next_fn, &name, &file));
+                        next_fn
+                    });
+                lines.push((id, i.line.unwrap_or(0)));
+            }
+            lines.push((fid, line));
             let next_loc = locations.len() as u64 + 1;
             let lid = *locations.entry((f.address, fid, line)).or_insert_with(|| {
                 let mut m = Msg::default();
                 m.uint(field::LOC_ID, next_loc);
                 m.uint(field::LOC_ADDRESS, f.address);
-                let mut l = Msg::default();
-                l.uint(field::LINE_FUNCTION_ID, fid);
-                l.uint(field::LINE_LINE, line as u64);
-                m.msg(field::LOC_LINE, l);
+                for (id, line) in &lines {
+                    let mut l = Msg::default();
+                    l.uint(field::LINE_FUNCTION_ID, *id);
+                    l.uint(field::LINE_LINE, *line as u64);
+                    m.msg(field::LOC_LINE, l);
+                }
                 location_msgs.push(m);
                 next_loc
             });
@@ -243,6 +255,17 @@ pub fn stack_profile_bytes(profile: &StackProfile) -> Vec<u8> {
 
 /// A sample's identity: pid, process name, frames.
 type SampleKey<'a> = (Option<u32>, Option<&'a str>, &'a [Frame]);
+
+/// A Function message: its id, name (also its system name) and source file.
+fn function_msg(strings: &mut Strings, id: u64, name: &str, file: &str) -> Msg {
+    let mut m = Msg::default();
+    m.uint(field::F_ID, id);
+    let n = strings.id(name);
+    m.uint(field::F_NAME, n);
+    m.uint(field::F_SYSTEM_NAME, n);
+    m.uint(field::F_FILENAME, strings.id(file));
+    m
+}
 
 fn value_type(strings: &mut Strings, t: &ValueType) -> Msg {
     let mut vt = Msg::default();

@@ -163,6 +163,9 @@ pub struct HeapOptions<'c> {
     pub shim: Option<std::result::Result<&'static [u8], String>>,
     /// Session mode: the backend to trace through (default: the platform's, [`Etw::new`]).
     pub etw: Option<Etw>,
+    /// Windows: name frames by function and line from the modules' PDB files along this symbol
+    /// path (found through the image files the kernel's image events name).
+    pub symbols: Option<crate::decode::symbols::SymbolPath>,
 }
 
 impl<'c> HeapOptions<'c> {
@@ -376,6 +379,8 @@ struct EtwHeap {
     etw_backend: bool,
     /// The images seen, once tracing ended.
     modules: Option<ModuleMap>,
+    /// Where the modules' PDBs are.
+    symbols: Option<crate::decode::symbols::SymbolPath>,
     lost: u64,
     issues: Vec<String>,
 }
@@ -491,6 +496,7 @@ impl EtwHeap {
             traced,
             etw_backend,
             modules: None,
+            symbols: opts.symbols,
             lost: 0,
             issues: Vec::new(),
         })
@@ -572,9 +578,13 @@ impl EtwHeap {
             None => None,
         };
         let modules = self.modules.take().unwrap_or_default();
+        let namer = match self.symbols.take() {
+            Some(p) => ModuleNamer::with_symbols(modules, Symbolizer::new(p)),
+            None => ModuleNamer::new(modules),
+        };
         Ok(HeapEnd {
             status,
-            namer: Box::new(ModuleNamer::new(modules)),
+            namer: Box::new(namer),
             mode: if self.etw_backend {
                 "traced with an ETW heap session".into()
             } else {

@@ -32,6 +32,18 @@ pub struct Frame {
     /// shown as `module+0xOFFSET`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offset: Option<u64>,
+    /// Code inlined into `function` at this address, innermost first (from a PDB): each
+    /// function with the line of the instruction in it, or of its call into the one before.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub inlined: Vec<Inlined>,
+}
+
+/// One inlined call at an address: the function and its source line there.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct Inlined {
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
 }
 
 impl Frame {
@@ -262,6 +274,7 @@ impl ModuleRef<'_> {
                 f.function = r.function;
                 f.file = r.file;
                 f.line = r.line;
+                f.inlined = r.inlined;
             }
         }
         f

@@ -58,10 +58,12 @@ impl PdbId {
 pub struct Resolved {
     /// The function (procedure) holding the address: the outermost of any inlined calls.
     pub function: Option<String>,
-    /// The source file and line of the instruction (the innermost inlined code's, as the line
-    /// table gives them).
+    /// Its source file and line at the address: the instruction's, or where it calls the
+    /// outermost inlined function whose code the address is in.
     pub file: Option<String>,
     pub line: Option<u32>,
+    /// The inlined calls at the address, innermost first.
+    pub inlined: Vec<super::Inlined>,
 }
 
 type Data = ContextPdbData<'static, 'static, std::fs::File>;
@@ -95,17 +97,23 @@ impl Loaded {
         let in_procedure = i > 0 && rva < self.procedures[i - 1].1;
         if in_procedure {
             let found = self.streams.with_dependent(|_, ctx| {
+                // Innermost first; the last is the procedure.
                 let ff = ctx.find_frames(rva).ok()??;
-                let function = ff.frames.last().and_then(|f| f.function.clone());
-                let (file, line) = match ff.frames.first() {
-                    Some(f) => (f.file.as_ref().map(|s| s.to_string()), f.line),
-                    None => (None, None),
-                };
-                function.as_ref()?;
+                let (outer, inner) = ff.frames.split_last()?;
+                outer.function.as_ref()?;
+                let file = |f: &pdb_addr2line::Frame<'_>| f.file.as_ref().map(|s| s.to_string());
                 Some(Resolved {
-                    function,
-                    file,
-                    line,
+                    function: outer.function.clone(),
+                    file: file(outer),
+                    line: outer.line,
+                    inlined: inner
+                        .iter()
+                        .map(|f| super::Inlined {
+                            function: f.function.clone(),
+                            file: file(f),
+                            line: f.line,
+                        })
+                        .collect(),
                 })
             });
             if found.is_some() {
@@ -116,8 +124,7 @@ impl Loaded {
         let (_, name) = self.publics.get(j.checked_sub(1)?)?;
         Some(Resolved {
             function: Some(name.to_string()),
-            file: None,
-            line: None,
+            ..Default::default()
         })
     }
 }
@@ -307,7 +314,9 @@ impl Symbolizer {
         let key = (m.path.to_string(), m.size, m.time_date_stamp);
         self.images
             .entry(key)
-            .or_insert_with(|| image_file_pdb(&local_path(m.path)?, m.size, m.time_date_stamp))
+            .or_insert_with(|| {
+                image_file_pdb(&local_path(m.path)?, Some(m.size), m.time_date_stamp)
+            })
             .clone()
     }
 
@@ -361,9 +370,15 @@ fn local_path(path: &str) -> Option<PathBuf> {
     p.is_absolute().then_some(p)
 }
 
+/// The PDB a PE image file (an .exe, .dll or .sys) names in its CodeView record: `None` when the
+/// file is not a PE image or names no PDB.
+pub fn image_pdb_id(path: &std::path::Path) -> Option<PdbId> {
+    image_file_pdb(path, None, None)
+}
+
 /// The PDB a PE image file names in its CodeView record, when the file is the module's: its
-/// SizeOfImage `size` and, when given, its COFF TimeDateStamp `stamp`.
-fn image_file_pdb(path: &std::path::Path, size: u64, stamp: Option<u32>) -> Option<PdbId> {
+/// SizeOfImage `size` and its COFF TimeDateStamp `stamp`, each when given.
+fn image_file_pdb(path: &std::path::Path, size: Option<u64>, stamp: Option<u32>) -> Option<PdbId> {
     use object::read::pe::{PeFile32, PeFile64};
     use object::{LittleEndian as LE, Object};
     let data = std::fs::read(path).ok()?;
@@ -387,7 +402,7 @@ fn image_file_pdb(path: &std::path::Path, size: u64, stamp: Option<u32>) -> Opti
         object::FileKind::Pe32 => read!(PeFile32),
         _ => return None,
     };
-    if u64::from(image_size) != size || stamp.is_some_and(|s| s != time) {
+    if size.is_some_and(|s| s != u64::from(image_size)) || stamp.is_some_and(|s| s != time) {
         return None;
     }
     Some(PdbId::new(Guid::from_le_bytes(&guid)?, age, &name))

@@ -117,18 +117,20 @@ impl SymbolPath {
         let name = id.file_name();
         let key = id.store_key();
         let mut out = Vec::new();
-        let push_file = |p: PathBuf, out: &mut Vec<Candidate>| {
-            if p.is_file() && !out.contains(&Candidate::File(p.clone())) {
-                out.push(Candidate::File(p));
+        // At each place, the first of the names that is a file (on a file system that ignores
+        // case, both names are the one file).
+        let push_first = |place: &dyn Fn(&str) -> PathBuf, out: &mut Vec<Candidate>| {
+            if let Some(p) = names(name).iter().map(|n| place(n)).find(|p| p.is_file()) {
+                if !out.contains(&Candidate::File(p.clone())) {
+                    out.push(Candidate::File(p));
+                }
             }
         };
         for e in &self.elements {
             match e {
                 Element::Dir(d) => {
-                    for n in names(name) {
-                        push_file(d.join(&n), &mut out);
-                        push_file(store_file(d, &n, &key), &mut out);
-                    }
+                    push_first(&|n| d.join(n), &mut out);
+                    push_first(&|n| store_file(d, n, &key), &mut out);
                 }
                 Element::Server(stores) => {
                     let cache = stores.iter().find_map(|s| match s {
@@ -137,11 +139,7 @@ impl SymbolPath {
                     });
                     for s in stores {
                         match s {
-                            Store::Local(d) => {
-                                for n in names(name) {
-                                    push_file(store_file(d, &n, &key), &mut out);
-                                }
-                            }
+                            Store::Local(d) => push_first(&|n| store_file(d, n, &key), &mut out),
                             Store::Http(url) => out.push(Candidate::Server {
                                 url: url.clone(),
                                 cache: cache.clone(),
@@ -235,10 +233,15 @@ mod tests {
             flat.display()
         ))
         .unwrap();
+        // A file system that ignores case finds the store's file under the name as given.
+        let found = match cfg!(windows) {
+            true => "Prog.pdb",
+            false => "prog.pdb",
+        };
         assert_eq!(
             p.candidates(&id()),
             vec![
-                Candidate::File(store_file(&store, "prog.pdb", &key)),
+                Candidate::File(store_file(&store, found, &key)),
                 Candidate::Server {
                     url: "http://localhost:1/s".into(),
                     cache: Some(store.clone())
