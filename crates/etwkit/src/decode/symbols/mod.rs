@@ -220,7 +220,7 @@ enum Placed {
 pub struct ModuleMap {
     by_pid: HashMap<u32, Space>,
     /// PDB signatures (DbgID_RSDS) by image base, each with the process it was given for.
-    pdbs: HashMap<u64, Vec<(u32, Arc<PdbId>)>>,
+    pdbs: HashMap<u64, Vec<(u32, PdbId)>>,
     /// The link time stamps (PE TimeDateStamp) image events give, by process and image base.
     stamps: HashMap<(u32, u64), u32>,
     decoder: Option<Box<crate::decode::Decoder>>,
@@ -319,15 +319,15 @@ impl ModuleMap {
     pub fn insert_pdb(&mut self, pid: u32, base: u64, id: PdbId) {
         let v = self.pdbs.entry(base).or_default();
         match v.iter_mut().find(|(p, _)| *p == pid) {
-            Some(e) => e.1 = Arc::new(id),
-            None => v.push((pid, Arc::new(id))),
+            Some(e) => e.1 = id,
+            None => v.push((pid, id)),
         }
     }
 
     /// The PDB of the image at `base` of `pid`: the one given for that process, else one given
     /// for the kernel (pid 0 or 4), else the one every other process gives at that base (system
     /// DLLs share their base across processes).
-    fn pdb_of(&self, pid: u32, base: u64) -> Option<&Arc<PdbId>> {
+    fn pdb_of(&self, pid: u32, base: u64) -> Option<&PdbId> {
         let v = self.pdbs.get(&base)?;
         if let Some((_, id)) = v.iter().find(|(p, _)| *p == pid) {
             return Some(id);
@@ -435,7 +435,7 @@ impl ModuleMap {
         Some(ModuleRef {
             name: base_name(&m.path),
             offset: addr - start + m.file_offset,
-            pdb: self.pdb_of(space, start).map(|a| &**a),
+            pdb: self.pdb_of(space, start),
             path: &m.path,
             size: m.end - start,
             time_date_stamp: self.stamps.get(&(space, start)).copied(),
@@ -721,6 +721,44 @@ mod tests {
         );
         assert_eq!(m.era(9), 1);
         assert_eq!(m.era(123), 0);
+    }
+
+    #[test]
+    fn pdbs_by_process_and_base() {
+        let id = |n: &str| {
+            PdbId::new(
+                Guid::from_str_const("ec83d8df-5559-46e0-b630-133ebd979266"),
+                1,
+                n,
+            )
+        };
+        let mut m = ModuleMap::new();
+        m.insert(7, 0x1000, 0x2000, r"C:\a.dll");
+        m.insert(8, 0x1000, 0x2000, r"C:\a.dll");
+        m.insert(9, 0x1000, 0x2000, r"C:\b.dll");
+        m.insert(0, 0x8000_0000, 0x8010_0000, r"\SystemRoot\ntoskrnl.exe");
+        m.insert_pdb(7, 0x1000, id("a.pdb"));
+        m.insert_pdb(0, 0x8000_0000, id("ntkrnlmp.pdb"));
+        fn pdb(m: &ModuleMap, pid: u32, addr: u64) -> Option<PdbId> {
+            m.module_ref(pid, addr, None).and_then(|r| r.pdb.cloned())
+        }
+        assert_eq!(pdb(&m, 7, 0x1010), Some(id("a.pdb")));
+        // Given for one process only: the others at that base share it (system DLLs do).
+        assert_eq!(pdb(&m, 8, 0x1010), Some(id("a.pdb")));
+        // Kernel images serve every process.
+        let r = m.module_ref(8, 0x8000_0010, None).unwrap();
+        assert_eq!(
+            (r.name, r.offset, r.size),
+            ("ntoskrnl.exe", 0x10, 0x10_0000)
+        );
+        assert_eq!(r.pdb, Some(&id("ntkrnlmp.pdb")));
+        // Two processes disagree at a base: a third one's module there has none.
+        m.insert_pdb(9, 0x1000, id("b.pdb"));
+        assert_eq!(pdb(&m, 9, 0x1010), Some(id("b.pdb")));
+        m.insert(10, 0x1000, 0x2000, r"C:\c.dll");
+        assert_eq!(pdb(&m, 10, 0x1010), None);
+        assert_eq!(pdb(&m, 8, 0x1010), None);
+        assert_eq!(pdb(&m, 7, 0x3000), None, "outside every module");
     }
 
     #[test]
