@@ -4,7 +4,9 @@
 #    buffer followed by 192 KiB from the middle and from the end (rundowns, stack walks and
 #    embedded metadata sit there);
 #  - manifest: the test and built-in manifests, each after a 16-byte payload (the input's first
-#    byte says how long the payload is).
+#    byte says how long the payload is);
+#  - pdb: PDBs that clang and lld write for a small C program at -O0, -O1 and -O2 (needs clang,
+#    lld and mingw-w64, as the PDB test does).
 #   tools/fuzz_seeds.sh [TARGET...]     (default: etl_parse decode manifest)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +20,24 @@ for t in "${targets[@]}"; do
     for m in "$root"/crates/etwkit/tests/data/*.man "$root"/crates/etwkit/src/schema/builtin/manifests/*.xml; do
       { printf '\x10'; head -c 16 /dev/urandom; cat "$m"; } > "$out/$(basename "$m")"
     done
+    echo "fuzz_seeds: $(ls "$out" | wc -l) seeds in $out" >&2
+    continue
+  fi
+  if [ "$t" = pdb ]; then
+    cc=$(command -v clang-22 || command -v clang) || { echo "fuzz_seeds: no clang" >&2; exit 2; }
+    tmp=$(mktemp -d)
+    cat > "$tmp/p.c" <<'C'
+#include <stdio.h>
+#include <stdlib.h>
+static inline __attribute__((always_inline)) int twice(int x) { return 2 * x + (x >> 2); }
+__declspec(noinline) void *grab(size_t n) { return malloc(n); }
+int main(int argc, char **argv) { printf("%p %d\n", grab(64 + argc), twice(argc)); return 0; }
+C
+    for o in 0 1 2; do
+      "$cc" --target=x86_64-w64-mingw32 -g -gcodeview "-O$o" -fuse-ld=lld "-Wl,--pdb=$out/p$o.pdb" \
+        "$tmp/p.c" -o "$tmp/p$o.exe"
+    done
+    rm -rf "$tmp"
     echo "fuzz_seeds: $(ls "$out" | wc -l) seeds in $out" >&2
     continue
   fi

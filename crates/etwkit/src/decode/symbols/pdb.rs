@@ -294,11 +294,21 @@ impl Symbolizer {
             .entry(id.clone())
             .or_insert_with(|| load(&self.path, id, &mut self.down));
         let r = match slot {
-            Slot::Read { pdb, named, .. } => {
-                let r = pdb.lookup(rva);
-                *named += u64::from(r.is_some());
-                r
-            }
+            Slot::Read { pdb, named, path } => match guarded(|| pdb.lookup(rva)) {
+                Ok(r) => {
+                    *named += u64::from(r.is_some());
+                    r
+                }
+                // A PDB whose reader fails on it is not asked again.
+                Err(e) => {
+                    let why = format!(
+                        "{}: not a readable PDB (at RVA {rva:#x}: {e})",
+                        path.display()
+                    );
+                    *slot = Slot::Missing(why);
+                    None
+                }
+            },
             Slot::Missing(_) => None,
         };
         self.named.insert(key, r.clone());
@@ -348,6 +358,26 @@ impl Symbolizer {
             .sort_by(|a, b| (&a.pdb, &a.guid).cmp(&(&b.pdb, &b.guid)));
         s
     }
+}
+
+/// The GUID and age a PDB file says it has (`None`: not a readable PDB); its name is the file's.
+pub fn signature(file: &std::path::Path) -> Option<PdbId> {
+    let mut pdb = PDB::open(std::fs::File::open(file).ok()?).ok()?;
+    let (guid, age) = guid_age(&mut pdb).ok()?;
+    Some(PdbId::new(guid, age, &file.file_name()?.to_string_lossy()))
+}
+
+/// A PDB's GUID and age as an image's CodeView record names them: the age is the DBI stream's
+/// (the info stream's counts every rewrite of the file).
+fn guid_age(pdb: &mut PDB<'static, std::fs::File>) -> pdb_addr2line::pdb::Result<(Guid, u32)> {
+    let info = pdb.pdb_information()?;
+    let age = pdb
+        .debug_information()
+        .ok()
+        .and_then(|d| d.age())
+        .unwrap_or(info.age);
+    let (d1, d2, d3, d4) = info.guid.as_fields();
+    Ok((Guid::new(d1, d2, d3, *d4), age))
 }
 
 /// Where an image event's path is on this machine: Windows device and system-root paths through
@@ -471,7 +501,7 @@ fn load(path: &SymbolPath, id: &PdbId, down: &mut HashMap<String, String>) -> Sl
                 }
             }
         };
-        match open(&file, id) {
+        match guarded(|| open(&file, id)).unwrap_or_else(|e| Err(Open::Unreadable(e))) {
             Ok(pdb) => {
                 return Slot::Read {
                     pdb,
@@ -494,6 +524,19 @@ fn load(path: &SymbolPath, id: &PdbId, down: &mut HashMap<String, String>) -> Sl
     Slot::Missing(why.join("; "))
 }
 
+/// Runs `f`, and a panic in it (the PDB readers index and add what a damaged file says, and a few
+/// such paths panic) as an error naming it: a damaged PDB costs its own names, not the report.
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        format!("its reader failed: {what}")
+    })
+}
+
 enum Open {
     /// Another build's PDB (its GUID and age).
     Other(String),
@@ -506,15 +549,7 @@ fn open(file: &std::path::Path, id: &PdbId) -> Result<Loaded, Open> {
         |e: &dyn std::fmt::Display| Open::Unreadable(format!("not a readable PDB ({e})"));
     let f = std::fs::File::open(file).map_err(|e| Open::Unreadable(e.to_string()))?;
     let mut pdb = PDB::open(f).map_err(|e| unreadable(&e))?;
-    let info = pdb.pdb_information().map_err(|e| unreadable(&e))?;
-    // The image's age is the DBI stream's (the info stream's counts every rewrite of the file).
-    let age = pdb
-        .debug_information()
-        .ok()
-        .and_then(|d| d.age())
-        .unwrap_or(info.age);
-    let (d1, d2, d3, d4) = info.guid.as_fields();
-    let guid = Guid::new(d1, d2, d3, *d4);
+    let (guid, age) = guid_age(&mut pdb).map_err(|e| unreadable(&e))?;
     if guid != id.guid || age != id.age {
         return Err(Open::Other(format!(
             "another build (GUID {guid}, age {age})"
@@ -551,6 +586,21 @@ mod tests {
         assert_eq!(undecorate("@Fast@8", true), "Fast");
         assert_eq!(undecorate("RtlAllocateHeap", true), "RtlAllocateHeap");
         assert_eq!(undecorate("?bad", false), "?bad");
+    }
+
+    #[test]
+    fn a_reader_panic_is_an_error_naming_it() {
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let r: Result<u32, String> = guarded(|| {
+            let sizes: Vec<u32> = vec![u32::MAX, 1];
+            sizes
+                .iter()
+                .fold(0u32, |a, b| a.checked_add(*b).expect("overflow in a size"))
+        });
+        std::panic::set_hook(hook);
+        assert_eq!(r, Err("its reader failed: overflow in a size".into()));
+        assert_eq!(guarded(|| 7), Ok(7));
     }
 
     #[test]
