@@ -687,3 +687,54 @@ impl crate::export::profile::ToStackProfile for HeapReport {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(names: &[&str]) -> Vec<Frame> {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Frame {
+                address: i as u64,
+                function: (!n.is_empty()).then(|| n.to_string()),
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    fn names(frames: &[Frame]) -> Vec<&str> {
+        frames
+            .iter()
+            .map(|f| f.function.as_deref().unwrap_or(""))
+            .collect()
+    }
+
+    #[test]
+    fn allocator_frames_trimmed_from_the_top() {
+        // Windows, named from PDBs: ntdll's layers, the heap API, the UCRT's malloc.
+        let w = named(&[
+            "RtlpHpAllocWithExceptionProtection",
+            "RtlpAllocateHeapInternal",
+            "RtlAllocateHeap",
+            "_malloc_base",
+            "leaky_alloc",
+            "RtlpHeapHelper",
+            "main",
+        ]);
+        assert_eq!(
+            names(&trim_allocator_frames(w)),
+            ["leaky_alloc", "RtlpHeapHelper", "main"]
+        );
+        // glibc and C++; an unnamed frame stops the trim.
+        let l = named(&["__libc_malloc", "operator new(unsigned long)", "", "f"]);
+        assert_eq!(names(&trim_allocator_frames(l)), ["", "f"]);
+        // All allocator frames: kept whole.
+        let all = named(&["malloc", "RtlAllocateHeap"]);
+        assert_eq!(
+            names(&trim_allocator_frames(all)),
+            ["malloc", "RtlAllocateHeap"]
+        );
+    }
+}

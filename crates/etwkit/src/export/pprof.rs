@@ -151,8 +151,7 @@ pub fn stack_profile_bytes(profile: &StackProfile) -> Vec<u8> {
     }
 
     // Functions by (name, file); locations by (address, function, line): one per distinct frame.
-    let mut functions: HashMap<(String, String), u64> = HashMap::new();
-    let mut function_msgs: Vec<Msg> = Vec::new();
+    let mut functions = Functions::default();
     let mut locations: HashMap<(u64, u64, u32), u64> = HashMap::new();
     let mut location_msgs: Vec<Msg> = Vec::new();
     let no_stack = [Frame {
@@ -167,46 +166,32 @@ pub fn stack_profile_bytes(profile: &StackProfile) -> Vec<u8> {
         let frames: &[Frame] = if frames.is_empty() { &no_stack } else { frames };
         let mut ids = Vec::with_capacity(frames.len());
         for f in frames {
-            let name = frame_function(f);
-            let file = f.file.clone().unwrap_or_default();
-            let next_fn = functions.len() as u64 + 1;
-            let fid = *functions
-                .entry((name.clone(), file.clone()))
-                .or_insert_with(|| {
-                    function_msgs.push(function_msg(&mut strings, next_fn, &name, &file));
-                    next_fn
-                });
+            let file = f.file.as_deref().unwrap_or_default();
+            let fid = functions.id(&mut strings, &frame_function(f), file);
             let line = f.line.unwrap_or(0);
-            // Inlined calls are lines of the location before its function's own, innermost
-            // first (pprof's order: the last line is the caller the others were inlined into).
-            let mut lines: Vec<(u64, u32)> = Vec::with_capacity(f.inlined.len() + 1);
-            for i in &f.inlined {
-                let name = i.function.clone().unwrap_or_else(|| "[inlined]".into());
-                let file = i.file.clone().unwrap_or_default();
-                let next_fn = functions.len() as u64 + 1;
-                let id = *functions
-                    .entry((name.clone(), file.clone()))
-                    .or_insert_with(|| {
-                        function_msgs.push(function_msg(&mut strings, next_fn, &name, &file));
-                        next_fn
-                    });
-                lines.push((id, i.line.unwrap_or(0)));
-            }
-            lines.push((fid, line));
-            let next_loc = locations.len() as u64 + 1;
-            let lid = *locations.entry((f.address, fid, line)).or_insert_with(|| {
-                let mut m = Msg::default();
-                m.uint(field::LOC_ID, next_loc);
-                m.uint(field::LOC_ADDRESS, f.address);
-                for (id, line) in &lines {
-                    let mut l = Msg::default();
-                    l.uint(field::LINE_FUNCTION_ID, *id);
-                    l.uint(field::LINE_LINE, *line as u64);
-                    m.msg(field::LOC_LINE, l);
+            let key = (f.address, fid, line);
+            let lid = match locations.get(&key) {
+                Some(id) => *id,
+                None => {
+                    let id = locations.len() as u64 + 1;
+                    let mut m = Msg::default();
+                    m.uint(field::LOC_ID, id);
+                    m.uint(field::LOC_ADDRESS, f.address);
+                    // Calls inlined at the address are lines before the function's own,
+                    // innermost first (pprof's order: the last line is the caller the others
+                    // were inlined into).
+                    for i in &f.inlined {
+                        let name = i.function.as_deref().unwrap_or("[inlined]");
+                        let file = i.file.as_deref().unwrap_or_default();
+                        let iid = functions.id(&mut strings, name, file);
+                        m.msg(field::LOC_LINE, line_msg(iid, i.line.unwrap_or(0)));
+                    }
+                    m.msg(field::LOC_LINE, line_msg(fid, line));
+                    location_msgs.push(m);
+                    locations.insert(key, id);
+                    id
                 }
-                location_msgs.push(m);
-                next_loc
-            });
+            };
             ids.push(lid);
         }
         let mut s = Msg::default();
@@ -229,7 +214,7 @@ pub fn stack_profile_bytes(profile: &StackProfile) -> Vec<u8> {
     for m in location_msgs {
         out.msg(field::LOCATION, m);
     }
-    for m in function_msgs {
+    for m in functions.msgs {
         out.msg(field::FUNCTION, m);
     }
     let pt = value_type(&mut strings, &profile.period_type);
@@ -256,15 +241,38 @@ pub fn stack_profile_bytes(profile: &StackProfile) -> Vec<u8> {
 /// A sample's identity: pid, process name, frames.
 type SampleKey<'a> = (Option<u32>, Option<&'a str>, &'a [Frame]);
 
-/// A Function message: its id, name (also its system name) and source file.
-fn function_msg(strings: &mut Strings, id: u64, name: &str, file: &str) -> Msg {
-    let mut m = Msg::default();
-    m.uint(field::F_ID, id);
-    let n = strings.id(name);
-    m.uint(field::F_NAME, n);
-    m.uint(field::F_SYSTEM_NAME, n);
-    m.uint(field::F_FILENAME, strings.id(file));
-    m
+/// The profile's functions: one per (name, file), with its Function message.
+#[derive(Default)]
+struct Functions {
+    ids: HashMap<(String, String), u64>,
+    msgs: Vec<Msg>,
+}
+
+impl Functions {
+    /// The id of function `name` in `file`, made (with its message) on first use.
+    fn id(&mut self, strings: &mut Strings, name: &str, file: &str) -> u64 {
+        if let Some(id) = self.ids.get(&(name.to_string(), file.to_string())) {
+            return *id;
+        }
+        let id = self.ids.len() as u64 + 1;
+        let mut m = Msg::default();
+        m.uint(field::F_ID, id);
+        let n = strings.id(name);
+        m.uint(field::F_NAME, n);
+        m.uint(field::F_SYSTEM_NAME, n);
+        m.uint(field::F_FILENAME, strings.id(file));
+        self.msgs.push(m);
+        self.ids.insert((name.to_string(), file.to_string()), id);
+        id
+    }
+}
+
+/// A Line message: a function and a line in it.
+fn line_msg(function: u64, line: u32) -> Msg {
+    let mut l = Msg::default();
+    l.uint(field::LINE_FUNCTION_ID, function);
+    l.uint(field::LINE_LINE, line as u64);
+    l
 }
 
 fn value_type(strings: &mut Strings, t: &ValueType) -> Msg {

@@ -4,9 +4,9 @@
 //! carries as KernelTraceControl ImageID/DbgID_RSDS events beside each image (PerfView, xperf and
 //! WPR traces do). [`Symbolizer`] looks for that PDB along a [`SymbolPath`], takes a file only
 //! when its GUID and age are the module's (another build's file would name the wrong functions),
-//! and names a module-relative address (RVA) by the function that holds it and the source line
-//! of the instruction, as the PDB's line table gives it. What was read and what was not found is
-//! kept for the report ([`Symbolizer::summary`]): nothing is left out silently.
+//! and names a module-relative address (RVA) by the function that holds it, its source line there,
+//! and the calls inlined into it at that address (each with its own line). What was read and what
+//! was not found is kept for the report ([`Symbolizer::summary`]): nothing is left out silently.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -89,7 +89,7 @@ struct Loaded {
 
 impl Loaded {
     /// What the PDB says of `rva`, as Windows' DIA and LLVM's PDB reader name addresses: inside
-    /// a procedure, its name (the outermost of inlined calls) and the instruction's line; else
+    /// a procedure, its name, its own line there and the calls inlined into it; else
     /// the public symbol at or before it, with no line (code the PDB has no procedure for, such
     /// as a runtime library built without debug information, or padding after a function).
     fn lookup(&self, rva: u32) -> Option<Resolved> {
