@@ -288,6 +288,11 @@ fn live(a: &Args) -> anyhow::Result<LiveOutcome> {
     an.add_totals(totals);
     let report = an.report(Some(end.namer.as_mut()), a.top, a.frames);
     crate::symbols::warn("heap", report.symbols.as_ref());
+    if report.symbols.is_none() && a.symbols.path()?.is_some() {
+        eprintln!(
+            "etwkit heap: the symbol path was not used: this trace's frames are named from its own executables (ELF files on Linux)"
+        );
+    }
     let exact = if report.exact {
         "exact"
     } else {

@@ -305,6 +305,13 @@ fn heap_returns_the_command_status() {
         let (code, _, stderr) = heap_run(&["--mode", mode, "--", bin.to_str().unwrap(), "7"]);
         assert_eq!(code, 7, "{mode}: {stderr}");
     }
+    // A symbol path (PDBs: Windows modules) is said to go unused on a Linux trace.
+    let (code, _, stderr) = heap_run(&["--symbols", "/nonexistent", "--", "sh", "-c", "exit 0"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("etwkit heap: the symbol path was not used: this trace's frames are named from its own executables"),
+        "{stderr}"
+    );
 }
 
 /// Without root, the uprobe mode and --pid say so in the one sentence `trace` uses, nothing else.

@@ -21,18 +21,13 @@ pub fn default_cache() -> Option<PathBuf> {
 }
 
 /// Why a download failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{why}")]
 pub struct FetchError {
     pub why: String,
     /// The server could not be reached (or this build cannot ask it): asking it for other files
     /// is pointless.
     pub unreachable: bool,
-}
-
-impl std::fmt::Display for FetchError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.why)
-    }
 }
 
 impl FetchError {
