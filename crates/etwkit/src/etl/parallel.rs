@@ -11,7 +11,9 @@
 //!
 //! Memory: at most `4 × threads + 2` rendered buffers wait ahead of the merge, beside the buffers
 //! the time merge holds open (about one per CPU of the traced machine). A buffer's text goes into
-//! chunks of about 96 KiB taken from a shared pool and returned once written: the
+//! chunks of about 96 KiB taken from the rendering thread's own pool and returned to it once
+//! written (a chunk another core wrote last costs a transfer of every cache line it rewrites:
+//! one pool shared by the threads made a dump spend ~5% more CPU time): the
 //! memory touched is what is in flight, not the largest text each pooled buffer ever held (a
 //! buffer of small records renders to 16 times its size, the average one to 6 times), and a
 //! chunk is reallocated (copied, faulted in again) only for a record of over 28 KiB of text.
@@ -171,9 +173,11 @@ impl EtlFile {
         // One pool of rendered buffers per thread (see `Rendered::owner`): thread 0 is the
         // calling one.
         let pools: Vec<Mutex<Vec<Rendered>>> = (0..threads).map(|_| Mutex::default()).collect();
-        let chunks: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
-        let new_chunk = || {
-            chunks
+        // And one pool of text chunks per thread: a buffer's chunks all come from the thread
+        // that renders it and go back to that thread's pool (see the module's text).
+        let chunks: Vec<Mutex<Vec<Vec<u8>>>> = (0..threads).map(|_| Mutex::default()).collect();
+        let new_chunk = |me: usize| {
+            chunks[me]
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .pop()
@@ -203,10 +207,10 @@ impl EtlFile {
                         emitted,
                         ..
                     } = &mut r;
-                    let mut text = new_chunk();
+                    let mut text = new_chunk(me);
                     let _ = self.walk_buffer(b, data, summary, &mut |rec| {
                         if text.len() >= CHUNK_FILL {
-                            done.push(std::mem::replace(&mut text, new_chunk()));
+                            done.push(std::mem::replace(&mut text, new_chunk(me)));
                         }
                         if render(state, rec, &mut text) {
                             *emitted += 1;
@@ -257,11 +261,15 @@ impl EtlFile {
             }
             drop(tx);
             let mut pending: HashMap<usize, Rendered> = HashMap::new();
-            let free_chunk =
-                |c: Vec<u8>| give_back(&mut chunks.lock().unwrap_or_else(|e| e.into_inner()), c);
+            let free_chunk = |owner: usize, c: Vec<u8>| {
+                give_back(
+                    &mut chunks[owner].lock().unwrap_or_else(|e| e.into_inner()),
+                    c,
+                )
+            };
             let recycle = |mut r: Rendered| {
                 {
-                    let mut free = chunks.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut free = chunks[r.owner].lock().unwrap_or_else(|e| e.into_inner());
                     for c in r.chunks.drain(..) {
                         give_back(&mut free, c);
                     }
@@ -359,7 +367,7 @@ const BATCH_BYTES: usize = 1 << 20;
 /// once the merge reaches their first timestamp; the earliest head (ties: the buffer that joined
 /// first) goes next. Consecutive records of one buffer leave as one run; runs are handed on in
 /// batches (one vectored write, no copy), their buffers recycled once the batch is out, and the
-/// chunks of a buffer still open that the batch wrote to the end go back to the pool at once
+/// chunks of a buffer still open that the batch wrote to the end go back to their pool at once
 /// (`free_chunk`): buffers of several CPUs' streams overlap in time and stay open together, and
 /// holding each one's text whole until its last record was the larger part of the memory a dump
 /// touches (perfview_net.4.5.x86.etl: 73 chunks in flight with two threads).
@@ -367,7 +375,7 @@ fn merge(
     seq: &[(i64, usize)],
     take: &mut dyn FnMut(usize) -> Rendered,
     recycle: &dyn Fn(Rendered),
-    free_chunk: &dyn Fn(Vec<u8>),
+    free_chunk: &dyn Fn(usize, Vec<u8>),
     total: &mut RenderSummary,
     progress: &mut dyn FnMut(u64),
     out: &mut dyn FnMut(&[IoSlice<'_>]) -> ControlFlow<()>,
@@ -416,7 +424,7 @@ fn merge(
                 };
                 let upto = ((c.start >> 32) as usize).min(c.r.chunks.len());
                 while c.freed < upto {
-                    free_chunk(std::mem::take(&mut c.r.chunks[c.freed]));
+                    free_chunk(c.r.owner, std::mem::take(&mut c.r.chunks[c.freed]));
                     c.freed += 1;
                 }
             }
