@@ -169,6 +169,9 @@ struct Layout {
     keys: Option<(std::any::TypeId, super::compiled::Keys)>,
     /// Whether this layout's payloads repeat enough for [`Memo`] to be worth asking.
     memo: MemoGate,
+    /// The memo slot this layout's last record was found in or put in: a record whose payload
+    /// is the last one's again is found there without hashing it.
+    last_slot: std::cell::Cell<usize>,
 }
 
 /// How often a layout's payloads were found in the [`Memo`]: it is asked for the first
@@ -251,6 +254,26 @@ pub(crate) fn memo_slot(plan: u64, pointer_size: u8, payload: &[u8]) -> usize {
 pub(crate) const MEMO_MAX_PAYLOAD: usize = 1024;
 
 impl Memo {
+    /// As [`Memo::find`], looking first in slot `last` (where the layout's last record was).
+    fn find_near<T: 'static>(
+        &mut self,
+        last: usize,
+        plan: u64,
+        pointer_size: u8,
+        payload: &[u8],
+    ) -> (usize, bool) {
+        if let Some(s) = self.slots.get(last) {
+            if s.plan == plan
+                && s.format == Some(std::any::TypeId::of::<T>())
+                && s.pointer_size == pointer_size
+                && s.payload == payload
+            {
+                return (last, true);
+            }
+        }
+        self.find::<T>(plan, pointer_size, payload)
+    }
+
     /// The slot for these, and whether it holds their text.
     fn find<T: 'static>(&mut self, plan: u64, pointer_size: u8, payload: &[u8]) -> (usize, bool) {
         if self.slots.is_empty() {
@@ -316,6 +339,7 @@ fn layout<'l>(
         Some(Layout {
             keys: keys.map(|k| (format, k)),
             memo: MemoGate::default(),
+            last_slot: std::cell::Cell::new(0),
             plan,
             provider_name: d.registry.name_of_provider(&rec.provider).map(Arc::from),
         })
@@ -374,7 +398,12 @@ impl Decoder {
                 if !plan.fields.is_empty() {
                     let payload: &[u8] = &rec.payload;
                     let remember = l.memo.open() && payload.len() <= MEMO_MAX_PAYLOAD;
-                    let slot = remember.then(|| memo.find::<T>(plan.id, rec.pointer_size, payload));
+                    let slot = remember.then(|| {
+                        memo.find_near::<T>(l.last_slot.get(), plan.id, rec.pointer_size, payload)
+                    });
+                    if let Some((i, _)) = slot {
+                        l.last_slot.set(i);
+                    }
                     if let Some((i, true)) = slot {
                         l.memo.note(true);
                         let s = &memo.slots[i];
@@ -509,6 +538,31 @@ mod tests {
             g.note(i % 2 == 0);
         }
         assert!(g.open());
+    }
+
+    #[test]
+    fn memo_finds_a_payload_in_the_last_slot_or_by_its_hash() {
+        struct Json;
+        let mut m = Memo::default();
+        let (i, hit) = m.find::<Json>(7, 8, b"payload");
+        assert!(!hit);
+        let s = &mut m.slots[i];
+        s.plan = 7;
+        s.format = Some(std::any::TypeId::of::<Json>());
+        s.pointer_size = 8;
+        s.payload = b"payload".to_vec();
+        // In the last slot, from a wrong guess, and not under another plan or pointer size.
+        assert_eq!(m.find_near::<Json>(i, 7, 8, b"payload"), (i, true));
+        assert_eq!(
+            m.find_near::<Json>((i + 1) % MEMO_SLOTS, 7, 8, b"payload"),
+            (i, true)
+        );
+        assert!(!m.find_near::<Json>(i, 8, 8, b"payload").1);
+        assert!(!m.find_near::<Json>(i, 7, 4, b"payload").1);
+        assert!(!m.find_near::<()>(i, 7, 8, b"payload").1);
+        let (j, hit) = m.find_near::<Json>(i, 7, 8, b"another");
+        assert!(!hit);
+        assert_eq!(j, memo_slot(7, 8, b"another"));
     }
 
     #[test]
