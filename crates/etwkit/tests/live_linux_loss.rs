@@ -78,11 +78,19 @@ fn every_storm_event_is_delivered_or_reported_lost() {
         sum.events_lost > 0,
         "a 16 KiB ring cannot hold a {n}-call storm: {sum:?}"
     );
-    // Page headers and the per-CPU overrun counter agree (overwrite mode).
-    assert_eq!(
-        detail["page_header_missed"], detail["per_cpu_stats_overrun"],
-        "{:?}",
-        sum.lost_detail
+    // Page headers and the per-CPU overrun counter count the same losses (overwrite mode), with
+    // one exception: the kernel writes the count of events lost before a page into the page's
+    // free tail, and a page with no room left carries the flag alone (RB_MISSED_EVENTS without
+    // RB_MISSED_STORED). The headers then count fewer, and the session reports the counter's
+    // figure. (Seen once in CI: 103 events behind one full page, 455,735 against 455,838.)
+    let (headers, overrun) = (
+        detail["page_header_missed"],
+        detail["per_cpu_stats_overrun"],
     );
-    assert_eq!(detail["pages_flagged_uncounted"], 0);
+    if detail["pages_flagged_uncounted"] == 0 {
+        assert_eq!(headers, overrun, "{:?}", sum.lost_detail);
+    } else {
+        assert!(headers < overrun, "{:?}", sum.lost_detail);
+    }
+    assert!(sum.events_lost >= overrun.max(headers), "{sum:?}");
 }
